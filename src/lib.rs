@@ -1,4 +1,28 @@
-//! Ratelimitly engine — see docs/ARCHITECTURE.md (module docs to be completed).
+//! # ratelimitly-engine
+//!
+//! A client engine for the Ratelimitly admission-control service (wire v2).
+//!
+//! The crate is split along one boundary: a **sans-IO core** that never touches a
+//! socket or reads a clock (time is always a parameter), and a thin **I/O driver**
+//! (`engine`) that owns sockets, timers and threads and feeds the core.
+//!
+//! ```text
+//!  application threads (Tokio, plain threads, ...)
+//!     │  EngineHandle::request().consume(..).guard(..).send() / .wait() / submit_batch()
+//!     ▼  crossbeam channel (lock-free), wake if the core is parked
+//! ┌──────────────── I/O driver: engine (one pinned glommio executor per core) ─────────────┐
+//! │  submission drain ─▶ in-flight slab ─▶ timer wheel (one glommio timer per core)         │
+//! │  UDP sockets (batched send/receive) ◀─▶ steering ◀─▶ membership (discovery thread)       │
+//! └────────────┬──────────────────────────────────────────────▲────────────────────────────┘
+//!    datagram bytes, now: Instant                        transmits, deadlines, outcomes
+//! ┌────────────▼──────────── sans-IO core (no sockets, no clocks) ─┴─────────────────────────┐
+//! │  key (ApiKey)  ids (Resource, LatencyTracker)  wire (views, encoders, seal/open)          │
+//! │  policy (RequestPolicy, Schedule)  machine (RequestMachine)  outcome (Response, Failure)   │
+//! └───────────────────────────────────────────────────────────────────────────────────────────┘
+//! ```
+//!
+//! Everything above the line is tested on real loopback sockets against our responder
+//! (`rl-responder`); everything below it is tested on virtual time and test vectors.
 
 pub mod discovery;
 pub mod engine;
