@@ -1,1 +1,259 @@
-//! outcome (in progress)
+//! Outcomes of one logical request: a decision ([`Response`], granted or rejected) or a
+//! [`Failure`] (no decision), as client.md §1 defines them.
+//!
+//! Owns: [`Decision`], [`Response`] with its per-resource and per-guard results,
+//! [`Phase`], [`Failure`] with its [`FailureCategory`], [`CommError`] and the [`Outcome`]
+//! alias; the rule "grant exactly when every guard's current latency < threshold and every
+//! deficit is 0" (wire.md §3).
+//! Must not touch: sockets, clocks, wire parsing (callers hand in decoded results), the
+//! API key. No error here is string-typed or ever carries key material.
+
+use smallvec::SmallVec;
+
+use crate::discovery::DiscoveryError;
+use crate::error::ConfigError;
+
+/// What Ratelimitly decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Decision {
+    /// Everything was consumed.
+    Granted,
+    /// Nothing was consumed.
+    Rejected,
+}
+
+/// One resource's result, in the server's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ResourceResult {
+    /// Bucket id (match it against `Resource::id()`).
+    pub bucket_id: [u8; 16],
+    /// Tokens already consumed in the bucket's window.
+    pub actual_rate: u32,
+    /// 0 if the tokens were available, else the shortfall.
+    pub deficit: u16,
+}
+
+/// One latency guard's result, in the server's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GuardResult {
+    /// Tracker id (match it against `LatencyTracker::id()`).
+    pub tracker_id: [u8; 16],
+    /// The threshold as echoed by the server.
+    pub threshold_ms: u32,
+    /// The tracker's current latency.
+    pub current_latency_ms: u32,
+    /// `current_latency_ms < threshold_ms` (strict).
+    pub passed: bool,
+}
+
+impl GuardResult {
+    /// A guard result with `passed` computed by the strict rule.
+    pub fn new(tracker_id: [u8; 16], threshold_ms: u32, current_latency_ms: u32) -> Self {
+        GuardResult {
+            tracker_id,
+            threshold_ms,
+            current_latency_ms,
+            passed: current_latency_ms < threshold_ms,
+        }
+    }
+}
+
+/// When the selected response was received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// During round `k` (0 = the initial round, 1..=N = replay rounds).
+    Round(u16),
+    /// During the final receive phase.
+    Final,
+    /// Decided locally without any send (empty request).
+    Local,
+}
+
+/// A decision with its evidence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// Granted or rejected.
+    pub decision: Decision,
+    /// The server whose response was selected; `None` for a local grant.
+    pub server_id: Option<u64>,
+    /// When the selected response arrived.
+    pub phase: Phase,
+    /// Per-resource results in the server's order.
+    pub resources: SmallVec<[ResourceResult; 2]>,
+    /// Per-guard results in the server's order.
+    pub guards: SmallVec<[GuardResult; 2]>,
+    /// Request datagrams handed to the network, completion deliveries included (sends
+    /// reported failed through `transmit_failed` are not counted).
+    pub sends: u32,
+    /// Of `sends`, the completion deliveries.
+    pub completion_sends: u32,
+    /// The selected response's steering byte was 1 ("keep the source port"); `true` for a
+    /// local grant.
+    pub steering_keep: bool,
+}
+
+impl Response {
+    /// The outcome of an empty request (no resources, no guards): granted locally, nothing
+    /// sent, no server id.
+    pub fn local_grant() -> Self {
+        Response {
+            decision: Decision::Granted,
+            server_id: None,
+            phase: Phase::Local,
+            resources: SmallVec::new(),
+            guards: SmallVec::new(),
+            sends: 0,
+            completion_sends: 0,
+            steering_keep: true,
+        }
+    }
+
+    /// A response from a server's results. The decision is a grant exactly when every
+    /// guard passed and every deficit is 0 (zero entries = grant). `sends` and
+    /// `completion_sends` start at 0 (the request machine fills them in).
+    pub fn from_results(
+        server_id: u64,
+        steering: u8,
+        phase: Phase,
+        guards: impl IntoIterator<Item = GuardResult>,
+        resources: impl IntoIterator<Item = ResourceResult>,
+    ) -> Self {
+        let guards: SmallVec<[GuardResult; 2]> = guards.into_iter().collect();
+        let resources: SmallVec<[ResourceResult; 2]> = resources.into_iter().collect();
+        let granted = guards.iter().all(|g| g.passed) && resources.iter().all(|r| r.deficit == 0);
+        Response {
+            decision: if granted {
+                Decision::Granted
+            } else {
+                Decision::Rejected
+            },
+            server_id: Some(server_id),
+            phase,
+            resources,
+            guards,
+            sends: 0,
+            completion_sends: 0,
+            steering_keep: steering != 0,
+        }
+    }
+
+    /// `decision == Granted`.
+    pub fn is_granted(&self) -> bool {
+        self.decision == Decision::Granted
+    }
+}
+
+/// Why no datagram could be sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum CommError {
+    /// Every datagram of round 0 failed to send (`endpoints` endpoints were tried).
+    #[error("no datagram of round 0 could be sent ({endpoints} endpoints tried)")]
+    AllSendsFailed { endpoints: u32 },
+    /// The operating system's random number generator failed, so nothing was sent.
+    #[error("random number generator failed; nothing was sent")]
+    Rng,
+    /// A socket could not be created or bound.
+    #[error("socket error: {0:?}")]
+    Socket(std::io::ErrorKind),
+}
+
+/// No decision was made. A failure is not a rejection and does not prove that nothing
+/// was consumed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    /// Key, request, tracker or policy invalid; found before any send.
+    #[error("configuration failure: {0}")]
+    Configuration(#[from] ConfigError),
+    /// No server is known.
+    #[error("discovery failure: {0}")]
+    Discovery(#[from] DiscoveryError),
+    /// No datagram could be sent at all.
+    #[error("communication failure: {0}")]
+    Communication(#[from] CommError),
+    /// The horizon passed without a valid response.
+    #[error("timeout: no valid response within the {horizon_ms} ms horizon")]
+    Timeout { horizon_ms: u32 },
+    /// The engine refused the request (in-flight limit / queue full).
+    #[error("engine overloaded: request not admitted")]
+    Overloaded,
+    /// The engine shut down before the request was decided.
+    #[error("engine shut down before a decision")]
+    Shutdown,
+}
+
+/// The category of a [`Failure`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailureCategory {
+    /// [`Failure::Configuration`].
+    Configuration,
+    /// [`Failure::Discovery`].
+    Discovery,
+    /// [`Failure::Communication`].
+    Communication,
+    /// [`Failure::Timeout`].
+    Timeout,
+    /// [`Failure::Overloaded`].
+    Overloaded,
+    /// [`Failure::Shutdown`].
+    Shutdown,
+}
+
+impl Failure {
+    /// The failure's category.
+    pub fn category(&self) -> FailureCategory {
+        match self {
+            Failure::Configuration(_) => FailureCategory::Configuration,
+            Failure::Discovery(_) => FailureCategory::Discovery,
+            Failure::Communication(_) => FailureCategory::Communication,
+            Failure::Timeout { .. } => FailureCategory::Timeout,
+            Failure::Overloaded => FailureCategory::Overloaded,
+            Failure::Shutdown => FailureCategory::Shutdown,
+        }
+    }
+}
+
+/// The result of one logical request.
+pub type Outcome = Result<Response, Failure>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decision_rule() {
+        let g = |t, c| GuardResult::new([1; 16], t, c);
+        let r = |d| ResourceResult {
+            bucket_id: [2; 16],
+            actual_rate: 5,
+            deficit: d,
+        };
+        let none: [GuardResult; 0] = [];
+        let no_res: [ResourceResult; 0] = [];
+        assert!(Response::from_results(1, 1, Phase::Final, none, no_res).is_granted());
+        assert!(Response::from_results(1, 1, Phase::Final, [g(10, 9)], [r(0)]).is_granted());
+        assert!(!Response::from_results(1, 1, Phase::Final, [g(10, 10)], [r(0)]).is_granted());
+        assert!(!Response::from_results(1, 1, Phase::Final, [g(10, 9)], [r(1)]).is_granted());
+        let resp = Response::from_results(7, 0, Phase::Round(1), [g(10, 9)], [r(0), r(0)]);
+        assert_eq!(resp.server_id, Some(7));
+        assert!(!resp.steering_keep);
+        assert_eq!(resp.resources.len(), 2);
+        let local = Response::local_grant();
+        assert_eq!(
+            (local.phase, local.server_id, local.sends),
+            (Phase::Local, None, 0)
+        );
+    }
+
+    #[test]
+    fn categories_and_display() {
+        let f = Failure::Timeout { horizon_ms: 60 };
+        assert_eq!(f.category(), FailureCategory::Timeout);
+        assert!(f.to_string().contains("60 ms"));
+        let c = Failure::from(CommError::AllSendsFailed { endpoints: 2 });
+        assert_eq!(c.category(), FailureCategory::Communication);
+        assert_eq!(Failure::Shutdown.category(), FailureCategory::Shutdown);
+        assert_eq!(Failure::Overloaded.category(), FailureCategory::Overloaded);
+        let e: &dyn std::error::Error = &c;
+        assert!(e.source().is_some());
+    }
+}

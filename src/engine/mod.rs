@@ -1,1 +1,3 @@
-//! engine (in progress)
+//! engine (in progress): the glommio thread-per-core driver.
+
+pub mod wheel;

@@ -1,0 +1,151 @@
+//! Codec benches: API-key parsing, bucket/tracker id derivation, and for each auth
+//! mode (none, cookie, aes) request encode + seal and response open + decode.
+//!
+//! Owns nothing but measurements (sans-IO: no socket, no clock). The keys are the
+//! public synthetic fixtures of the spec's vectors.json. Run:
+//! `cargo bench --bench codec`.
+
+use std::hint::black_box;
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use ratelimitly_engine::ids::{bucket_id, tracker_id};
+use ratelimitly_engine::key::ApiKey;
+use ratelimitly_engine::wire::{
+    self, Auth, GuardSpec, RateResponseView, ResourceResultSpec, ResourceSpec, TenantFields,
+};
+
+const KEYS: [(&str, &str); 3] = [
+    (
+        "aes",
+        "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5",
+    ),
+    (
+        "cookie",
+        "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p",
+    ),
+    ("none", "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys"),
+];
+
+const SERVER_ID: u64 = 0x1234_5678 << 23;
+
+fn keys(c: &mut Criterion) {
+    let mut g = c.benchmark_group("key");
+    g.throughput(Throughput::Elements(1));
+    for (mode, text) in KEYS {
+        g.bench_function(format!("parse_{mode}"), |b| {
+            b.iter(|| black_box(black_box(text).parse::<ApiKey>()).is_ok())
+        });
+    }
+    g.finish();
+}
+
+fn ids(c: &mut Criterion) {
+    let mut g = c.benchmark_group("ids");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("bucket_id", |b| {
+        b.iter(|| bucket_id(black_box(b"checkout-api"), black_box(1000), black_box(100)))
+    });
+    g.bench_function("tracker_id", |b| {
+        b.iter(|| tracker_id(black_box(b"inventory"), black_box(10_000), 100, 5))
+    });
+    g.finish();
+}
+
+fn resource_spec() -> ResourceSpec {
+    ResourceSpec {
+        bucket_id: bucket_id(b"checkout-api", 1000, 100),
+        window_ms: 1000,
+        rate_limit: 100,
+        tokens: 1,
+    }
+}
+
+fn guard_spec() -> GuardSpec {
+    GuardSpec {
+        tracker_id: tracker_id(b"inventory", 10_000, 100, 5),
+        ttl_ms: 10_000,
+        max_samples: 100,
+        min_samples: 5,
+        threshold_ms: 100,
+        current_latency_ms: 0,
+    }
+}
+
+fn tenant(id: u64) -> TenantFields {
+    TenantFields {
+        id,
+        unique_id: [0x42; 16],
+        timestamp_ms: 1_750_000_000_000,
+        steering: 0,
+    }
+}
+
+/// One sealed response datagram for `auth` (one guard result, one resource result).
+fn response_datagram(auth: &Auth) -> ([u8; wire::MAX_DATAGRAM], usize) {
+    let mut out = [0u8; wire::MAX_DATAGRAM];
+    let off = auth.pdu_offset();
+    let g = GuardSpec {
+        current_latency_ms: 12,
+        ..guard_spec()
+    };
+    let r = ResourceResultSpec {
+        bucket_id: resource_spec().bucket_id,
+        window_ms: 1000,
+        actual_rate: 17,
+        deficit: 0,
+    };
+    let n = wire::encode_rate_response_pdu(&mut out[off..], &[g], &[r]).expect("encode response");
+    let mut t = tenant(SERVER_ID);
+    t.steering = 1;
+    let len = wire::seal(auth, &t, [9; 12], &mut out, n).expect("seal response");
+    (out, len)
+}
+
+fn per_mode(c: &mut Criterion) {
+    let resources = [resource_spec()];
+    let guards = [guard_spec()];
+    for (mode, text) in KEYS {
+        let key: ApiKey = text.parse().expect("fixture key");
+        let auth = Auth::new(&key);
+        let mut g = c.benchmark_group(format!("wire_{mode}"));
+        g.throughput(Throughput::Elements(1));
+        g.bench_function("encode_seal_request_1r_1g_label", |b| {
+            let mut out = [0u8; wire::MAX_DATAGRAM];
+            let off = auth.pdu_offset();
+            let t = tenant(key.key_id());
+            b.iter(|| {
+                let n = wire::encode_rate_request_pdu(&mut out[off..], 60, &guards, &resources, "api")
+                    .expect("encode");
+                black_box(wire::seal(&auth, &t, [7; 12], &mut out, n).expect("seal"))
+            })
+        });
+        let (dg, len) = response_datagram(&auth);
+        g.bench_function("open_decode_response_1r_1g", |b| {
+            b.iter_batched_ref(
+                || dg,
+                |buf| {
+                    let opened = wire::open(&auth, &mut buf[..len]).expect("open");
+                    let v = RateResponseView::parse(opened.pdu).expect("parse");
+                    let mut acc = 0u64;
+                    for r in v.resources() {
+                        acc += u64::from(r.actual_rate());
+                    }
+                    for gv in v.guards() {
+                        acc += u64::from(gv.current_latency_ms());
+                    }
+                    black_box((v.is_grant(), acc))
+                },
+                BatchSize::SmallInput,
+            )
+        });
+        g.finish();
+    }
+    let mut g = c.benchmark_group("rng");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("new_unique_id", |b| b.iter(|| black_box(wire::new_unique_id())));
+    g.bench_function("new_nonce", |b| b.iter(|| black_box(wire::new_nonce())));
+    g.finish();
+}
+
+criterion_group!(benches, keys, ids, per_mode);
+criterion_main!(benches);

@@ -1,0 +1,369 @@
+//! Results of a run: the per-client figures, the human summary (stdout), JSON,
+//! the HdrHistogram percentile spectrum (.hgrm) and the SVG plot.
+//!
+//! Owns formatting only; takes finished measurements. Must not touch sockets,
+//! clients or the API key.
+
+use std::io::Write;
+use std::path::Path;
+
+use hdrhistogram::Histogram;
+use serde_json::{Value, json};
+
+use crate::cli::ClientKind;
+use crate::stats::{KINDS, Kind, Recorder};
+
+/// Everything measured for one client.
+pub struct PhaseResult {
+    pub client: ClientKind,
+    pub rec: Recorder,
+    /// Length of the measurement window in seconds.
+    pub window_s: f64,
+    /// Client threads' CPU time inside the window (ns).
+    pub cpu_ns: u64,
+    pub client_threads: usize,
+    pub submitted: u64,
+    pub completed: u64,
+    /// Datagrams the embedded responders received inside the window.
+    pub responder_datagrams: Option<u64>,
+    /// Phase start offset of the window (whole seconds), for the time series.
+    pub window_first_second: usize,
+    pub window_seconds: usize,
+}
+
+impl PhaseResult {
+    pub fn decisions(&self) -> u64 {
+        self.rec.window(Kind::Granted) + self.rec.window(Kind::Rejected)
+    }
+    pub fn decisions_per_s(&self) -> f64 {
+        self.decisions() as f64 / self.window_s.max(1e-9)
+    }
+    pub fn datagrams_per_decision(&self) -> Option<f64> {
+        let d = self.decisions();
+        if d == 0 {
+            return None;
+        }
+        match self.responder_datagrams {
+            Some(n) => Some(n as f64 / d as f64),
+            None if self.rec.sends_known => Some(self.rec.sends as f64 / d as f64),
+            None => None,
+        }
+    }
+    pub fn cpu_us_per_decision(&self) -> Option<f64> {
+        let d = self.decisions();
+        (d > 0).then(|| self.cpu_ns as f64 / 1000.0 / d as f64)
+    }
+    /// Client cores fully used on average.
+    pub fn cores_used(&self) -> f64 {
+        self.cpu_ns as f64 / 1e9 / self.window_s.max(1e-9)
+    }
+    /// Decisions per second per fully used client core.
+    pub fn per_core_decisions_per_s(&self) -> Option<f64> {
+        (self.cpu_ns > 0).then(|| self.decisions() as f64 / (self.cpu_ns as f64 / 1e9))
+    }
+    pub fn balanced(&self) -> bool {
+        self.submitted == self.completed
+    }
+    fn us(&self, q: f64) -> f64 {
+        if self.rec.total.is_empty() {
+            return 0.0;
+        }
+        self.rec.total.value_at_quantile(q) as f64 / 1000.0
+    }
+    pub fn percentiles_us(&self) -> [(&'static str, f64); 6] {
+        [
+            ("p50", self.us(0.50)),
+            ("p90", self.us(0.90)),
+            ("p99", self.us(0.99)),
+            ("p99.9", self.us(0.999)),
+            ("p99.99", self.us(0.9999)),
+            ("max", self.rec.total.max() as f64 / 1000.0),
+        ]
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut outcomes = serde_json::Map::new();
+        let mut outcomes_all = serde_json::Map::new();
+        for k in KINDS {
+            outcomes.insert(k.name().into(), json!(self.rec.window(k)));
+            outcomes_all.insert(k.name().into(), json!(self.rec.all(k)));
+        }
+        let mut lat = serde_json::Map::new();
+        for (n, v) in self.percentiles_us() {
+            lat.insert(n.into(), json!(v));
+        }
+        lat.insert("mean".into(), json!(self.rec.total.mean() / 1000.0));
+        lat.insert("count".into(), json!(self.rec.total.len()));
+        json!({
+            "client": self.client.name(),
+            "window_s": self.window_s,
+            "decisions": self.decisions(),
+            "decisions_per_s": self.decisions_per_s(),
+            "latency_us": lat,
+            "datagrams_per_decision": self.datagrams_per_decision(),
+            "responder_datagrams": self.responder_datagrams,
+            "client_cpu_s": self.cpu_ns as f64 / 1e9,
+            "client_cpu_us_per_decision": self.cpu_us_per_decision(),
+            "client_cores_used": self.cores_used(),
+            "client_threads": self.client_threads,
+            "decisions_per_s_per_core": self.per_core_decisions_per_s(),
+            "outcomes_window": outcomes,
+            "outcomes_total": outcomes_all,
+            "submitted": self.submitted,
+            "completed": self.completed,
+            "balanced": self.balanced(),
+            "series": self.series().iter().map(|s| json!({
+                "t_s": s.0, "completions": s.1, "p50_us": s.2, "p99_us": s.3, "max_us": s.4,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// Per-second (t, completions, p50 µs, p99 µs, max µs) inside the window.
+    pub fn series(&self) -> Vec<(f64, u64, f64, f64, f64)> {
+        self.rec
+            .seconds
+            .iter()
+            .enumerate()
+            .skip(self.window_first_second)
+            .take(self.window_seconds)
+            .map(|(i, h)| {
+                let t = (i - self.window_first_second) as f64;
+                if h.is_empty() {
+                    (t, 0, 0.0, 0.0, 0.0)
+                } else {
+                    (
+                        t,
+                        h.len(),
+                        h.value_at_quantile(0.5) as f64 / 1000.0,
+                        h.value_at_quantile(0.99) as f64 / 1000.0,
+                        h.max() as f64 / 1000.0,
+                    )
+                }
+            })
+            .collect()
+    }
+}
+
+/// Human summary of one client.
+pub fn print_summary(out: &mut impl Write, r: &PhaseResult) -> std::io::Result<()> {
+    writeln!(out, "== {} ==", r.client.name())?;
+    writeln!(
+        out,
+        "  decisions/s {:>12.0}   ({} decisions in {:.2} s)",
+        r.decisions_per_s(),
+        r.decisions(),
+        r.window_s
+    )?;
+    let p = r.percentiles_us();
+    writeln!(
+        out,
+        "  latency µs  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}  max {:.1}",
+        p[0].1, p[1].1, p[2].1, p[3].1, p[4].1, p[5].1
+    )?;
+    writeln!(
+        out,
+        "  datagrams/decision {}   client CPU µs/decision {}   client cores used {:.2} ({} threads)",
+        fmt_opt(r.datagrams_per_decision(), 2),
+        fmt_opt(r.cpu_us_per_decision(), 2),
+        r.cores_used(),
+        r.client_threads
+    )?;
+    write!(out, "  outcomes (window):")?;
+    for k in KINDS {
+        let n = r.rec.window(k);
+        if n > 0 || matches!(k, Kind::Granted | Kind::Rejected | Kind::Timeout) {
+            write!(out, " {}={}", k.name(), n)?;
+        }
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "  submitted {} completed {} {}",
+        r.submitted,
+        r.completed,
+        if r.balanced() { "(ok)" } else { "(MISMATCH)" }
+    )
+}
+
+pub fn fmt_opt(v: Option<f64>, prec: usize) -> String {
+    match v {
+        Some(v) => format!("{v:.prec$}"),
+        None => "n/a".into(),
+    }
+}
+
+/// Ratio of per-core throughput a / b.
+pub fn per_core_ratio(a: &PhaseResult, b: &PhaseResult) -> Option<f64> {
+    match (a.per_core_decisions_per_s(), b.per_core_decisions_per_s()) {
+        (Some(x), Some(y)) if y > 0.0 => Some(x / y),
+        _ => None,
+    }
+}
+
+/// Ratio of raw throughput a / b.
+pub fn throughput_ratio(a: &PhaseResult, b: &PhaseResult) -> Option<f64> {
+    let y = b.decisions_per_s();
+    (y > 0.0).then(|| a.decisions_per_s() / y)
+}
+
+/// HdrHistogram percentile distribution in the .hgrm text format (values in ms).
+pub fn write_hgrm(path: &Path, h: &Histogram<u64>) -> std::io::Result<()> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let scale = 1_000_000.0; // ns -> ms
+    writeln!(
+        f,
+        "{:>12} {:>14} {:>10} {:>14}\n",
+        "Value", "Percentile", "TotalCount", "1/(1-Percentile)"
+    )?;
+    let mut total = 0u64;
+    if !h.is_empty() {
+        for v in h.iter_quantiles(5) {
+            total += v.count_since_last_iteration();
+            let q = v.quantile_iterated_to();
+            let value = v.value_iterated_to() as f64 / scale;
+            if q < 1.0 {
+                writeln!(
+                    f,
+                    "{:>12.3} {:>2.12} {:>10} {:>14.2}",
+                    value,
+                    q,
+                    total,
+                    1.0 / (1.0 - q)
+                )?;
+            } else {
+                writeln!(f, "{:>12.3} {:>2.12} {:>10}", value, q, total)?;
+            }
+        }
+    }
+    writeln!(
+        f,
+        "#[Mean    = {:>12.3}, StdDeviation   = {:>12.3}]",
+        h.mean() / scale,
+        h.stdev() / scale
+    )?;
+    writeln!(
+        f,
+        "#[Max     = {:>12.3}, Total count    = {:>12}]",
+        h.max() as f64 / scale,
+        h.len()
+    )?;
+    writeln!(
+        f,
+        "#[Buckets = {:>12}, SubBuckets     = {:>12}]",
+        h.buckets(),
+        h.distinct_values()
+    )?;
+    f.flush()
+}
+
+/// SVG: latency percentiles (top) and throughput (bottom) over time, one line set per client.
+pub fn write_svg(path: &Path, results: &[PhaseResult]) -> Result<(), String> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (1000, 800)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let (top, bottom) = root.split_vertically(420);
+    let series: Vec<_> = results.iter().map(|r| (r.client.name(), r.series())).collect();
+    let t_max = series
+        .iter()
+        .map(|(_, s)| s.len() as f64)
+        .fold(1.0, f64::max);
+    let lat_max = series
+        .iter()
+        .flat_map(|(_, s)| s.iter().map(|p| p.3))
+        .fold(1.0, f64::max)
+        * 1.1;
+    let thr_max = series
+        .iter()
+        .flat_map(|(_, s)| s.iter().map(|p| p.1 as f64))
+        .fold(1.0, f64::max)
+        * 1.1;
+    let colors = [RED, BLUE, GREEN, MAGENTA, CYAN, BLACK];
+
+    let mut c = ChartBuilder::on(&top)
+        .caption("latency percentiles per second (µs)", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..t_max, 0f64..lat_max)
+        .map_err(|e| e.to_string())?;
+    c.configure_mesh()
+        .x_desc("s")
+        .y_desc("µs")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, (name, s)) in series.iter().enumerate() {
+        let col = colors[i % colors.len()];
+        for (label, pick, width) in [
+            ("p50", 2usize, 1u32),
+            ("p99", 3, 2),
+        ] {
+            let pts: Vec<(f64, f64)> = s
+                .iter()
+                .map(|p| (p.0 + 0.5, if pick == 2 { p.2 } else { p.3 }))
+                .collect();
+            c.draw_series(LineSeries::new(pts, col.stroke_width(width)))
+                .map_err(|e| e.to_string())?
+                .label(format!("{name} {label}"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(width)));
+        }
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())?;
+
+    let mut c = ChartBuilder::on(&bottom)
+        .caption("completions per second", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0f64..t_max, 0f64..thr_max)
+        .map_err(|e| e.to_string())?;
+    c.configure_mesh()
+        .x_desc("s")
+        .y_desc("ops/s")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, (name, s)) in series.iter().enumerate() {
+        let col = colors[i % colors.len()];
+        let pts: Vec<(f64, f64)> = s.iter().map(|p| (p.0 + 0.5, p.1 as f64)).collect();
+        c.draw_series(LineSeries::new(pts, col.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(name.to_string())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hgrm_has_the_footer_and_monotone_percentiles() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 120_000_000_000, 3).unwrap();
+        for v in 1..=1000u64 {
+            h.record(v * 1000).unwrap();
+        }
+        let p = std::env::temp_dir().join(format!("lg-test-{}.hgrm", std::process::id()));
+        write_hgrm(&p, &h).unwrap();
+        let s = std::fs::read_to_string(&p).unwrap();
+        let _ = std::fs::remove_file(&p);
+        assert!(s.contains("#[Max     ="));
+        assert!(s.contains("Total count    =         1000"));
+        let qs: Vec<f64> = s
+            .lines()
+            .skip(2)
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
+            .collect();
+        assert!(qs.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(*qs.last().unwrap(), 1.0);
+    }
+}

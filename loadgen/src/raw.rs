@@ -1,0 +1,533 @@
+//! The raw UDP client: the ceiling. Valid requests pre-encoded with our wire codec
+//! (one PDU template per bucket pattern), sealed per request with a fresh unique id
+//! and nonce, sent once to one live endpoint with `sendmmsg`, responses received
+//! with `recvmmsg`, authenticated and decoded. No policy: no replays, no selection,
+//! no completion delivery; a lost response is a timeout after the horizon.
+//!
+//! Owns its sockets and threads (one per client core). Latency reports are not
+//! generated (the raw client measures decisions only). Must not touch the engine.
+
+use std::collections::VecDeque;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ratelimitly_engine::wire::{self, Auth, GuardSpec, ResourceSpec, TenantFields};
+
+use crate::stats::{Kind, Phase};
+use crate::workload::{self, Workload};
+
+const BUF: usize = 2048;
+
+/// What every raw thread shares.
+pub struct RawConfig {
+    pub auth: Auth,
+    pub key_id: u64,
+    /// Encoded rate-request PDUs; request `j` uses `templates[j % len]`.
+    pub templates: Vec<Vec<u8>>,
+    /// Live endpoints, used round-robin.
+    pub targets: Vec<SocketAddr>,
+    pub horizon: Duration,
+    pub batch: usize,
+    pub socket_buffer: usize,
+}
+
+/// Why the raw client could not be prepared.
+#[derive(Debug)]
+pub enum RawError {
+    /// A template PDU did not encode.
+    Encode(wire::EncodeError),
+    /// A bucket or tracker definition was refused.
+    Config(ratelimitly_engine::error::ConfigError),
+    /// Every endpoint is dead.
+    NoLiveEndpoint,
+}
+
+impl RawConfig {
+    pub fn new(
+        key: &ratelimitly_engine::key::ApiKey,
+        work: &Workload,
+        targets: Vec<SocketAddr>,
+        horizon: Duration,
+        batch: usize,
+        socket_buffer: usize,
+    ) -> Result<Self, RawError> {
+        if targets.is_empty() {
+            return Err(RawError::NoLiveEndpoint);
+        }
+        let auth = Auth::new(key);
+        let resources: Vec<ResourceSpec> = (0..work.buckets.min(4096))
+            .map(|i| {
+                let r = ratelimitly_engine::ids::Resource::new(
+                    Workload::bucket_name(i),
+                    Duration::from_millis(u64::from(work.window_ms)),
+                    work.rate_limit,
+                )
+                .map_err(RawError::Config)?;
+                Ok(ResourceSpec {
+                    bucket_id: r.id(),
+                    window_ms: r.window_ms(),
+                    rate_limit: r.rate_limit(),
+                    tokens: 1,
+                })
+            })
+            .collect::<Result<_, RawError>>()?;
+        let guards: Vec<GuardSpec> = (0..work.guards)
+            .map(|i| {
+                let t = ratelimitly_engine::ids::LatencyTracker::new(
+                    Workload::tracker_name(i),
+                    Duration::from_millis(u64::from(workload::TRACKER_TTL_MS)),
+                    workload::TRACKER_MAX_SAMPLES,
+                    workload::TRACKER_MIN_SAMPLES,
+                )
+                .map_err(RawError::Config)?;
+                Ok(GuardSpec {
+                    tracker_id: t.id(),
+                    ttl_ms: t.ttl_ms(),
+                    max_samples: t.max_samples(),
+                    min_samples: t.min_samples(),
+                    threshold_ms: workload::GUARD_THRESHOLD_MS,
+                    current_latency_ms: 0,
+                })
+            })
+            .collect::<Result<_, RawError>>()?;
+        let mut templates = Vec::with_capacity(resources.len());
+        let mut specs = Vec::with_capacity(work.resources_per_request);
+        let mut out = [0u8; wire::MAX_DATAGRAM];
+        for t in 0..resources.len() as u64 {
+            specs.clear();
+            specs.extend(work.buckets_of(t).map(|b| resources[b % resources.len()]));
+            let n = wire::encode_rate_request_pdu(
+                &mut out,
+                horizon.as_millis() as u32,
+                &guards,
+                &specs,
+                &work.label,
+            )
+            .map_err(RawError::Encode)?;
+            templates.push(out[..n].to_vec());
+        }
+        Ok(RawConfig {
+            auth,
+            key_id: key.key_id(),
+            templates,
+            targets,
+            horizon,
+            batch: batch.clamp(1, 1024),
+            socket_buffer,
+        })
+    }
+}
+
+/// Per-thread load.
+#[derive(Clone, Copy, Debug)]
+pub enum RawLoad {
+    Closed { in_flight: usize },
+    Open { rate: f64 },
+}
+
+#[derive(Clone, Copy)]
+struct Slot {
+    seq: u64,
+    intended: Instant,
+    live: bool,
+}
+
+fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
+            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in6.
+            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_scope_id = a.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+fn set_buffers(sock: &UdpSocket, bytes: usize) {
+    if bytes == 0 {
+        return;
+    }
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+        // SAFETY: valid fd, option value is a c_int of the given size.
+        unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                &v as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+}
+
+/// One raw client thread's state.
+struct RawThread {
+    cfg: Arc<RawConfig>,
+    phase: Arc<Phase>,
+    sock: UdpSocket,
+    addrs: Vec<(libc::sockaddr_storage, libc::socklen_t)>,
+    prefix: [u8; 9],
+    nonce_prefix: [u8; 4],
+    next_seq: u64,
+    slots: Vec<Slot>,
+    mask: u64,
+    outstanding: usize,
+    timeouts: VecDeque<(u64, Instant)>,
+    // send batch
+    sbufs: Vec<[u8; BUF]>,
+    slens: Vec<usize>,
+    sdest: Vec<usize>,
+    pending: usize,
+    rbufs: Vec<[u8; BUF]>,
+}
+
+impl RawThread {
+    fn new(cfg: Arc<RawConfig>, phase: Arc<Phase>, capacity: usize) -> std::io::Result<Self> {
+        let bind: SocketAddr = match cfg.targets[0] {
+            SocketAddr::V4(a) if a.ip().is_loopback() => "127.0.0.1:0".parse().expect("static"),
+            SocketAddr::V4(_) => "0.0.0.0:0".parse().expect("static"),
+            SocketAddr::V6(a) if a.ip().is_loopback() => "[::1]:0".parse().expect("static"),
+            SocketAddr::V6(_) => "[::]:0".parse().expect("static"),
+        };
+        let sock = UdpSocket::bind(bind)?;
+        set_buffers(&sock, cfg.socket_buffer);
+        let addrs = cfg.targets.iter().map(sockaddr).collect();
+        let r = wire::new_unique_id().map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+        let mut prefix = [0u8; 9];
+        prefix.copy_from_slice(&r[..9]);
+        prefix[6] = (prefix[6] & 0x0F) | 0x40;
+        prefix[8] = (prefix[8] & 0x3F) | 0x80;
+        let n = wire::new_nonce().map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+        let cap = capacity.next_power_of_two().max(64);
+        let now = Instant::now();
+        let b = cfg.batch;
+        Ok(RawThread {
+            sock,
+            addrs,
+            prefix,
+            nonce_prefix: [n[0], n[1], n[2], n[3]],
+            next_seq: 0,
+            slots: vec![
+                Slot {
+                    seq: u64::MAX,
+                    intended: now,
+                    live: false
+                };
+                cap
+            ],
+            mask: cap as u64 - 1,
+            outstanding: 0,
+            timeouts: VecDeque::with_capacity(cap),
+            sbufs: vec![[0u8; BUF]; b],
+            slens: vec![0; b],
+            sdest: vec![0; b],
+            pending: 0,
+            rbufs: vec![[0u8; BUF]; b],
+            cfg,
+            phase,
+        })
+    }
+
+    /// Seals one request into the send batch. False when its slot is still busy.
+    fn prepare(&mut self, intended: Instant, now: Instant, wall_ms: u64) -> bool {
+        let seq = self.next_seq;
+        let idx = (seq & self.mask) as usize;
+        if self.slots[idx].live {
+            return false;
+        }
+        self.next_seq += 1;
+        let mut uid = [0u8; 16];
+        uid[..9].copy_from_slice(&self.prefix);
+        uid[9..].copy_from_slice(&seq.to_le_bytes()[..7]);
+        let mut nonce = [0u8; 12];
+        nonce[..4].copy_from_slice(&self.nonce_prefix);
+        nonce[4..].copy_from_slice(&seq.to_le_bytes());
+        let tpl = &self.cfg.templates[(seq % self.cfg.templates.len() as u64) as usize];
+        let off = self.cfg.auth.pdu_offset();
+        let buf = &mut self.sbufs[self.pending];
+        buf[off..off + tpl.len()].copy_from_slice(tpl);
+        let tenant = TenantFields {
+            id: self.cfg.key_id,
+            unique_id: uid,
+            timestamp_ms: wall_ms,
+            steering: 0,
+        };
+        self.phase.submit();
+        match wire::seal(&self.cfg.auth, &tenant, nonce, &mut buf[..], tpl.len()) {
+            Ok(n) => {
+                self.slens[self.pending] = n;
+                self.sdest[self.pending] = (seq % self.addrs.len() as u64) as usize;
+                self.pending += 1;
+                self.slots[idx] = Slot {
+                    seq,
+                    intended,
+                    live: true,
+                };
+                self.outstanding += 1;
+                self.timeouts.push_back((seq, now + self.cfg.horizon));
+            }
+            Err(_) => self.phase.record(intended, now, Kind::Configuration, Some(0)),
+        }
+        true
+    }
+
+    fn flush(&mut self) {
+        let mut sent = 0;
+        while sent < self.pending {
+            let n = self.pending - sent;
+            let mut iov: Vec<libc::iovec> = Vec::with_capacity(n);
+            let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(n);
+            for i in sent..self.pending {
+                iov.push(libc::iovec {
+                    iov_base: self.sbufs[i].as_mut_ptr() as *mut libc::c_void,
+                    iov_len: self.slens[i],
+                });
+            }
+            for (k, i) in (sent..self.pending).enumerate() {
+                let (ss, len) = &mut self.addrs[self.sdest[i]];
+                // SAFETY: mmsghdr is plain old data; zero is valid.
+                let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                h.msg_hdr.msg_name = ss as *mut _ as *mut libc::c_void;
+                h.msg_hdr.msg_namelen = *len;
+                h.msg_hdr.msg_iov = &mut iov[k] as *mut libc::iovec;
+                h.msg_hdr.msg_iovlen = 1;
+                hdrs.push(h);
+            }
+            // SAFETY: hdrs/iov point at live buffers for the duration of the call.
+            let r = unsafe {
+                libc::sendmmsg(self.sock.as_raw_fd(), hdrs.as_mut_ptr(), n as libc::c_uint, 0)
+            };
+            if r <= 0 {
+                // The first datagram could not be sent: it is a communication failure.
+                let seq = self.seq_of_buf(sent);
+                self.fail(seq, Kind::Communication);
+                sent += 1;
+            } else {
+                sent += r as usize;
+            }
+        }
+        self.pending = 0;
+    }
+
+    fn seq_of_buf(&self, i: usize) -> u64 {
+        let off = 12 + 9;
+        let mut b = [0u8; 8];
+        b[..7].copy_from_slice(&self.sbufs[i][off..off + 7]);
+        u64::from_le_bytes(b)
+    }
+
+    fn fail(&mut self, seq: u64, kind: Kind) {
+        let idx = (seq & self.mask) as usize;
+        let s = self.slots[idx];
+        if s.live && s.seq == seq {
+            self.slots[idx].live = false;
+            self.outstanding -= 1;
+            self.phase.record(s.intended, Instant::now(), kind, Some(1));
+        }
+    }
+
+    fn receive(&mut self) {
+        loop {
+            let n = self.rbufs.len();
+            let mut iov: Vec<libc::iovec> = self
+                .rbufs
+                .iter_mut()
+                .map(|b| libc::iovec {
+                    iov_base: b.as_mut_ptr() as *mut libc::c_void,
+                    iov_len: BUF,
+                })
+                .collect();
+            let mut hdrs: Vec<libc::mmsghdr> = iov
+                .iter_mut()
+                .map(|v| {
+                    // SAFETY: mmsghdr is plain old data; zero is valid.
+                    let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                    h.msg_hdr.msg_iov = v as *mut libc::iovec;
+                    h.msg_hdr.msg_iovlen = 1;
+                    h
+                })
+                .collect();
+            // SAFETY: hdrs/iov point at live buffers for the duration of the call.
+            let r = unsafe {
+                libc::recvmmsg(
+                    self.sock.as_raw_fd(),
+                    hdrs.as_mut_ptr(),
+                    n as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if r <= 0 {
+                return;
+            }
+            let now = Instant::now();
+            let lens: Vec<usize> = hdrs[..r as usize].iter().map(|h| h.msg_len as usize).collect();
+            for (i, len) in lens.into_iter().enumerate() {
+                self.handle(i, len, now);
+            }
+            if (r as usize) < n {
+                return;
+            }
+        }
+    }
+
+    fn handle(&mut self, i: usize, len: usize, now: Instant) {
+        let len = len.min(BUF);
+        let (seq, grant) = {
+            let dg = &mut self.rbufs[i][..len];
+            let Ok(opened) = wire::open(&self.cfg.auth, dg) else {
+                return;
+            };
+            let uid = opened.tenant.unique_id();
+            let uid: &[u8] = uid.as_ref();
+            if uid.len() != 16 || uid[..9] != self.prefix {
+                return;
+            }
+            let mut b = [0u8; 8];
+            b[..7].copy_from_slice(&uid[9..16]);
+            let Ok(view) = wire::RateResponseView::parse(opened.pdu) else {
+                return;
+            };
+            (u64::from_le_bytes(b), view.is_grant())
+        };
+        let idx = (seq & self.mask) as usize;
+        let s = self.slots[idx];
+        if s.live && s.seq == seq {
+            self.slots[idx].live = false;
+            self.outstanding -= 1;
+            let kind = if grant { Kind::Granted } else { Kind::Rejected };
+            self.phase.record(s.intended, now, kind, Some(1));
+        }
+    }
+
+    fn expire(&mut self, now: Instant) {
+        while let Some(&(seq, deadline)) = self.timeouts.front() {
+            if deadline > now {
+                break;
+            }
+            self.timeouts.pop_front();
+            self.fail(seq, Kind::Timeout);
+        }
+    }
+
+    fn wait(&self, timeout: Duration) {
+        let mut pfd = libc::pollfd {
+            fd: self.sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: one valid pollfd, valid timespec, no signal mask.
+        unsafe {
+            libc::ppoll(&mut pfd, 1, &ts, std::ptr::null());
+        }
+    }
+}
+
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Runs one raw client thread until the phase window ends and everything in
+/// flight completed or timed out (bounded by `drain`).
+pub fn run_thread(
+    cfg: Arc<RawConfig>,
+    phase: Arc<Phase>,
+    load: RawLoad,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let capacity = match load {
+        RawLoad::Closed { in_flight } => in_flight.max(1),
+        RawLoad::Open { rate } => {
+            ((rate * (cfg.horizon.as_secs_f64() + 0.5)) as usize + 1024).min(1 << 22)
+        }
+    };
+    let mut t = RawThread::new(cfg, phase, capacity)?;
+    let stop_at = t.phase.window_end;
+    let hard_stop = stop_at + drain;
+    let start = Instant::now();
+    let mut opened: u64 = 0;
+    loop {
+        let now = Instant::now();
+        let stopping = now >= stop_at;
+        if now >= hard_stop {
+            break;
+        }
+        let ms = wall_ms();
+        let mut next_due = now + Duration::from_millis(1);
+        if !stopping {
+            match load {
+                RawLoad::Closed { in_flight } => {
+                    while t.outstanding + t.pending < in_flight {
+                        if !t.prepare(now, now, ms) {
+                            break;
+                        }
+                        if t.pending == t.cfg.batch {
+                            t.flush();
+                        }
+                    }
+                }
+                RawLoad::Open { rate } => loop {
+                    let intended = start + Duration::from_secs_f64(opened as f64 / rate);
+                    if intended > now || intended >= stop_at {
+                        next_due = intended;
+                        break;
+                    }
+                    opened += 1;
+                    if !t.prepare(intended, now, ms) {
+                        // Too many outstanding: counted as overload, not sent.
+                        t.phase.submit();
+                        t.phase.record(intended, now, Kind::Overloaded, Some(0));
+                    }
+                    if t.pending == t.cfg.batch {
+                        t.flush();
+                    }
+                },
+            }
+        }
+        t.flush();
+        if stopping && t.outstanding == 0 {
+            break;
+        }
+        t.receive();
+        t.expire(Instant::now());
+        let now = Instant::now();
+        let wait = next_due
+            .saturating_duration_since(now)
+            .min(Duration::from_millis(1));
+        if !wait.is_zero() || matches!(load, RawLoad::Closed { .. }) {
+            t.wait(wait.max(Duration::from_micros(50)));
+        }
+    }
+    // Anything still outstanding past the drain limit is a timeout.
+    let left: Vec<u64> = t.timeouts.iter().map(|(s, _)| *s).collect();
+    for seq in left {
+        t.fail(seq, Kind::Timeout);
+    }
+    Ok(())
+}

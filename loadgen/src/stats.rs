@@ -1,0 +1,312 @@
+//! Measurement: per-thread latency recorders, outcome counters, thread CPU time.
+//!
+//! Owns the HdrHistograms (nanoseconds), the per-second series, the outcome
+//! taxonomy shared by every client driver and the reading of thread CPU time from
+//! /proc. Must not touch sockets or clients.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+/// Highest latency a histogram tracks (ns); larger values are clamped.
+const MAX_NS: u64 = 120_000_000_000;
+
+/// What one operation ended in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Granted,
+    Rejected,
+    Timeout,
+    Communication,
+    Discovery,
+    Configuration,
+    Overloaded,
+    Shutdown,
+    /// Official client: protocol or authentication error.
+    Protocol,
+    /// A latency report was handed to the client (no decision).
+    Report,
+    /// A latency report failed locally.
+    ReportFailed,
+}
+
+pub const KINDS: [Kind; 11] = [
+    Kind::Granted,
+    Kind::Rejected,
+    Kind::Timeout,
+    Kind::Communication,
+    Kind::Discovery,
+    Kind::Configuration,
+    Kind::Overloaded,
+    Kind::Shutdown,
+    Kind::Protocol,
+    Kind::Report,
+    Kind::ReportFailed,
+];
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Granted => "granted",
+            Kind::Rejected => "rejected",
+            Kind::Timeout => "timeout",
+            Kind::Communication => "communication",
+            Kind::Discovery => "discovery",
+            Kind::Configuration => "configuration",
+            Kind::Overloaded => "overloaded",
+            Kind::Shutdown => "shutdown",
+            Kind::Protocol => "protocol",
+            Kind::Report => "reports",
+            Kind::ReportFailed => "reports_failed",
+        }
+    }
+    fn index(self) -> usize {
+        KINDS.iter().position(|k| *k == self).unwrap_or(0)
+    }
+    pub fn is_decision(self) -> bool {
+        matches!(self, Kind::Granted | Kind::Rejected)
+    }
+    pub fn is_request(self) -> bool {
+        !matches!(self, Kind::Report | Kind::ReportFailed)
+    }
+}
+
+/// One thread's measurements for one phase.
+pub struct Recorder {
+    /// Latency of decisions completed inside the measurement window.
+    pub total: Histogram<u64>,
+    /// Per-second histograms (index = whole seconds since the phase start).
+    pub seconds: Vec<Histogram<u64>>,
+    /// Outcome counts inside the measurement window.
+    pub window_counts: [u64; KINDS.len()],
+    /// Outcome counts over the whole phase (warm-up, window, drain).
+    pub all_counts: [u64; KINDS.len()],
+    /// Request datagrams reported by the client (engine: Response::sends), inside the window.
+    pub sends: u64,
+    pub sends_known: bool,
+}
+
+fn hist(sigfig: u8) -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_NS, sigfig).expect("static histogram bounds")
+}
+
+impl Recorder {
+    fn new(seconds: usize) -> Self {
+        Recorder {
+            total: hist(3),
+            seconds: (0..seconds).map(|_| hist(2)).collect(),
+            window_counts: [0; KINDS.len()],
+            all_counts: [0; KINDS.len()],
+            sends: 0,
+            sends_known: false,
+        }
+    }
+
+    pub fn merge(&mut self, other: &Recorder) {
+        let _ = self.total.add(&other.total);
+        for (a, b) in self.seconds.iter_mut().zip(&other.seconds) {
+            let _ = a.add(b);
+        }
+        for i in 0..KINDS.len() {
+            self.window_counts[i] += other.window_counts[i];
+            self.all_counts[i] += other.all_counts[i];
+        }
+        self.sends += other.sends;
+        self.sends_known |= other.sends_known;
+    }
+
+    pub fn window(&self, k: Kind) -> u64 {
+        self.window_counts[k.index()]
+    }
+    pub fn all(&self, k: Kind) -> u64 {
+        self.all_counts[k.index()]
+    }
+}
+
+/// Timing frame of one phase, shared by its threads.
+pub struct Phase {
+    pub id: u64,
+    pub start: Instant,
+    pub window_start: Instant,
+    pub window_end: Instant,
+    pub seconds: usize,
+    pub submitted: AtomicU64,
+    pub completed: AtomicU64,
+    pub decided: AtomicU64,
+    recorders: Mutex<Vec<Arc<Mutex<Recorder>>>>,
+}
+
+static PHASE_IDS: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static LOCAL: RefCell<Option<(u64, Arc<Mutex<Recorder>>)>> = const { RefCell::new(None) };
+}
+
+impl Phase {
+    pub fn new(start: Instant, warmup: Duration, duration: Duration) -> Arc<Phase> {
+        let window_start = start + warmup;
+        let window_end = window_start + duration;
+        let seconds = (warmup + duration).as_secs() as usize + 8;
+        Arc::new(Phase {
+            id: PHASE_IDS.fetch_add(1, Ordering::Relaxed),
+            start,
+            window_start,
+            window_end,
+            seconds,
+            submitted: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            decided: AtomicU64::new(0),
+            recorders: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Counts one submitted operation.
+    #[inline]
+    pub fn submit(&self) {
+        self.submitted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records one completed operation in this thread's recorder.
+    /// `intended` is the time the operation should have started (open loop) or
+    /// started (closed loop); `sends` the request datagrams when the client knows.
+    pub fn record(&self, intended: Instant, done: Instant, kind: Kind, sends: Option<u32>) {
+        self.completed.fetch_add(1, Ordering::Relaxed);
+        if kind.is_decision() {
+            self.decided.fetch_add(1, Ordering::Relaxed);
+        }
+        LOCAL.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let rec = match &*slot {
+                Some((id, rec)) if *id == self.id => Arc::clone(rec),
+                _ => {
+                    let rec = Arc::new(Mutex::new(Recorder::new(self.seconds)));
+                    self.recorders
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(Arc::clone(&rec));
+                    *slot = Some((self.id, Arc::clone(&rec)));
+                    rec
+                }
+            };
+            let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
+            r.all_counts[kind.index()] += 1;
+            if done < self.window_start || done >= self.window_end {
+                return;
+            }
+            r.window_counts[kind.index()] += 1;
+            if let Some(s) = sends {
+                r.sends += u64::from(s);
+                r.sends_known = true;
+            }
+            if kind.is_request() {
+                let ns = (done.saturating_duration_since(intended).as_nanos() as u64).clamp(1, MAX_NS);
+                r.total.saturating_record(ns);
+                let sec = done.saturating_duration_since(self.start).as_secs() as usize;
+                if let Some(h) = r.seconds.get_mut(sec) {
+                    h.saturating_record(ns);
+                }
+            }
+        });
+    }
+
+    /// Merges every thread's recorder.
+    pub fn merged(&self) -> Recorder {
+        let mut out = Recorder::new(self.seconds);
+        for r in self.recorders.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            out.merge(&r.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+        out
+    }
+}
+
+/// Thread ids of this process.
+pub fn thread_ids() -> HashSet<u32> {
+    let mut out = HashSet::new();
+    if let Ok(rd) = std::fs::read_dir("/proc/self/task") {
+        for e in rd.flatten() {
+            if let Some(id) = e.file_name().to_str().and_then(|s| s.parse().ok()) {
+                out.insert(id);
+            }
+        }
+    }
+    out
+}
+
+/// CPU time (ns) of one thread of this process, from schedstat (falls back to stat ticks).
+pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
+    if let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
+        && let Some(v) = s.split_whitespace().next().and_then(|v| v.parse().ok())
+    {
+        return Some(v);
+    }
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    let after = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(ticks * 1_000_000_000 / hz)
+}
+
+/// Sums the CPU time of every thread not in `exclude`.
+pub fn cpu_snapshot(exclude: &HashSet<u32>) -> std::collections::HashMap<u32, u64> {
+    thread_ids()
+        .into_iter()
+        .filter(|t| !exclude.contains(t))
+        .filter_map(|t| thread_cpu_ns(t).map(|c| (t, c)))
+        .collect()
+}
+
+/// CPU used between two snapshots (threads born in between count from zero).
+pub fn cpu_delta(
+    before: &std::collections::HashMap<u32, u64>,
+    after: &std::collections::HashMap<u32, u64>,
+) -> u64 {
+    after
+        .iter()
+        .map(|(t, c)| c.saturating_sub(*before.get(t).unwrap_or(&0)))
+        .sum()
+}
+
+/// This thread's kernel id.
+pub fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// Pins the current thread to one core; false when the core does not exist.
+pub fn pin(core: usize) -> bool {
+    core_affinity::set_for_current(core_affinity::CoreId { id: core })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_only_inside_window() {
+        let start = Instant::now();
+        let p = Phase::new(start, Duration::from_millis(10), Duration::from_millis(100));
+        p.submit();
+        p.submit();
+        p.record(start, start + Duration::from_millis(1), Kind::Granted, Some(2));
+        p.record(start, start + Duration::from_millis(20), Kind::Timeout, Some(3));
+        let r = p.merged();
+        assert_eq!(r.all(Kind::Granted), 1);
+        assert_eq!(r.window(Kind::Granted), 0);
+        assert_eq!(r.window(Kind::Timeout), 1);
+        assert_eq!(r.total.len(), 1);
+        assert_eq!(r.sends, 3);
+        assert_eq!(p.completed.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn cpu_of_this_thread_is_readable() {
+        assert!(thread_cpu_ns(gettid()).is_some());
+        assert!(thread_ids().contains(&gettid()));
+    }
+}

@@ -1,0 +1,558 @@
+//! Conformance checklist of client.md §8 (and the rules of §2–§4) as named scenario tests
+//! of the sans-IO request machine, on virtual time: an `Instant` base plus `Duration`s.
+//! No sockets, no sleeping.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ratelimitly_engine::key::ApiKey;
+use ratelimitly_engine::machine::{
+    Accepted, Endpoint, Ignored, RequestMachine, Snapshot, Transmit, TransmitKind,
+};
+use ratelimitly_engine::outcome::{
+    Decision, Failure, FailureCategory, GuardResult, Outcome, Phase, ResourceResult, Response,
+};
+use ratelimitly_engine::policy::{PolicyError, RequestPolicy, Schedule};
+
+/// Public test fixture key (vectors.json `rust_none_fixture`): dedup_ttl_ms_max = 300.
+const KEY_300MS: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// One endpoint per (id, port).
+fn snapshot(eps: &[(u64, u16)]) -> Snapshot {
+    eps.iter()
+        .map(|&(server_id, port)| Endpoint {
+            server_id,
+            addr: addr(port),
+        })
+        .collect::<Vec<_>>()
+        .into()
+}
+
+fn drain(m: &mut RequestMachine) -> Vec<Transmit> {
+    let mut out = Vec::new();
+    for _ in 0..200 {
+        match m.poll_transmit() {
+            Some(t) => out.push(t),
+            None => return out,
+        }
+    }
+    panic!("more than 200 transmits queued");
+}
+
+fn endpoints_of(ts: &[Transmit], kind: TransmitKind) -> Vec<usize> {
+    assert!(ts.iter().all(|t| t.kind == kind), "{ts:?} not all {kind:?}");
+    ts.iter().map(|t| t.endpoint).collect()
+}
+
+fn grant(m: &mut RequestMachine, now: Instant, server: u64) -> Result<Accepted, Ignored> {
+    let guards = [GuardResult::new([7; 16], 100, 10)];
+    let res = [ResourceResult {
+        bucket_id: [9; 16],
+        actual_rate: 1,
+        deficit: 0,
+    }];
+    m.handle_results(now, server, 1, guards, res)
+}
+
+fn reject(m: &mut RequestMachine, now: Instant, server: u64) -> Result<Accepted, Ignored> {
+    let res = [ResourceResult {
+        bucket_id: [9; 16],
+        actual_rate: 10,
+        deficit: 1,
+    }];
+    m.handle_results(now, server, 1, [], res)
+}
+
+fn outcome(m: &mut RequestMachine) -> Outcome {
+    assert!(
+        m.poll_transmit().is_none(),
+        "transmits left before the outcome"
+    );
+    let out = m.poll_outcome().expect("an outcome");
+    assert!(m.poll_outcome().is_none(), "outcome given twice");
+    assert!(m.is_done());
+    out
+}
+
+fn response(m: &mut RequestMachine) -> Response {
+    outcome(m).expect("a decision")
+}
+
+/// Drives a machine with no responses: returns the offsets (ms from t0) of each deadline
+/// and the transmits at each.
+fn run_silent(m: &mut RequestMachine, t0: Instant) -> Vec<(u64, Vec<Transmit>)> {
+    let mut log = vec![(0, drain(m))];
+    for _ in 0..1000 {
+        let Some(at) = m.poll_timeout() else {
+            return log;
+        };
+        m.handle_timeout(at);
+        log.push(((at - t0).as_millis() as u64, drain(m)));
+    }
+    panic!("machine did not finish");
+}
+
+fn default_machine(eps: &[(u64, u16)]) -> (RequestMachine, Instant) {
+    let t0 = Instant::now();
+    let m = RequestMachine::new(&RequestPolicy::default(), snapshot(eps), t0).unwrap();
+    (m, t0)
+}
+
+#[test]
+fn default_policy_sends_at_0_and_20_then_final_phase_to_60_then_timeout() {
+    let (mut m, t0) = default_machine(&[(1, 1001), (2, 1002)]);
+    assert_eq!(m.deadline(), t0 + ms(60));
+    let log = run_silent(&mut m, t0);
+    let offsets: Vec<u64> = log.iter().map(|(o, _)| *o).collect();
+    assert_eq!(offsets, [0, 20, 40, 60]);
+    assert_eq!(endpoints_of(&log[0].1, TransmitKind::Initial), [0, 1]);
+    assert_eq!(endpoints_of(&log[1].1, TransmitKind::Replay), [0, 1]);
+    assert!(log[2].1.is_empty() && log[3].1.is_empty());
+    assert_eq!(
+        m.poll_outcome(),
+        Some(Err(Failure::Timeout { horizon_ms: 60 }))
+    );
+}
+
+#[test]
+fn round0_waits_for_the_oldest_then_returns_the_oldest_responder_seen() {
+    let (mut m, t0) = default_machine(&[(10, 1), (20, 2), (30, 3)]);
+    drain(&mut m);
+    assert_eq!(grant(&mut m, t0 + ms(2), 30), Ok(Accepted::Retained));
+    assert_eq!(reject(&mut m, t0 + ms(5), 20), Ok(Accepted::Retained));
+    assert_eq!(grant(&mut m, t0 + ms(6), 30), Err(Ignored::Duplicate));
+    assert!(m.poll_outcome().is_none());
+    assert_eq!(m.poll_timeout(), Some(t0 + ms(20)));
+    m.handle_timeout(t0 + ms(19));
+    assert!(m.poll_outcome().is_none() && m.poll_transmit().is_none());
+    m.handle_timeout(t0 + ms(20));
+    // Completion goes only to the server without a valid response (the oldest).
+    assert_eq!(endpoints_of(&drain(&mut m), TransmitKind::Completion), [0]);
+    let r = response(&mut m);
+    assert_eq!(r.server_id, Some(20));
+    assert_eq!(r.decision, Decision::Rejected);
+    assert_eq!(r.phase, Phase::Round(0));
+    assert_eq!((r.sends, r.completion_sends), (4, 1));
+}
+
+#[test]
+fn round0_younger_response_does_not_replace_an_older_retained_one() {
+    let (mut m, t0) = default_machine(&[(10, 1), (20, 2), (30, 3)]);
+    drain(&mut m);
+    assert_eq!(grant(&mut m, t0 + ms(2), 20), Ok(Accepted::Retained));
+    assert_eq!(reject(&mut m, t0 + ms(3), 30), Ok(Accepted::NotRetained));
+    m.handle_timeout(t0 + ms(20));
+    drain(&mut m);
+    let r = response(&mut m);
+    assert_eq!((r.server_id, r.decision), (Some(20), Decision::Granted));
+}
+
+#[test]
+fn oldest_answering_first_returns_at_once() {
+    let (mut m, t0) = default_machine(&[(30, 3), (10, 1), (20, 2)]);
+    drain(&mut m);
+    assert_eq!(grant(&mut m, t0 + ms(1), 10), Ok(Accepted::Selected));
+    assert_eq!(m.poll_timeout(), None);
+    assert_eq!(
+        endpoints_of(&drain(&mut m), TransmitKind::Completion),
+        [0, 2]
+    );
+    let r = response(&mut m);
+    assert_eq!(r.server_id, Some(10));
+    assert_eq!(r.phase, Phase::Round(0));
+    assert_eq!((r.sends, r.completion_sends), (5, 2));
+    // Later responses are ignored: the result never changes.
+    assert_eq!(reject(&mut m, t0 + ms(2), 20), Err(Ignored::Finished));
+}
+
+#[test]
+fn replay_round_returns_the_first_valid_response_from_any_server() {
+    let (mut m, t0) = default_machine(&[(10, 1), (20, 2), (30, 3)]);
+    drain(&mut m);
+    m.handle_timeout(t0 + ms(20));
+    assert_eq!(
+        endpoints_of(&drain(&mut m), TransmitKind::Replay),
+        [0, 1, 2]
+    );
+    assert_eq!(grant(&mut m, t0 + ms(25), 30), Ok(Accepted::Selected));
+    assert_eq!(
+        endpoints_of(&drain(&mut m), TransmitKind::Completion),
+        [0, 1]
+    );
+    assert_eq!(grant(&mut m, t0 + ms(26), 10), Err(Ignored::Finished));
+    let r = response(&mut m);
+    assert_eq!((r.server_id, r.phase), (Some(30), Phase::Round(1)));
+    assert_eq!((r.sends, r.completion_sends), (8, 2));
+}
+
+#[test]
+fn replay_skips_servers_that_already_answered() {
+    // Exponential schedule with 2 replays: a round-0 answer can only come from the
+    // retained path, so use a server outside... instead: unknown server ids are not
+    // counted as answers and the replay goes to everyone.
+    let (mut m, t0) = default_machine(&[(10, 1), (20, 2)]);
+    drain(&mut m);
+    assert_eq!(grant(&mut m, t0 + ms(3), 99), Err(Ignored::UnknownServer));
+    m.handle_timeout(t0 + ms(20));
+    assert_eq!(endpoints_of(&drain(&mut m), TransmitKind::Replay), [0, 1]);
+}
+
+#[test]
+fn final_phase_response_completes_without_more_sends() {
+    let p = RequestPolicy::builder()
+        .completion_delivery(false)
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    let mut m = RequestMachine::new(&p, snapshot(&[(10, 1), (20, 2)]), t0).unwrap();
+    assert_eq!(drain(&mut m).len(), 2);
+    m.handle_timeout(t0 + ms(20));
+    assert_eq!(drain(&mut m).len(), 2);
+    m.handle_timeout(t0 + ms(40));
+    assert!(drain(&mut m).is_empty());
+    assert_eq!(m.poll_timeout(), Some(t0 + ms(60)));
+    assert_eq!(grant(&mut m, t0 + ms(50), 20), Ok(Accepted::Selected));
+    let r = response(&mut m);
+    assert_eq!((r.server_id, r.phase), (Some(20), Phase::Final));
+    assert_eq!((r.sends, r.completion_sends), (4, 0));
+}
+
+#[test]
+fn final_phase_response_with_completion_delivery_sends_only_completions() {
+    let (mut m, t0) = default_machine(&[(10, 1), (20, 2)]);
+    let log_start = drain(&mut m).len();
+    m.handle_timeout(t0 + ms(20));
+    let replays = drain(&mut m).len();
+    m.handle_timeout(t0 + ms(40));
+    assert_eq!(grant(&mut m, t0 + ms(59), 20), Ok(Accepted::Selected));
+    assert_eq!(endpoints_of(&drain(&mut m), TransmitKind::Completion), [0]);
+    let r = response(&mut m);
+    assert_eq!(r.phase, Phase::Final);
+    assert_eq!(r.sends as usize, log_start + replays + 1);
+}
+
+#[test]
+fn completion_delivery_covers_grants() {
+    let (mut m, t0) = default_machine(&[(10, 1), (20, 2)]);
+    drain(&mut m);
+    grant(&mut m, t0 + ms(1), 10).unwrap();
+    assert_eq!(endpoints_of(&drain(&mut m), TransmitKind::Completion), [1]);
+    let r = response(&mut m);
+    assert_eq!((r.decision, r.completion_sends), (Decision::Granted, 1));
+}
+
+#[test]
+fn completion_delivery_covers_rejections() {
+    let (mut m, t0) = default_machine(&[(10, 1), (20, 2)]);
+    drain(&mut m);
+    reject(&mut m, t0 + ms(1), 10).unwrap();
+    assert_eq!(endpoints_of(&drain(&mut m), TransmitKind::Completion), [1]);
+    let r = response(&mut m);
+    assert_eq!((r.decision, r.completion_sends), (Decision::Rejected, 1));
+    assert_eq!(r.resources[0].deficit, 1);
+}
+
+#[test]
+fn completion_delivery_can_be_disabled() {
+    let p = RequestPolicy::builder()
+        .completion_delivery(false)
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    let mut m = RequestMachine::new(&p, snapshot(&[(10, 1), (20, 2)]), t0).unwrap();
+    drain(&mut m);
+    grant(&mut m, t0 + ms(1), 10).unwrap();
+    let r = response(&mut m);
+    assert_eq!((r.sends, r.completion_sends), (2, 0));
+}
+
+#[test]
+fn completion_delivery_never_at_or_after_d_but_a_response_exactly_at_d_is_accepted() {
+    let (mut m, t0) = default_machine(&[(10, 1), (20, 2)]);
+    drain(&mut m);
+    m.handle_timeout(t0 + ms(20));
+    drain(&mut m);
+    m.handle_timeout(t0 + ms(40));
+    assert_eq!(m.poll_timeout(), Some(t0 + ms(60)));
+    assert_eq!(grant(&mut m, t0 + ms(60), 20), Ok(Accepted::Selected));
+    assert!(drain(&mut m).is_empty(), "no completion at D");
+    let r = response(&mut m);
+    assert_eq!((r.server_id, r.phase), (Some(20), Phase::Final));
+    assert_eq!((r.sends, r.completion_sends), (4, 0));
+}
+
+#[test]
+fn round0_selection_by_a_timer_firing_at_or_after_d_sends_no_completion() {
+    // Round 0 lasts the whole horizon (N = 0, F = 0): the retained answer is selected at D.
+    let p = RequestPolicy::builder()
+        .replays(0)
+        .final_units(0)
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    let mut m = RequestMachine::new(&p, snapshot(&[(10, 1), (20, 2)]), t0).unwrap();
+    drain(&mut m);
+    assert_eq!(grant(&mut m, t0 + ms(20), 20), Ok(Accepted::Retained));
+    m.handle_timeout(t0 + ms(20));
+    assert!(drain(&mut m).is_empty());
+    let r = response(&mut m);
+    assert_eq!((r.server_id, r.completion_sends), (Some(20), 0));
+}
+
+#[test]
+fn completion_delivery_skips_every_address_of_an_answered_server() {
+    // Server 10 dual-stack (endpoints 0 and 2), server 20 dual-stack (1 and 3), server 30.
+    let (mut m, t0) = default_machine(&[(10, 1), (20, 2), (10, 3), (20, 4), (30, 5)]);
+    assert_eq!(drain(&mut m).len(), 5);
+    assert_eq!(grant(&mut m, t0 + ms(4), 20), Ok(Accepted::Retained));
+    // A second answer from the same server through its other address is a duplicate.
+    assert_eq!(grant(&mut m, t0 + ms(5), 20), Err(Ignored::Duplicate));
+    assert_eq!(grant(&mut m, t0 + ms(6), 10), Ok(Accepted::Selected));
+    assert_eq!(endpoints_of(&drain(&mut m), TransmitKind::Completion), [4]);
+    let r = response(&mut m);
+    assert_eq!((r.server_id, r.sends, r.completion_sends), (Some(10), 6, 1));
+}
+
+#[test]
+fn replay_goes_to_every_address_of_unanswered_servers_only() {
+    // N = 2 so that a server can answer in round 1 without deciding: impossible (first
+    // valid completes) — instead check round-1 replays after a failed round-0 answer from
+    // an unknown server plus a dual-stack snapshot.
+    let (mut m, t0) = default_machine(&[(10, 1), (20, 2), (10, 3)]);
+    drain(&mut m);
+    m.handle_timeout(t0 + ms(20));
+    assert_eq!(
+        endpoints_of(&drain(&mut m), TransmitKind::Replay),
+        [0, 1, 2]
+    );
+}
+
+#[test]
+fn response_one_ms_after_d_is_ignored() {
+    let (mut m, t0) = default_machine(&[(10, 1)]);
+    drain(&mut m);
+    m.handle_timeout(t0 + ms(20));
+    drain(&mut m);
+    // No timer fired at D; the response at D + 1 ms is late.
+    assert_eq!(grant(&mut m, t0 + ms(61), 10), Err(Ignored::Late));
+    assert_eq!(outcome(&mut m), Err(Failure::Timeout { horizon_ms: 60 }));
+}
+
+#[test]
+fn late_timer_never_replays_at_or_after_d() {
+    let (mut m, t0) = default_machine(&[(10, 1), (20, 2)]);
+    drain(&mut m);
+    m.handle_timeout(t0 + ms(60));
+    assert!(drain(&mut m).is_empty());
+    assert_eq!(outcome(&mut m), Err(Failure::Timeout { horizon_ms: 60 }));
+    // Queued replays are dropped if D has passed before they were drained.
+    let (mut m, t0) = default_machine(&[(10, 1)]);
+    drain(&mut m);
+    m.handle_timeout(t0 + ms(20));
+    m.handle_timeout(t0 + ms(70));
+    assert!(drain(&mut m).is_empty());
+    assert!(outcome(&mut m).is_err());
+}
+
+#[test]
+fn late_timer_skipping_rounds_replays_once() {
+    let p = RequestPolicy::builder().replays(3).build().unwrap();
+    assert_eq!(p.horizon_ms(), 100);
+    let t0 = Instant::now();
+    let mut m = RequestMachine::new(&p, snapshot(&[(10, 1)]), t0).unwrap();
+    drain(&mut m);
+    m.handle_timeout(t0 + ms(65)); // rounds 1, 2 and 3 have started
+    assert_eq!(endpoints_of(&drain(&mut m), TransmitKind::Replay), [0]);
+    assert_eq!(m.poll_timeout(), Some(t0 + ms(80)));
+}
+
+#[test]
+fn unknown_server_reply_is_ignored_and_the_request_replays() {
+    // Stand-in until wire lands: a response whose server id is not in the snapshot.
+    let (mut m, t0) = default_machine(&[(10, 1)]);
+    drain(&mut m);
+    assert_eq!(grant(&mut m, t0 + ms(1), 11), Err(Ignored::UnknownServer));
+    assert!(m.poll_outcome().is_none());
+    m.handle_timeout(t0 + ms(20));
+    assert_eq!(endpoints_of(&drain(&mut m), TransmitKind::Replay), [0]);
+    assert_eq!(grant(&mut m, t0 + ms(21), 10), Ok(Accepted::Selected));
+    assert_eq!(response(&mut m).phase, Phase::Round(1));
+}
+
+#[test]
+fn policy_over_the_key_limit_is_rejected_with_zero_sends() {
+    let key: ApiKey = KEY_300MS.parse().unwrap();
+    assert_eq!(key.quotas().dedup_ttl_ms_max, 300);
+    let p = RequestPolicy::builder().unit(ms(101)).build().unwrap();
+    assert_eq!(p.horizon_ms(), 303);
+    let err = p.check_key(&key).unwrap_err();
+    assert_eq!(
+        err,
+        PolicyError::HorizonOverKeyLimit {
+            horizon_ms: 303,
+            limit_ms: 300
+        }
+    );
+    let text = format!("{err} {err:?}");
+    assert!(text.contains("303") && text.contains("300"));
+    assert!(!text.contains(KEY_300MS) && !text.contains("rl-none"));
+    // The check is made before a machine exists: nothing can be sent. U = 100 fits.
+    let ok = RequestPolicy::builder().unit(ms(100)).build().unwrap();
+    assert_eq!(ok.check_key(&key), Ok(()));
+}
+
+#[test]
+fn empty_request_grants_locally() {
+    let r = Response::local_grant();
+    assert_eq!(r.decision, Decision::Granted);
+    assert_eq!((r.server_id, r.phase), (None, Phase::Local));
+    assert_eq!((r.sends, r.completion_sends), (0, 0));
+    assert!(r.resources.is_empty() && r.guards.is_empty());
+}
+
+#[test]
+fn exponential_schedule_deadlines() {
+    let p = RequestPolicy::builder()
+        .unit(ms(10))
+        .replays(2)
+        .schedule(Schedule::Exponential {
+            initial: 1,
+            factor: 2,
+            max: 4,
+        })
+        .final_units(1)
+        .build()
+        .unwrap();
+    assert_eq!(p.horizon_ms(), 80);
+    let t0 = Instant::now();
+    let mut m = RequestMachine::new(&p, snapshot(&[(1, 1)]), t0).unwrap();
+    let log = run_silent(&mut m, t0);
+    let offsets: Vec<u64> = log.iter().map(|(o, _)| *o).collect();
+    assert_eq!(offsets, [0, 10, 30, 70, 80]);
+    let sends: Vec<usize> = log.iter().map(|(_, t)| t.len()).collect();
+    assert_eq!(sends, [1, 1, 1, 0, 0]);
+    assert!(matches!(
+        m.poll_outcome(),
+        Some(Err(Failure::Timeout { horizon_ms: 80 }))
+    ));
+}
+
+#[test]
+fn linear_schedule_deadlines() {
+    let p = RequestPolicy::builder()
+        .unit(ms(10))
+        .replays(2)
+        .schedule(Schedule::Linear {
+            initial: 1,
+            step: 1,
+            max: 3,
+        })
+        .final_units(0)
+        .build()
+        .unwrap();
+    assert_eq!(p.horizon_ms(), 60);
+    let t0 = Instant::now();
+    let mut m = RequestMachine::new(&p, snapshot(&[(1, 1)]), t0).unwrap();
+    let log = run_silent(&mut m, t0);
+    let offsets: Vec<u64> = log.iter().map(|(o, _)| *o).collect();
+    assert_eq!(offsets, [0, 10, 30, 60]);
+    assert!(matches!(
+        m.poll_outcome(),
+        Some(Err(Failure::Timeout { horizon_ms: 60 }))
+    ));
+}
+
+#[test]
+fn fixed_schedule_without_final_phase_worked_value() {
+    let p = RequestPolicy::builder()
+        .unit(ms(25))
+        .replays(3)
+        .final_units(0)
+        .build()
+        .unwrap();
+    assert_eq!(p.horizon_ms(), 100);
+    let t0 = Instant::now();
+    let mut m = RequestMachine::new(&p, snapshot(&[(1, 1)]), t0).unwrap();
+    let offsets: Vec<u64> = run_silent(&mut m, t0).iter().map(|(o, _)| *o).collect();
+    assert_eq!(offsets, [0, 25, 50, 75, 100]);
+}
+
+#[test]
+fn all_endpoints_unreachable_is_a_communication_failure() {
+    let (mut m, _t0) = default_machine(&[(10, 1), (20, 2), (20, 3)]);
+    for t in drain(&mut m) {
+        m.transmit_failed(t.endpoint);
+    }
+    assert_eq!(m.poll_timeout(), None);
+    let f = outcome(&mut m).unwrap_err();
+    assert_eq!(f.category(), FailureCategory::Communication);
+}
+
+#[test]
+fn one_unreachable_endpoint_does_not_abort_the_request() {
+    let (mut m, t0) = default_machine(&[(10, 1), (20, 2)]);
+    let ts = drain(&mut m);
+    m.transmit_failed(ts[0].endpoint);
+    assert!(m.poll_outcome().is_none());
+    m.handle_timeout(t0 + ms(20));
+    let replays = drain(&mut m);
+    m.transmit_failed(replays[0].endpoint);
+    assert_eq!(grant(&mut m, t0 + ms(22), 20), Ok(Accepted::Selected));
+    let completions = drain(&mut m);
+    assert_eq!(endpoints_of(&completions, TransmitKind::Completion), [0]);
+    m.transmit_failed(0);
+    let r = response(&mut m);
+    assert_eq!(r.server_id, Some(20));
+    // 2 initial + 2 replays + 1 completion, 3 of them failed.
+    assert_eq!((r.sends, r.completion_sends), (2, 0));
+}
+
+#[test]
+fn snapshot_limits() {
+    let t0 = Instant::now();
+    let p = RequestPolicy::default();
+    let empty: Snapshot = Arc::from(Vec::<Endpoint>::new());
+    let f = RequestMachine::new(&p, empty, t0).unwrap_err();
+    assert_eq!(f.category(), FailureCategory::Discovery);
+    let many: Vec<(u64, u16)> = (0..65).map(|i| (i + 1, 1000 + i as u16)).collect();
+    let f = RequestMachine::new(&p, snapshot(&many), t0).unwrap_err();
+    assert_eq!(f.category(), FailureCategory::Configuration);
+    let max: Vec<(u64, u16)> = (0..64).map(|i| (i + 1, 1000 + i as u16)).collect();
+    let mut m = RequestMachine::new(&p, snapshot(&max), t0).unwrap();
+    assert_eq!(drain(&mut m).len(), 64);
+    assert_eq!(grant(&mut m, t0 + ms(3), 64), Ok(Accepted::Retained));
+    m.handle_timeout(t0 + ms(20));
+    assert_eq!(drain(&mut m).len(), 63);
+    assert_eq!(response(&mut m).server_id, Some(64));
+}
+
+#[test]
+fn steering_byte_is_surfaced_and_never_changes_the_decision() {
+    let (mut m, t0) = default_machine(&[(10, 1), (20, 2)]);
+    drain(&mut m);
+    assert_eq!(m.poll_steering(), None);
+    m.handle_results(t0 + ms(1), 20, 0, [], []).unwrap();
+    assert_eq!(m.poll_steering(), Some(0));
+    assert_eq!(m.poll_steering(), None);
+    m.handle_timeout(t0 + ms(20));
+    drain(&mut m);
+    let r = response(&mut m);
+    assert_eq!((r.decision, r.steering_keep), (Decision::Granted, false));
+}
+
+#[test]
+fn print_machine_size() {
+    let machine = std::mem::size_of::<RequestMachine>();
+    let response = std::mem::size_of::<Response>();
+    println!("size_of::<RequestMachine>() = {machine} bytes (Response inline: {response} bytes)");
+    assert!(machine <= 320, "{machine}");
+}
