@@ -276,8 +276,8 @@ fn collect_addrs(records: &[Record], owner: &Name, addrs: &mut Vec<IpAddr>, ttl_
             continue;
         }
         let ip = match &rec.data {
-            RData::A(a) => IpAddr::V4(Ipv4Addr::from(a.0)),
-            RData::AAAA(a) => IpAddr::V6(Ipv6Addr::from(a.0)),
+            RData::A(a) => IpAddr::V4(a.0),
+            RData::AAAA(a) => IpAddr::V6(a.0),
             _ => continue,
         };
         if !addrs.contains(&ip) {
@@ -532,5 +532,121 @@ mod tests {
         let r = resolve("example.com", Some(addr), Duration::from_millis(30));
         assert_eq!(r, Err(DiscoveryError::Timeout));
         assert!(t0.elapsed() < Duration::from_secs(5));
+    }
+
+    /// Against the project's test DNS responder on loopback (SRV + additional A records).
+    #[test]
+    fn resolves_from_test_dns_responder() {
+        let young = (400u64 << 23) | 7;
+        let old = (100u64 << 23) | 1;
+        let a1: SocketAddr = "127.0.0.1:4100".parse().unwrap();
+        let a2: SocketAddr = "127.0.0.2:4100".parse().unwrap();
+        let b1: SocketAddr = "127.0.0.3:4200".parse().unwrap();
+        let dns = rl_responder::dns::spawn("rl.test", vec![(young, vec![a1, a2]), (old, vec![b1])])
+            .unwrap();
+        let d = resolve("rl.test", Some(dns.addr()), Duration::from_secs(2)).unwrap();
+        assert_eq!(d.servers.len(), 2);
+        assert_eq!(d.servers[0].server_id, old);
+        assert_eq!(
+            d.servers[0].target,
+            "s-".to_owned() + &old.to_string() + ".rl.test"
+        );
+        assert_eq!(d.servers[0].addrs, vec![b1.ip()]);
+        assert_eq!(d.servers[0].port, 4200);
+        assert_eq!(d.servers[0].start_time_unix_s, SERVER_ID_EPOCH_UNIX_S + 100);
+        assert_eq!(d.servers[1].addrs, vec![a1.ip(), a2.ip()]);
+        assert!(d.min_ttl_s > 0);
+        let eps = endpoints(&d);
+        assert_eq!(eps.len(), 3);
+        assert_eq!(
+            eps[0],
+            Endpoint {
+                server_id: old,
+                addr: b1
+            }
+        );
+        assert_eq!(
+            eps[2],
+            Endpoint {
+                server_id: young,
+                addr: a2
+            }
+        );
+
+        // Another domain: NXDOMAIN from this responder.
+        assert_eq!(
+            resolve("other.test", Some(dns.addr()), Duration::from_secs(2)),
+            Err(DiscoveryError::NxDomain)
+        );
+        // No servers at all: the SRV set is empty.
+        dns.set_servers(Vec::new());
+        let r = resolve("rl.test", Some(dns.addr()), Duration::from_secs(2));
+        assert!(
+            matches!(r, Err(DiscoveryError::NoServer | DiscoveryError::NxDomain)),
+            "{r:?}"
+        );
+        dns.stop();
+    }
+
+    /// A DNS server that answers SRV without additional records, A for one target,
+    /// nothing for AAAA, and ignores everything after `max` queries. Returns its address.
+    fn bare_dns(max: usize) -> (SocketAddr, std::thread::JoinHandle<usize>) {
+        use hickory_proto::rr::rdata::{A, SRV};
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let addr = sock.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let mut served = 0;
+            let mut buf = [0u8; 1500];
+            for _ in 0..max {
+                let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                    break;
+                };
+                let q = Message::from_vec(&buf[..n]).unwrap();
+                let mut r = Message::response(q.metadata.id, q.metadata.op_code);
+                let query = q.queries[0].clone();
+                let name = query.name().clone();
+                match query.query_type() {
+                    RecordType::SRV => {
+                        for (id, port) in [(0u64, 1u16), (12, 4400), (3, 4401)] {
+                            let target = Name::from_ascii(format!("s-{id}.bare.test.")).unwrap();
+                            let srv = SRV::new(0, 0, port, target);
+                            r.add_answer(Record::from_rdata(name.clone(), 60, RData::SRV(srv)));
+                        }
+                        // Not a server label: ignored.
+                        let other = Name::from_ascii("www.bare.test.").unwrap();
+                        r.add_answer(Record::from_rdata(
+                            name.clone(),
+                            60,
+                            RData::SRV(SRV::new(0, 0, 1, other)),
+                        ));
+                    }
+                    RecordType::A if name.to_ascii().starts_with("s-12.") => {
+                        let a = A(Ipv4Addr::new(127, 0, 0, 12));
+                        r.add_answer(Record::from_rdata(name.clone(), 7, RData::A(a)));
+                    }
+                    _ => {}
+                }
+                r.add_query(query);
+                sock.send_to(&r.to_vec().unwrap(), from).unwrap();
+                served += 1;
+            }
+            served
+        });
+        (addr, t)
+    }
+
+    #[test]
+    fn queries_addresses_when_no_additionals() {
+        let (addr, t) = bare_dns(5);
+        let d = resolve("bare.test", Some(addr), Duration::from_secs(2)).unwrap();
+        // s-0 is not a server; s-3 has no address; only s-12 remains.
+        assert_eq!(d.servers.len(), 1, "{d:?}");
+        let s = &d.servers[0];
+        assert_eq!((s.server_id, s.port), (12, 4400));
+        assert_eq!(s.addrs, vec![IpAddr::from([127, 0, 0, 12])]);
+        assert_eq!((s.ttl_s, d.min_ttl_s), (7, 7));
+        // SRV, then A + AAAA for s-3 and for s-12.
+        assert_eq!(t.join().unwrap(), 5);
     }
 }

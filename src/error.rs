@@ -10,6 +10,7 @@
 use thiserror::Error;
 
 use crate::key::AuthMode;
+use crate::policy::PolicyError;
 
 /// Why an API key string was rejected. Each variant names the rule that failed; none
 /// carries any part of the key.
@@ -173,4 +174,7 @@ pub enum ConfigError {
     /// A request is invalid.
     #[error("invalid request: {0}")]
     Request(#[from] RequestError),
+    /// The request policy is invalid (or too long for the key).
+    #[error("invalid request policy: {0}")]
+    Policy(#[from] PolicyError),
 }

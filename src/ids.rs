@@ -54,7 +54,7 @@ fn whole_ms(d: Duration) -> Result<u32, MsError> {
     if d.is_zero() {
         return Err(MsError::Zero);
     }
-    if d.subsec_nanos() % 1_000_000 != 0 {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
         return Err(MsError::NotWhole);
     }
     u32::try_from(d.as_millis()).map_err(|_| MsError::TooLong)
@@ -240,8 +240,8 @@ mod tests {
         assert_eq!(
             r.id(),
             [
-                0xf5, 0xcf, 0x3a, 0xd8, 0xb8, 0x40, 0x68, 0x54, 0xb5, 0x96, 0xba, 0x36, 0x14,
-                0xf1, 0x6e, 0xff
+                0xf5, 0xcf, 0x3a, 0xd8, 0xb8, 0x40, 0x68, 0x54, 0xb5, 0x96, 0xba, 0x36, 0x14, 0xf1,
+                0x6e, 0xff
             ]
         );
     }

@@ -216,6 +216,9 @@ impl FromStr for ApiKey {
         if !s.bytes().all(|b| (33..=126).contains(&b)) {
             return Err(KeyError::InvalidCharacter);
         }
+        if !s.contains('1') {
+            return Err(KeyError::MissingSeparator);
+        }
         let unchecked = UncheckedHrpstring::new(s).map_err(map_unchecked)?;
         let mode = mode_of_hrp(unchecked.hrp().as_str()).ok_or(KeyError::UnknownMethod)?;
         unchecked
@@ -292,10 +295,7 @@ mod tests {
         assert_eq!(k.key_id(), 0x0102_0304_0506_0708);
         assert_eq!(k.quotas().dedup_ttl_ms_max, 300);
         assert_eq!(k.secret(), &[0u8; 32]);
-        assert_eq!(
-            k.default_domain(),
-            "c-72623859790382856.p0.ratelimitly.com"
-        );
+        assert_eq!(k.default_domain(), "c-72623859790382856.p0.ratelimitly.com");
     }
 
     #[test]
@@ -307,10 +307,7 @@ mod tests {
     #[test]
     fn simple_rejections() {
         assert_eq!("".parse::<ApiKey>(), Err(KeyError::Empty));
-        assert_eq!(
-            "rl-none".parse::<ApiKey>(),
-            Err(KeyError::MissingSeparator)
-        );
+        assert_eq!("rl-none".parse::<ApiKey>(), Err(KeyError::MissingSeparator));
         assert_eq!(
             "rl-none1 qq".parse::<ApiKey>(),
             Err(KeyError::InvalidCharacter)

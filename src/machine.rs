@@ -13,10 +13,13 @@
 //!   final phase at D = H. The machine keeps the current phase's end and B(k) and steps
 //!   them in O(1) ([`Schedule::next_units`]).
 //! * Endpoint sets are `u64` bitmasks over snapshot indexes (≤ 64 endpoints): servers that
-//!   supplied a valid response (all their addresses), queued transmits, failed round-0 sends.
+//!   supplied a valid response (all their addresses), queued transmits, failed round-0
+//!   sends, endpoints already handed a later (replay/completion) transmit.
 //! * The retained (round 0) or selected response is held inline as `Option<Response>`; no
 //!   heap allocation happens in the machine (a response with more than two guards or two
-//!   resources spills its `SmallVec` when it is built, not in the machine).
+//!   resources spills its `SmallVec` when it is built, not in the machine). On x86-64
+//!   `size_of::<RequestMachine>()` is 280 bytes: 128 of state plus the 152-byte
+//!   `Option<Response>` slot (`tests/conformance.rs` prints it).
 //! * Time ordering at equal instants: [`RequestMachine::handle_results`] first applies
 //!   deadlines strictly before `now`, so a response at exactly a deadline still belongs to
 //!   the phase that ends there (a response exactly at D is accepted);
@@ -35,6 +38,7 @@ use crate::discovery::DiscoveryError;
 use crate::error::ConfigError;
 use crate::outcome::{CommError, Failure, GuardResult, Outcome, Phase, ResourceResult, Response};
 use crate::policy::{PolicyError, RequestPolicy, Schedule};
+use crate::wire::{Auth, DropReason, RateResponseView, open};
 
 /// Most endpoints one snapshot may hold (the machine's endpoint sets are `u64` masks).
 pub const MAX_ENDPOINTS: usize = 64;
@@ -128,6 +132,9 @@ pub struct RequestMachine {
     pending: u64,
     /// Endpoints whose round-0 send failed.
     failed0: u64,
+    /// Endpoints that were handed a replay or completion transmit (a failure reported for
+    /// one of them is not a round-0 failure).
+    later: u64,
     unit_ms: u32,
     horizon_ms: u32,
     /// Offset (ms from t0) at which the current round or phase ends.
@@ -158,7 +165,12 @@ impl RequestMachine {
             return Err(Failure::Discovery(DiscoveryError::NoServer));
         }
         if n > MAX_ENDPOINTS {
-            return Err(Failure::Configuration(too_many_endpoints(n)));
+            return Err(Failure::Configuration(ConfigError::Policy(
+                PolicyError::TooManyEndpoints {
+                    count: n,
+                    max: MAX_ENDPOINTS,
+                },
+            )));
         }
         let oldest_id = snapshot.iter().map(|e| e.server_id).min().unwrap_or(0);
         let schedule = policy.schedule();
@@ -172,6 +184,7 @@ impl RequestMachine {
             responded: 0,
             pending: all_mask(n),
             failed0: 0,
+            later: 0,
             unit_ms,
             horizon_ms: policy.horizon_ms(),
             phase_end_ms: unit_ms.saturating_mul(cur_units),
@@ -223,8 +236,13 @@ impl RequestMachine {
         let endpoint = self.pending.trailing_zeros() as usize;
         self.pending &= self.pending - 1;
         self.sends += 1;
-        if self.pending_kind == TransmitKind::Completion {
-            self.completion_sends += 1;
+        match self.pending_kind {
+            TransmitKind::Initial => {}
+            TransmitKind::Replay => self.later |= 1 << endpoint,
+            TransmitKind::Completion => {
+                self.later |= 1 << endpoint;
+                self.completion_sends += 1;
+            }
         }
         Some(Transmit {
             endpoint,
@@ -233,25 +251,30 @@ impl RequestMachine {
         })
     }
 
-    /// The send of the transmit for `endpoint` just polled failed. If every datagram of
-    /// round 0 failed, the request fails with a communication error; failures of replays
-    /// and completion sends only reduce the send count.
+    /// The send of the latest transmit polled for `endpoint` failed. If every datagram of
+    /// round 0 failed, the request fails with a communication error (unless a valid
+    /// response already arrived); failures of replays and completion sends only reduce
+    /// the send counts. Report a failure before polling the endpoint's next transmit.
     pub fn transmit_failed(&mut self, endpoint: usize) {
         if endpoint >= self.snapshot.len() {
             return;
         }
         self.sends = self.sends.saturating_sub(1);
         let bit = 1u64 << endpoint;
-        if self.pending_kind == TransmitKind::Completion {
-            self.completion_sends = self.completion_sends.saturating_sub(1);
-        }
-        if self.state == State::Rounds && self.round == 0 && self.failed0 & bit == 0 {
-            self.failed0 |= bit;
-            if self.failed0 == all_mask(self.snapshot.len()) {
-                self.pending = 0;
-                self.retained = None;
-                self.state = State::Unreachable;
+        if self.later & bit != 0 {
+            if self.pending_kind == TransmitKind::Completion {
+                self.completion_sends = self.completion_sends.saturating_sub(1);
             }
+            return;
+        }
+        self.failed0 |= bit;
+        if self.failed0 == all_mask(self.snapshot.len())
+            && matches!(self.state, State::Rounds | State::Final)
+            && self.retained.is_none()
+        {
+            self.pending = 0;
+            self.retained = None;
+            self.state = State::Unreachable;
         }
     }
 
@@ -318,6 +341,49 @@ impl RequestMachine {
         let resp = Response::from_results(server_id, steering, phase, guards, resources);
         self.select(now, resp);
         Ok(Accepted::Selected)
+    }
+
+    /// A received datagram for this request (the caller routed it by unique id): checks
+    /// tenant and auth TLVs (decrypting in place in aes mode) and the rate response PDU,
+    /// then applies [`RequestMachine::handle_response`]. The source address is not checked.
+    /// `Err` = dropped: count it by reason; the request stays in flight.
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        auth: &Auth,
+        datagram: &mut [u8],
+    ) -> Result<(), DropReason> {
+        let opened = open(auth, datagram)?;
+        let resp = RateResponseView::parse(opened.pdu)?;
+        let (server_id, steering) = (opened.tenant.id(), opened.tenant.steering());
+        self.handle_response(now, server_id, steering, &resp)
+    }
+
+    /// A response whose tenant, auth and PDU checks passed: applies the server-id and
+    /// timing rules. `UnknownServer` (not in the snapshot) is an invalid response;
+    /// `NotExpected` means it came after the decision or after D. A second response from
+    /// an answered server, or a round-0 response from a server younger than the retained
+    /// one, is valid but unused (`Ok`).
+    pub fn handle_response(
+        &mut self,
+        now: Instant,
+        server_id: u64,
+        steering: u8,
+        resp: &RateResponseView<'_>,
+    ) -> Result<(), DropReason> {
+        let guards = resp
+            .guards()
+            .map(|g| GuardResult::new(g.tracker_id(), g.threshold_ms(), g.current_latency_ms()));
+        let resources = resp.resources().map(|r| ResourceResult {
+            bucket_id: r.bucket_id(),
+            actual_rate: r.actual_rate(),
+            deficit: r.deficit(),
+        });
+        match self.handle_results(now, server_id, steering, guards, resources) {
+            Ok(_) | Err(Ignored::Duplicate) => Ok(()),
+            Err(Ignored::UnknownServer) => Err(DropReason::UnknownServer),
+            Err(Ignored::Late | Ignored::Finished) => Err(DropReason::NotExpected),
+        }
     }
 
     /// The steering byte of the latest valid response since the last call (0 = the server
@@ -425,15 +491,6 @@ impl RequestMachine {
             self.pending_kind = TransmitKind::Completion;
         }
     }
-}
-
-// TEMP until error.rs has `ConfigError::Policy(PolicyError)` (docs/ARCHITECTURE.md).
-fn too_many_endpoints(count: usize) -> ConfigError {
-    let _ = PolicyError::TooManyEndpoints {
-        count,
-        max: MAX_ENDPOINTS,
-    };
-    ConfigError::Request(crate::error::RequestError::TooManyBlocks)
 }
 
 fn all_mask(n: usize) -> u64 {

@@ -292,7 +292,7 @@ impl RequestPolicyBuilder {
         if self.unit < Duration::from_millis(1) {
             return Err(PolicyError::UnitTooSmall);
         }
-        if self.unit.subsec_nanos() % 1_000_000 != 0 {
+        if !self.unit.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(PolicyError::UnitNotWholeMs);
         }
         self.schedule.validate().map_err(PolicyError::BadSchedule)?;

@@ -14,9 +14,88 @@ use ratelimitly_engine::outcome::{
     Decision, Failure, FailureCategory, GuardResult, Outcome, Phase, ResourceResult, Response,
 };
 use ratelimitly_engine::policy::{PolicyError, RequestPolicy, Schedule};
+use ratelimitly_engine::wire::{
+    Auth, DropReason, GuardSpec, ResourceResultSpec, TenantFields, encode_rate_response_pdu, seal,
+};
+
+/// Counts heap allocations per thread, to show the machine's hot path allocates nothing.
+struct CountingAlloc;
+
+thread_local! {
+    static ALLOCS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+// SAFETY: forwards to the system allocator; only bumps a thread-local counter.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as the caller's.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+fn allocs() -> u64 {
+    ALLOCS.with(|c| c.get())
+}
 
 /// Public test fixture key (vectors.json `rust_none_fixture`): dedup_ttl_ms_max = 300.
 const KEY_300MS: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
+/// Public test fixture keys (vectors.json `cookie_key_id_2`, `aes_key_id_3`,
+/// `free_plan_aes` = key id 2 with another secret).
+const COOKIE_KEY: &str =
+    "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
+const AES_KEY: &str =
+    "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5";
+
+const UNIQUE: [u8; 16] = [0x42; 16];
+
+fn auth(key: &str) -> Auth {
+    Auth::new(&key.parse::<ApiKey>().unwrap())
+}
+
+/// A sealed rate-response datagram from `server_id`: one guard (threshold 100 ms, current
+/// `latency`) and one resource with `deficit`.
+fn response_datagram(
+    auth: &Auth,
+    server_id: u64,
+    steering: u8,
+    latency: u32,
+    deficit: u16,
+) -> Vec<u8> {
+    let mut out = vec![0u8; 1200];
+    let guard = GuardSpec {
+        tracker_id: [7; 16],
+        ttl_ms: 1000,
+        max_samples: 10,
+        min_samples: 1,
+        threshold_ms: 100,
+        current_latency_ms: latency,
+    };
+    let res = ResourceResultSpec {
+        bucket_id: [9; 16],
+        window_ms: 1000,
+        actual_rate: 3,
+        deficit,
+    };
+    let off = auth.pdu_offset();
+    let pdu_len = encode_rate_response_pdu(&mut out[off..], &[guard], &[res]).unwrap();
+    let tenant = TenantFields {
+        id: server_id,
+        unique_id: UNIQUE,
+        timestamp_ms: 1_700_000_000_000,
+        steering,
+    };
+    let len = seal(auth, &tenant, [5; 12], &mut out, pdu_len).unwrap();
+    out.truncate(len);
+    out
+}
 
 fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
@@ -194,11 +273,11 @@ fn replay_round_returns_the_first_valid_response_from_any_server() {
     assert_eq!((r.sends, r.completion_sends), (8, 2));
 }
 
+/// Rounds 1..=N go to endpoints whose server has not answered. Any round-0 answer is
+/// retained and selected at the end of round 0 and any later answer decides, so the replay
+/// set is every endpoint; an answer from a server outside the snapshot must not shrink it.
 #[test]
-fn replay_skips_servers_that_already_answered() {
-    // Exponential schedule with 2 replays: a round-0 answer can only come from the
-    // retained path, so use a server outside... instead: unknown server ids are not
-    // counted as answers and the replay goes to everyone.
+fn unknown_server_answer_does_not_shrink_the_replay_set() {
     let (mut m, t0) = default_machine(&[(10, 1), (20, 2)]);
     drain(&mut m);
     assert_eq!(grant(&mut m, t0 + ms(3), 99), Err(Ignored::UnknownServer));
@@ -323,12 +402,12 @@ fn completion_delivery_skips_every_address_of_an_answered_server() {
 }
 
 #[test]
-fn replay_goes_to_every_address_of_unanswered_servers_only() {
-    // N = 2 so that a server can answer in round 1 without deciding: impossible (first
-    // valid completes) — instead check round-1 replays after a failed round-0 answer from
-    // an unknown server plus a dual-stack snapshot.
+fn replay_goes_to_every_address_of_a_dual_stack_server() {
     let (mut m, t0) = default_machine(&[(10, 1), (20, 2), (10, 3)]);
-    drain(&mut m);
+    assert_eq!(
+        endpoints_of(&drain(&mut m), TransmitKind::Initial),
+        [0, 1, 2]
+    );
     m.handle_timeout(t0 + ms(20));
     assert_eq!(
         endpoints_of(&drain(&mut m), TransmitKind::Replay),
@@ -386,6 +465,106 @@ fn unknown_server_reply_is_ignored_and_the_request_replays() {
     assert_eq!(endpoints_of(&drain(&mut m), TransmitKind::Replay), [0]);
     assert_eq!(grant(&mut m, t0 + ms(21), 10), Ok(Accepted::Selected));
     assert_eq!(response(&mut m).phase, Phase::Round(1));
+}
+
+#[test]
+fn malformed_and_unauthenticated_replies_are_ignored_and_the_request_replays() {
+    for key in [COOKIE_KEY, AES_KEY] {
+        let a = auth(key);
+        let (mut m, t0) = default_machine(&[(10, 1), (20, 2)]);
+        drain(&mut m);
+        // Truncated PDU: a declared block is missing.
+        let mut d = response_datagram(&a, 10, 1, 5, 0);
+        let len = d.len();
+        let mut cut = d[..len - 10].to_vec();
+        if key == AES_KEY {
+            // Re-seal so that the tag verifies and the PDU check is what fails.
+            cut = {
+                let mut out = vec![0u8; 1200];
+                let off = a.pdu_offset();
+                let pdu_len = encode_rate_response_pdu(&mut out[off..], &[], &[]).unwrap();
+                out[off + 8] = 1; // declares one guard block that is absent
+                let tenant = TenantFields {
+                    id: 10,
+                    unique_id: UNIQUE,
+                    timestamp_ms: 0,
+                    steering: 1,
+                };
+                let n = seal(&a, &tenant, [6; 12], &mut out, pdu_len).unwrap();
+                out.truncate(n);
+                out
+            };
+        }
+        let r = m.handle_datagram(t0 + ms(1), &a, &mut cut);
+        assert!(
+            matches!(r, Err(DropReason::BadPduSize | DropReason::MissingBlocks)),
+            "{r:?}"
+        );
+        // Unauthenticated: one byte of the cookie / ciphertext flipped.
+        let flip = a.pdu_offset() - 1;
+        d[flip] ^= 1;
+        let r = m.handle_datagram(t0 + ms(2), &a, &mut d);
+        assert!(
+            matches!(r, Err(DropReason::CookieMismatch | DropReason::AuthFailed)),
+            "{r:?}"
+        );
+        // Wrong auth mode.
+        let other = if key == COOKIE_KEY {
+            AES_KEY
+        } else {
+            COOKIE_KEY
+        };
+        let mut d = response_datagram(&auth(other), 10, 1, 5, 0);
+        assert_eq!(
+            m.handle_datagram(t0 + ms(3), &a, &mut d),
+            Err(DropReason::WrongAuthMode)
+        );
+        // Garbage.
+        let mut junk = [0xAAu8; 64];
+        assert!(m.handle_datagram(t0 + ms(4), &a, &mut junk).is_err());
+        // A valid answer from a server outside the snapshot.
+        let mut d = response_datagram(&a, 11, 1, 5, 0);
+        assert_eq!(
+            m.handle_datagram(t0 + ms(5), &a, &mut d),
+            Err(DropReason::UnknownServer)
+        );
+        assert!(m.poll_outcome().is_none());
+        m.handle_timeout(t0 + ms(20));
+        assert_eq!(endpoints_of(&drain(&mut m), TransmitKind::Replay), [0, 1]);
+        let mut d = response_datagram(&a, 20, 0, 150, 0);
+        assert_eq!(m.handle_datagram(t0 + ms(21), &a, &mut d), Ok(()));
+        assert_eq!(m.poll_steering(), Some(0));
+        let mut dup = response_datagram(&a, 20, 1, 5, 0);
+        assert_eq!(
+            m.handle_datagram(t0 + ms(22), &a, &mut dup),
+            Err(DropReason::NotExpected)
+        );
+        assert_eq!(endpoints_of(&drain(&mut m), TransmitKind::Completion), [0]);
+        let r = response(&mut m);
+        assert_eq!((r.server_id, r.phase), (Some(20), Phase::Round(1)));
+        // Guard current 150 >= threshold 100: rejected.
+        assert_eq!(r.decision, Decision::Rejected);
+        assert!(!r.guards[0].passed && !r.steering_keep);
+        assert_eq!(r.resources[0].actual_rate, 3);
+    }
+}
+
+#[test]
+fn datagram_round0_oldest_grant() {
+    let a = auth(AES_KEY);
+    let (mut m, t0) = default_machine(&[(10, 1), (20, 2)]);
+    drain(&mut m);
+    let mut d = response_datagram(&a, 20, 1, 5, 2);
+    assert_eq!(m.handle_datagram(t0 + ms(1), &a, &mut d), Ok(()));
+    let mut d = response_datagram(&a, 10, 1, 5, 0);
+    assert_eq!(m.handle_datagram(t0 + ms(2), &a, &mut d), Ok(()));
+    assert!(
+        drain(&mut m).is_empty(),
+        "both servers answered: no completion"
+    );
+    let r = response(&mut m);
+    assert_eq!((r.server_id, r.decision), (Some(10), Decision::Granted));
+    assert_eq!((r.sends, r.completion_sends), (2, 0));
 }
 
 #[test]
@@ -498,6 +677,34 @@ fn all_endpoints_unreachable_is_a_communication_failure() {
 }
 
 #[test]
+fn round0_send_failures_reported_late_still_make_a_communication_failure() {
+    // N = 0, F = 1: round 0 ends (no replays) before the failures are reported.
+    let p = RequestPolicy::builder().replays(0).build().unwrap();
+    let t0 = Instant::now();
+    let mut m = RequestMachine::new(&p, snapshot(&[(10, 1), (20, 2)]), t0).unwrap();
+    let ts = drain(&mut m);
+    m.handle_timeout(t0 + ms(20));
+    assert!(drain(&mut m).is_empty());
+    for t in ts {
+        m.transmit_failed(t.endpoint);
+    }
+    let f = outcome(&mut m).unwrap_err();
+    assert_eq!(f.category(), FailureCategory::Communication);
+}
+
+#[test]
+fn replay_send_failures_are_not_round0_failures() {
+    let (mut m, t0) = default_machine(&[(10, 1)]);
+    drain(&mut m);
+    m.handle_timeout(t0 + ms(20));
+    let replays = drain(&mut m);
+    m.transmit_failed(replays[0].endpoint);
+    assert!(m.poll_outcome().is_none());
+    assert_eq!(grant(&mut m, t0 + ms(30), 10), Ok(Accepted::Selected));
+    assert_eq!(response(&mut m).sends, 1);
+}
+
+#[test]
 fn one_unreachable_endpoint_does_not_abort_the_request() {
     let (mut m, t0) = default_machine(&[(10, 1), (20, 2)]);
     let ts = drain(&mut m);
@@ -547,6 +754,31 @@ fn steering_byte_is_surfaced_and_never_changes_the_decision() {
     drain(&mut m);
     let r = response(&mut m);
     assert_eq!((r.decision, r.steering_keep), (Decision::Granted, false));
+}
+
+#[test]
+fn machine_hot_path_does_not_allocate() {
+    let snap = snapshot(&[(10, 1), (20, 2), (30, 3)]);
+    let policy = RequestPolicy::default();
+    let t0 = Instant::now();
+    let before = allocs();
+    let mut sent = 0;
+    for i in 0..100u64 {
+        let mut m = RequestMachine::new(&policy, snap.clone(), t0).unwrap();
+        while m.poll_transmit().is_some() {
+            sent += 1;
+        }
+        let server = [20, 30][i as usize % 2];
+        let _ = grant(&mut m, t0 + ms(3), server);
+        m.handle_timeout(t0 + ms(20));
+        while m.poll_transmit().is_some() {
+            sent += 1;
+        }
+        let out = m.poll_outcome();
+        assert!(matches!(out, Some(Ok(_))));
+    }
+    assert_eq!(allocs() - before, 0, "heap allocations on the hot path");
+    assert_eq!(sent, 100 * 5); // 3 initial + 2 completion each
 }
 
 #[test]

@@ -60,7 +60,7 @@ fn choose_cores(args: &Args, ncores: usize) -> (Vec<usize>, Vec<usize>) {
         .filter(|c| *c < ncores)
         .collect::<Vec<_>>();
     let client = if client.is_empty() { vec![0] } else { client };
-    let responders = match &args.responder_cores {
+    let responders: Vec<usize> = match &args.responder_cores {
         Some(r) => r.iter().copied().filter(|c| *c < ncores).collect(),
         None => (0..ncores).filter(|c| !client.contains(c)).take(1).collect(),
     };
@@ -390,7 +390,7 @@ fn run_phase(ctx: &Ctx<'_>, kind: ClientKind) -> Result<PhaseResult, String> {
                     args.batch,
                     args.socket_buffer,
                 )
-                .map_err(|e| format!("raw client: {e:?}"))?,
+                .map_err(|e| format!("raw client: {e}"))?,
             );
             let phase = Phase::new(Instant::now(), warmup, duration);
             let n = cores.len();
@@ -438,10 +438,12 @@ fn run_phase(ctx: &Ctx<'_>, kind: ClientKind) -> Result<PhaseResult, String> {
     let _ = slot.set(Arc::clone(&phase));
     sleep_until(phase.window_start);
     let cpu0 = stats::cpu_snapshot(&infra);
+    let srv0 = stats::cpu_of(&ctx.servers.server_threads);
     let dg0 = ctx.servers.received_datagrams();
     let t0 = Instant::now();
     sleep_until(phase.window_end);
     let cpu1 = stats::cpu_snapshot(&infra);
+    let srv1 = stats::cpu_of(&ctx.servers.server_threads);
     let dg1 = ctx.servers.received_datagrams();
     let t1 = Instant::now();
     let threads = cpu1.len();
@@ -463,6 +465,7 @@ fn run_phase(ctx: &Ctx<'_>, kind: ClientKind) -> Result<PhaseResult, String> {
         rec: phase.merged(),
         window_s,
         cpu_ns: stats::cpu_delta(&cpu0, &cpu1),
+        server_cpu_ns: srv1.saturating_sub(srv0),
         client_threads: threads,
         submitted: phase.submitted.load(Ordering::Relaxed),
         completed: phase.completed.load(Ordering::Relaxed),
@@ -511,6 +514,35 @@ mod tests {
         assert_eq!(choose_cores(&a, 1), (vec![0], vec![0]));
         let a = Args::try_parse_from(["loadgen", "--client-cores", "0-2"]).unwrap();
         assert_eq!(choose_cores(&a, 8), (vec![0, 1, 2], vec![3]));
+    }
+
+    /// End to end on loopback: every client for a fraction of a second, with guards,
+    /// a label and latency reports; every submitted operation must complete.
+    #[test]
+    fn compare_smoke_on_loopback() {
+        let dir = std::env::temp_dir().join(format!("loadgen-smoke-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let json = dir.join("r.json");
+        let a = Args::try_parse_from([
+            "loadgen", "--compare", "--duration", "0.4", "--warmup", "0.2", "--quiet",
+            "--in-flight", "8", "--guards", "1", "--label", "api", "--report-share", "0.1",
+            "--json", json.to_str().unwrap(),
+            "--hgrm", dir.join("h.hgrm").to_str().unwrap(),
+            "--svg", dir.join("p.svg").to_str().unwrap(),
+        ])
+        .unwrap();
+        assert_eq!(run(&a), Ok(true));
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let results = doc["results"].as_array().unwrap();
+        assert!(results.len() >= 2, "official and raw at least");
+        for r in results {
+            assert_eq!(r["balanced"], true);
+            assert!(r["decisions"].as_u64().unwrap() > 0, "{}", r["client"]);
+        }
+        assert!(doc["machine"]["cores"].as_u64().unwrap() >= 1);
+        assert!(dir.join("p.svg").exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

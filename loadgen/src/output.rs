@@ -22,6 +22,8 @@ pub struct PhaseResult {
     /// Client threads' CPU time inside the window (ns).
     pub cpu_ns: u64,
     pub client_threads: usize,
+    /// Embedded responders' (and DNS responder's) CPU inside the window (ns).
+    pub server_cpu_ns: u64,
     pub submitted: u64,
     pub completed: u64,
     /// Datagrams the embedded responders received inside the window.
@@ -106,6 +108,7 @@ impl PhaseResult {
             "client_cpu_us_per_decision": self.cpu_us_per_decision(),
             "client_cores_used": self.cores_used(),
             "client_threads": self.client_threads,
+            "responder_cores_used": self.server_cpu_ns as f64 / 1e9 / self.window_s.max(1e-9),
             "decisions_per_s_per_core": self.per_core_decisions_per_s(),
             "outcomes_window": outcomes,
             "outcomes_total": outcomes_all,
@@ -162,11 +165,12 @@ pub fn print_summary(out: &mut impl Write, r: &PhaseResult) -> std::io::Result<(
     )?;
     writeln!(
         out,
-        "  datagrams/decision {}   client CPU µs/decision {}   client cores used {:.2} ({} threads)",
+        "  datagrams/decision {}   client CPU µs/decision {}   client cores used {:.2} ({} threads)   responder cores used {:.2}",
         fmt_opt(r.datagrams_per_decision(), 2),
         fmt_opt(r.cpu_us_per_decision(), 2),
         r.cores_used(),
-        r.client_threads
+        r.client_threads,
+        r.server_cpu_ns as f64 / 1e9 / r.window_s.max(1e-9)
     )?;
     write!(out, "  outcomes (window):")?;
     for k in KINDS {
@@ -251,9 +255,14 @@ pub fn write_hgrm(path: &Path, h: &Histogram<u64>) -> std::io::Result<()> {
         f,
         "#[Buckets = {:>12}, SubBuckets     = {:>12}]",
         h.buckets(),
-        h.distinct_values()
+        sub_buckets(h.sigfig())
     )?;
     f.flush()
+}
+
+/// HdrHistogram's sub-bucket count for a precision (2^ceil(log2(2·10^sigfig))).
+fn sub_buckets(sigfig: u8) -> u64 {
+    (2 * 10u64.pow(u32::from(sigfig))).next_power_of_two()
 }
 
 /// SVG: latency percentiles (top) and throughput (bottom) over time, one line set per client.

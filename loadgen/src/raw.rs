@@ -44,6 +44,16 @@ pub enum RawError {
     NoLiveEndpoint,
 }
 
+impl std::fmt::Display for RawError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RawError::Encode(e) => write!(f, "request template does not encode: {e}"),
+            RawError::Config(e) => write!(f, "bad bucket or tracker: {e}"),
+            RawError::NoLiveEndpoint => write!(f, "no live endpoint"),
+        }
+    }
+}
+
 impl RawConfig {
     pub fn new(
         key: &ratelimitly_engine::key::ApiKey,

@@ -24,7 +24,9 @@ const COOKIE_FIXTURE: &str =
 const NONE_FIXTURE: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
 
 /// Domain the embedded DNS responder serves.
-pub const EMBEDDED_DOMAIN: &str = "loadgen.ratelimitly.invalid";
+/// Not under `.invalid`: hickory (the official client's resolver) answers NXDOMAIN for
+/// that zone without asking the DNS server (RFC 6761).
+pub const EMBEDDED_DOMAIN: &str = "loadgen.ratelimitly.test";
 
 /// Why the servers could not be set up.
 #[derive(Debug)]
@@ -70,10 +72,13 @@ pub struct Servers {
     pub domain: String,
     pub dns_server: Option<SocketAddr>,
     /// True when `endpoints` came from --domain (the engine then uses DNS too).
+    #[allow(dead_code)] // read by engine_client once the engine lands
     pub via_dns: bool,
     pub embedded: bool,
     responders: Vec<ResponderHandle>,
     dns: Option<rl_responder::dns::DnsHandle>,
+    /// Threads of the embedded responders and DNS responder.
+    pub server_threads: std::collections::HashSet<u32>,
 }
 
 impl Servers {
@@ -143,6 +148,7 @@ pub fn start(args: &Args, responder_cores: &[usize]) -> Result<Servers, SetupErr
     let mut responders = Vec::with_capacity(count);
     let mut endpoints = Vec::with_capacity(count);
     let mut dead = Vec::new();
+    let mut server_threads = std::collections::HashSet::new();
     for i in 0..count {
         let mut cfg = ResponderConfig::new(vec![key.clone()]);
         cfg.server_id = Some(embedded_server_id(i));
@@ -156,18 +162,17 @@ pub fn start(args: &Args, responder_cores: &[usize]) -> Result<Servers, SetupErr
             seed: 0x10ad_0000 + i as u64,
             ..Faults::default()
         };
-        // Spawn from a thread pinned to the responder core so the responder's
-        // threads inherit that affinity.
+        // The responder pins its executors itself (executor i on CPU i); move its
+        // new threads onto the responder core afterwards.
         let core = responder_cores.get(i % responder_cores.len().max(1)).copied();
-        let h = std::thread::spawn(move || {
+        let before = crate::stats::thread_ids();
+        let h = rl_responder::spawn(cfg).map_err(|e| SetupError::Responder(format!("{e}")))?;
+        for tid in crate::stats::thread_ids().difference(&before) {
             if let Some(c) = core {
-                crate::stats::pin(c);
+                crate::stats::pin_thread(*tid, c);
             }
-            rl_responder::spawn(cfg)
-        })
-        .join()
-        .map_err(|_| SetupError::Responder("spawn thread panicked".into()))?
-        .map_err(|e| SetupError::Responder(format!("{e:?}")))?;
+            server_threads.insert(*tid);
+        }
         let ep = Endpoint {
             server_id: h.server_id(),
             addr: h.addr(),
@@ -183,7 +188,14 @@ pub fn start(args: &Args, responder_cores: &[usize]) -> Result<Servers, SetupErr
         .iter()
         .map(|e| (e.server_id, vec![e.addr]))
         .collect();
+    let before = crate::stats::thread_ids();
     let dns = rl_responder::dns::spawn(EMBEDDED_DOMAIN, dns_servers).map_err(SetupError::Dns)?;
+    for tid in crate::stats::thread_ids().difference(&before) {
+        if let Some(c) = responder_cores.first() {
+            crate::stats::pin_thread(*tid, *c);
+        }
+        server_threads.insert(*tid);
+    }
     Ok(Servers {
         key_text,
         key,
@@ -195,6 +207,7 @@ pub fn start(args: &Args, responder_cores: &[usize]) -> Result<Servers, SetupErr
         embedded: true,
         responders,
         dns: Some(dns),
+        server_threads,
     })
 }
 
@@ -229,6 +242,7 @@ fn start_external(args: &Args, key_text: String, key: ApiKey) -> Result<Servers,
             embedded: false,
             responders: Vec::new(),
             dns: Some(dns),
+            server_threads: std::collections::HashSet::new(),
         });
     }
     let domain = args
@@ -252,5 +266,6 @@ fn start_external(args: &Args, key_text: String, key: ApiKey) -> Result<Servers,
         embedded: false,
         responders: Vec::new(),
         dns: None,
+        server_threads: std::collections::HashSet::new(),
     })
 }

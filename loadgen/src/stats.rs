@@ -261,6 +261,11 @@ pub fn cpu_snapshot(exclude: &HashSet<u32>) -> std::collections::HashMap<u32, u6
         .collect()
 }
 
+/// Total CPU time (ns) of the given threads.
+pub fn cpu_of(tids: &HashSet<u32>) -> u64 {
+    tids.iter().filter_map(|t| thread_cpu_ns(*t)).sum()
+}
+
 /// CPU used between two snapshots (threads born in between count from zero).
 pub fn cpu_delta(
     before: &std::collections::HashMap<u32, u64>,
@@ -273,6 +278,7 @@ pub fn cpu_delta(
 }
 
 /// This thread's kernel id.
+#[cfg(test)]
 pub fn gettid() -> u32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() as u32 }
@@ -281,6 +287,20 @@ pub fn gettid() -> u32 {
 /// Pins the current thread to one core; false when the core does not exist.
 pub fn pin(core: usize) -> bool {
     core_affinity::set_for_current(core_affinity::CoreId { id: core })
+}
+
+/// Pins another thread of this process to one core (best effort).
+pub fn pin_thread(tid: u32, core: usize) -> bool {
+    if core >= libc::CPU_SETSIZE as usize {
+        return false;
+    }
+    // SAFETY: cpu_set_t is plain old data; CPU_SET stays within its size (checked above);
+    // sched_setaffinity reads exactly size_of::<cpu_set_t>() bytes.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        libc::sched_setaffinity(tid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
 }
 
 #[cfg(test)]

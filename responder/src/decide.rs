@@ -433,7 +433,8 @@ impl Responder {
                     inc(&c.fault_fixed);
                 }
                 inc(if grant { &c.granted } else { &c.rejected });
-                st.dedup.insert(key, &body[..len], now_ms, req.dedup_ttl_ms());
+                st.dedup
+                    .insert(key, &body[..len], now_ms, req.dedup_ttl_ms());
                 len
             }
         };
@@ -562,7 +563,10 @@ fn evaluate(
 /// Applies the block-count breakages to a plaintext response PDU; returns its new length.
 fn mangle_pdu(body: &mut [u8], len: usize, kind: BrokenReply) -> usize {
     let g = usize::from(u16::from_le_bytes([body[PDU_HEADER], body[PDU_HEADER + 1]]));
-    let r = usize::from(u16::from_le_bytes([body[PDU_HEADER + 2], body[PDU_HEADER + 3]]));
+    let r = usize::from(u16::from_le_bytes([
+        body[PDU_HEADER + 2],
+        body[PDU_HEADER + 3],
+    ]));
     let (g2, r2, new_len) = match kind {
         BrokenReply::FewerEntries if r > 0 => (g, r - 1, len - RESOURCE_LEN),
         BrokenReply::FewerEntries if g > 0 => (g - 1, r, len - GUARD_LEN),

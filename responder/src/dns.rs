@@ -113,7 +113,12 @@ fn serve(sock: &UdpSocket, zone: &Mutex<Zone>, stop: &AtomicBool, queries: &Atom
     while !stop.load(Ordering::Relaxed) {
         let (n, peer) = match sock.recv_from(&mut buf) {
             Ok(v) => v,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 continue;
             }
             Err(_) => continue,

@@ -3,15 +3,26 @@
 //!
 //! This crate is **test and benchmark infrastructure, not a production rate-limit
 //! service**: it lets the client engine, the official clients, rlctl and the load
-//! generator talk to a real wire-v2 peer on loopback, with faults on demand.
+//! generator talk to a real wire-v2 peer on loopback, with faults on demand. Limits are
+//! exact but live in memory only; there is no persistence, clustering or hardening
+//! beyond "untrusted input never panics".
+//!
+//! Layout: [`decide`] (sans-IO decision logic over [`frame`], [`pdu`], [`dedup`],
+//! [`buckets`], [`trackers`]), [`faults`], [`runner`] (glommio thread-per-core I/O and the
+//! embedded API), [`dns`] (discovery records for tests), [`keys`] (key loading for the
+//! binary).
 
 pub mod buckets;
+pub mod decide;
 pub mod dedup;
 pub mod dns;
 pub mod faults;
+pub mod frame;
+pub mod keys;
+pub mod pdu;
+pub mod runner;
 pub mod trackers;
 
+pub use decide::Counters;
 pub use faults::{BrokenReply, FaultRng, Faults, FixedDecision};
-pub mod decide;
-pub mod frame;
-pub mod pdu;
+pub use runner::{ResponderConfig, ResponderError, ResponderHandle, spawn};

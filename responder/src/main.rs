@@ -1,1 +1,182 @@
-fn main() {}
+//! `rl-responder` binary: runs the test/benchmark responder (not a production service).
+//!
+//! Owns: the command line, key loading from the environment / a keys file (never from
+//! the command line), the one-line JSON readiness report, and stopping on SIGINT/SIGTERM.
+//! Must not touch: decision logic or sockets directly (it uses the embedded API).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use rl_responder::{BrokenReply, Faults, FixedDecision, ResponderConfig, dns, keys, spawn};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Ratelimitly wire-v2 test and benchmark responder. The key comes from
+/// RATELIMITLY_API_KEY (and --keys-file), never from the command line.
+#[derive(Parser, Debug)]
+#[command(name = "rl-responder", version)]
+struct Cli {
+    /// Listen address.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// More keys: a file with one key per line (# comments).
+    #[arg(long)]
+    keys_file: Option<PathBuf>,
+    /// Server id (default: from the start time, wire.md §7).
+    #[arg(long)]
+    server_id: Option<u64>,
+    /// Cores (one pinned executor and one SO_REUSEPORT socket each).
+    #[arg(long, default_value_t = 1)]
+    cores: usize,
+    /// Dedup table capacity (entries).
+    #[arg(long, default_value_t = 65_536)]
+    dedup_capacity: usize,
+    /// Drop inbound datagrams with this probability.
+    #[arg(long, default_value_t = 0.0)]
+    drop_in: f64,
+    /// Drop responses with this probability.
+    #[arg(long, default_value_t = 0.0)]
+    drop_out: f64,
+    /// Delay every response by this many ms.
+    #[arg(long, default_value_t = 0)]
+    delay_ms: u64,
+    /// Add a uniform random delay of up to this many ms.
+    #[arg(long, default_value_t = 0)]
+    jitter_ms: u64,
+    /// Send a response twice with this probability.
+    #[arg(long, default_value_t = 0.0)]
+    duplicate: f64,
+    /// Ask for a source-port change (steering 0) every n-th response.
+    #[arg(long, default_value_t = 0)]
+    steer_every: u32,
+    /// Fixed decision: grant, reject or guard-fail.
+    #[arg(long)]
+    fixed: Option<FixedDecision>,
+    /// Broken replies: bad-auth, truncated, wrong-unique-id, wrong-server-id, fewer, more, zero.
+    #[arg(long)]
+    broken: Option<BrokenReply>,
+    /// Seed of the fault random stream.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Also serve discovery DNS for this domain (prints a dns_ready line).
+    #[arg(long, hide = true)]
+    dns_domain: Option<String>,
+    /// Port of the DNS responder (with --dns-domain).
+    #[arg(long, hide = true, default_value_t = 0)]
+    dns_port: u16,
+}
+
+fn probability(p: f64, name: &str) -> Result<f64, String> {
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("--{name} must be a probability in [0, 1]"))
+    }
+}
+
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: plain libc signal-mask calls on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_signal(set: &libc::sigset_t) {
+    let mut sig = 0;
+    // SAFETY: set is initialised; sig is a valid out pointer.
+    unsafe {
+        libc::sigwait(set, &mut sig);
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let keys = match keys::load(cli.keys_file.as_deref()) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("rl-responder: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let faults = (|| -> Result<Faults, String> {
+        Ok(Faults {
+            drop_in: probability(cli.drop_in, "drop-in")?,
+            drop_out: probability(cli.drop_out, "drop-out")?,
+            delay: Duration::from_millis(cli.delay_ms),
+            jitter: Duration::from_millis(cli.jitter_ms),
+            duplicate: probability(cli.duplicate, "duplicate")?,
+            steer_every: cli.steer_every,
+            fixed: cli.fixed,
+            broken: cli.broken,
+            silent: false,
+            seed: cli.seed,
+        })
+    })();
+    let faults = match faults {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("rl-responder: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Block the signals before any thread starts, so every thread inherits the mask
+    // and only sigwait below sees them.
+    let set = block_signals();
+    let mut cfg = ResponderConfig::new(keys);
+    cfg.listen = cli.listen;
+    cfg.server_id = cli.server_id;
+    cfg.cores = cli.cores;
+    cfg.faults = faults;
+    cfg.dedup_capacity = cli.dedup_capacity;
+    let handle = match spawn(cfg) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("rl-responder: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let addr = handle.addr();
+    // Fixed key order: event, address, port, server_id.
+    println!(
+        "{{\"event\":\"ready\",\"address\":{},\"port\":{},\"server_id\":{}}}",
+        serde_json::Value::String(addr.ip().to_string()),
+        addr.port(),
+        handle.server_id()
+    );
+    let dns = match &cli.dns_domain {
+        Some(domain) => {
+            let opts = dns::DnsOptions {
+                listen: SocketAddr::new(addr.ip(), cli.dns_port),
+                ..dns::DnsOptions::default()
+            };
+            match dns::spawn_with(domain, vec![(handle.server_id(), vec![addr])], opts) {
+                Ok(d) => {
+                    println!("{{\"event\":\"dns_ready\",\"port\":{}}}", d.addr().port());
+                    Some(d)
+                }
+                Err(e) => {
+                    eprintln!("rl-responder: cannot start DNS responder: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        None => None,
+    };
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    wait_signal(&set);
+    if let Some(d) = dns {
+        d.stop();
+    }
+    handle.stop();
+    ExitCode::SUCCESS
+}

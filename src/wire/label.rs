@@ -15,11 +15,7 @@ pub const fn label_tlv_len(len: usize) -> Option<usize> {
         return Some(0);
     }
     let n = (OFF_BYTES + len + 3) & !3;
-    if n > u16::MAX as usize {
-        None
-    } else {
-        Some(n)
-    }
+    if n > u16::MAX as usize { None } else { Some(n) }
 }
 
 /// Writes the TLV of `label` into `out` (nothing for the empty label); returns its length.
@@ -53,7 +49,15 @@ pub fn decode_label_tlv(tlv: &[u8]) -> Result<&str, DropReason> {
         return Err(DropReason::BadLabel);
     }
     let len = usize::from(get_u16(tlv, OFF_LEN));
-    if len == 0 || label_tlv_len(len) != Some(tlv.len()) {
+    if len == 0 && tlv.len() == 8 {
+        // An empty label is normally omitted; accept its TLV as official encoders would write it.
+        return if tlv[OFF_BYTES..].iter().all(|&b| b == 0) {
+            Ok("")
+        } else {
+            Err(DropReason::BadLabel)
+        };
+    }
+    if label_tlv_len(len) != Some(tlv.len()) {
         return Err(DropReason::BadLabel);
     }
     let (bytes, pad) = tlv[OFF_BYTES..].split_at(len);

@@ -39,8 +39,8 @@ pub use request::{
     encode_request, rate_request_pdu_len,
 };
 pub use response::{
-    GuardView, RateResponseView, ResourceResultSpec, ResourceResultView,
-    encode_rate_response_pdu, rate_response_pdu_len,
+    GuardView, RateResponseView, ResourceResultSpec, ResourceResultView, encode_rate_response_pdu,
+    rate_response_pdu_len,
 };
 pub use rng::{RngError, fill_random, new_nonce, new_unique_id, shape_unique_id};
 pub use tenant::{TenantFields, TenantView};

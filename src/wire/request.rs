@@ -3,12 +3,12 @@
 //! Owns the request layout, its encoder and its view.
 
 use super::response::GuardView;
+use super::{Auth, label};
 use super::{
     DropReason, EncodeError, GUARD_BLOCK_LEN, Opened, PDU_HEADER_LEN, RESOURCE_BLOCK_LEN,
     TenantFields, check_room, count_u16, get_id, get_u16, get_u32, parse_pdu, put_pdu_header,
     put_u16, put_u32, types,
 };
-use super::{Auth, label};
 
 /// Body offsets: counts.
 pub(crate) mod body {
@@ -100,14 +100,11 @@ pub fn encode_rate_request_pdu(
 ) -> Result<usize, EncodeError> {
     let g = count_u16(guards.len())?;
     let r = count_u16(resources.len())?;
-    let label_len = label::label_tlv_len(label.len()).ok_or(EncodeError::LabelTooLong {
-        len: label.len(),
-    })?;
+    let label_len =
+        label::label_tlv_len(label.len()).ok_or(EncodeError::LabelTooLong { len: label.len() })?;
     let blocks = PDU_HEADER_LEN + body::BLOCKS;
-    let size = blocks
-        + guards.len() * GUARD_BLOCK_LEN
-        + resources.len() * RESOURCE_BLOCK_LEN
-        + label_len;
+    let size =
+        blocks + guards.len() * GUARD_BLOCK_LEN + resources.len() * RESOURCE_BLOCK_LEN + label_len;
     check_room(out, size)?;
     put_pdu_header(out, types::RATE_REQUEST, size, dedup_ttl_ms);
     put_u16(out, PDU_HEADER_LEN + body::GUARDS, g);

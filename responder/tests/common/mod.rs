@@ -7,7 +7,8 @@ use rl_responder::frame::{KeyAuth, Tenant, tenant};
 
 pub const AES_KEY: &str =
     "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5";
-pub const COOKIE_KEY: &str = "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
+pub const COOKIE_KEY: &str =
+    "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
 pub const NONE_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
 
 pub fn key(s: &str) -> ApiKey {
@@ -82,7 +83,8 @@ pub fn datagram(key: &ApiKey, unique_id: [u8; 16], pdu: &[u8]) -> Vec<u8> {
         steering: 0,
     };
     let mut nonce = [0u8; 12];
-    nonce[..8].copy_from_slice(&u64::from_le_bytes(unique_id[..8].try_into().unwrap()).to_le_bytes());
+    nonce[..8]
+        .copy_from_slice(&u64::from_le_bytes(unique_id[..8].try_into().unwrap()).to_le_bytes());
     nonce[8] = 0xC1;
     let n = auth.seal(&t, nonce, &mut out, pdu.len()).unwrap();
     out.truncate(n);
@@ -128,7 +130,9 @@ pub fn read_response(key: &ApiKey, dg: &[u8]) -> Option<Resp> {
         return None;
     }
     let u32_at = |o: usize| u32::from_le_bytes(p[o..o + 4].try_into().unwrap());
-    let guards = (0..g).map(|i| (u32_at(12 + 36 * i + 28), u32_at(12 + 36 * i + 32))).collect();
+    let guards = (0..g)
+        .map(|i| (u32_at(12 + 36 * i + 28), u32_at(12 + 36 * i + 32)))
+        .collect();
     let base = 12 + 36 * g;
     let resources = (0..r)
         .map(|i| {

@@ -1,0 +1,141 @@
+//! Our engine as a loadgen client: builds the engine on the client cores with the
+//! run's policy and endpoints, prepares the resources and trackers once, and maps
+//! each operation to a request (or latency report) and its outcome to a kind.
+//!
+//! Must not set up servers or measure; `driver` shapes the load.
+
+use std::time::Duration;
+
+use ratelimitly_engine::engine::{Cores, Engine, EngineHandle};
+use ratelimitly_engine::ids::{LatencyTracker, Resource};
+
+use ratelimitly_engine::outcome::{Decision, Failure, Outcome};
+
+use crate::adapt::engine_policy;
+use crate::cli::Args;
+use crate::setup::Servers;
+use crate::stats::Kind;
+use crate::workload::{self, Workload};
+
+/// Our engine with the prepared resources and trackers.
+pub struct EngineTarget {
+    engine: Option<Engine>,
+    handle: EngineHandle,
+    resources: Vec<Resource>,
+    trackers: Vec<LatencyTracker>,
+    work: Workload,
+}
+
+impl EngineTarget {
+    pub fn build(
+        servers: &Servers,
+        args: &Args,
+        work: &Workload,
+        cores: &[usize],
+    ) -> Result<Self, String> {
+        let policy = engine_policy(args).map_err(|e| format!("policy: {e}"))?;
+        let mut b = Engine::builder(servers.key.clone())
+            .policy(policy)
+            .cores(Cores::List(cores.to_vec()))
+            .in_flight_per_core(args.in_flight.max(1024));
+        if args.socket_buffer > 0 {
+            b = b.socket_buffers(args.socket_buffer, args.socket_buffer);
+        }
+        b = if servers.via_dns {
+            b.dns(ratelimitly_engine::engine::DnsConfig {
+                domain: Some(servers.domain.clone()),
+                server: servers.dns_server,
+            })
+        } else {
+            b.endpoints(servers.endpoints.clone())
+        };
+        let engine = b.build().map_err(|e| format!("engine: {e}"))?;
+        let handle = engine.handle();
+        let resources = (0..work.buckets)
+            .map(|i| {
+                Resource::new(
+                    Workload::bucket_name(i),
+                    Duration::from_millis(u64::from(work.window_ms)),
+                    work.rate_limit,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("resource: {e}"))?;
+        let trackers = (0..work.guards.max(1))
+            .map(|i| {
+                LatencyTracker::new(
+                    Workload::tracker_name(i),
+                    Duration::from_millis(u64::from(workload::TRACKER_TTL_MS)),
+                    workload::TRACKER_MAX_SAMPLES,
+                    workload::TRACKER_MIN_SAMPLES,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("tracker: {e}"))?;
+        Ok(EngineTarget {
+            engine: Some(engine),
+            handle,
+            resources,
+            trackers,
+            work: work.clone(),
+        })
+    }
+
+    pub async fn op(&self, j: u64) -> (Kind, Option<u32>) {
+        if self.work.is_report(j) {
+            let r = self.handle.report(
+                &self.trackers[0],
+                Duration::from_millis(u64::from(workload::REPORT_MS)),
+            );
+            return (if r.is_ok() { Kind::Report } else { Kind::ReportFailed }, None);
+        }
+        let mut b = self.handle.request();
+        for i in self.work.buckets_of(j) {
+            b = b.consume(&self.resources[i], 1);
+        }
+        for t in self.trackers.iter().take(self.work.guards) {
+            b = b.guard(
+                t,
+                Duration::from_millis(u64::from(workload::GUARD_THRESHOLD_MS)),
+            );
+        }
+        if !self.work.label.is_empty() {
+            b = b.label(&self.work.label);
+        }
+        outcome_kind(b.send().await)
+    }
+}
+
+/// Maps an engine outcome to a kind and its datagram count.
+pub fn outcome_kind(o: Outcome) -> (Kind, Option<u32>) {
+    match o {
+        Ok(r) => (
+            match r.decision {
+                Decision::Granted => Kind::Granted,
+                Decision::Rejected => Kind::Rejected,
+            },
+            Some(r.sends),
+        ),
+        Err(f) => (
+            match f {
+                Failure::Configuration(_) => Kind::Configuration,
+                Failure::Discovery(_) => Kind::Discovery,
+                Failure::Communication(_) => Kind::Communication,
+                Failure::Timeout { .. } => Kind::Timeout,
+                Failure::Overloaded => Kind::Overloaded,
+                Failure::Shutdown => Kind::Shutdown,
+            },
+            None,
+        ),
+    }
+}
+
+
+impl EngineTarget {
+    /// Shuts the engine down (every in-flight request completes exactly once).
+    pub fn shutdown(mut self) {
+        if let Some(engine) = self.engine.take() {
+            engine.shutdown();
+        }
+    }
+}

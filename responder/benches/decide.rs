@@ -1,0 +1,78 @@
+//! Decisions per second per core through the sans-IO logic (AES, one resource).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use ratelimitly_engine::key::ApiKey;
+use rl_responder::decide::{Capacities, Responder};
+use rl_responder::frame::{KeyAuth, Tenant};
+
+const AES_KEY: &str =
+    "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5";
+const NONE_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
+
+fn request(key: &ApiKey, n: u64) -> Vec<u8> {
+    // one resource "bench" 1000 ms / 2^32-1 tokens, 1 token, dedup ttl 60 ms
+    let mut pdu = vec![0x52, 0x54, 40, 0, 60, 0, 0, 0, 0, 0, 1, 0];
+    pdu.extend_from_slice(&[0xBE; 16]);
+    pdu.extend_from_slice(&1000u32.to_le_bytes());
+    pdu.extend_from_slice(&u32::MAX.to_le_bytes());
+    pdu.extend_from_slice(&[1, 0, 0, 0]);
+    let auth = KeyAuth::new(key);
+    let mut out = vec![0u8; 1200];
+    let off = auth.pdu_offset();
+    out[off..off + pdu.len()].copy_from_slice(&pdu);
+    let mut uid = [0u8; 16];
+    uid[..8].copy_from_slice(&n.to_le_bytes());
+    let t = Tenant {
+        id: key.key_id(),
+        unique_id: uid,
+        timestamp_ms: 0,
+        steering: 0,
+    };
+    let len = auth.seal(&t, [7; 12], &mut out, pdu.len()).unwrap();
+    out.truncate(len);
+    out
+}
+
+fn bench(c: &mut Criterion) {
+    let src: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    for (name, key) in [("aes", AES_KEY), ("none", NONE_KEY)] {
+        let key: ApiKey = key.parse().unwrap();
+        let t0 = Instant::now();
+        let mut r = Responder::new(
+            std::slice::from_ref(&key),
+            1 << 23,
+            Capacities::default(),
+            t0,
+            1,
+        )
+        .unwrap();
+        // a pool of distinct requests (fresh decisions, not dedup hits)
+        let pool: Vec<Vec<u8>> = (0..4096).map(|i| request(&key, i)).collect();
+        let mut g = c.benchmark_group("decide");
+        g.throughput(Throughput::Elements(1));
+        g.measurement_time(Duration::from_secs(3));
+        let mut i = 0usize;
+        let mut now = t0;
+        let mut dg = vec![0u8; 1200];
+        let mut out = [0u8; 1300];
+        g.bench_function(format!("fresh_decision_{name}"), |b| {
+            b.iter(|| {
+                let src_dg = &pool[i % pool.len()];
+                i += 1;
+                if i % pool.len() == 0 {
+                    now += Duration::from_millis(100); // past the dedup ttl: fresh again
+                }
+                let d = &mut dg[..src_dg.len()];
+                d.copy_from_slice(src_dg);
+                r.handle(d, src, now, &mut out).unwrap()
+            })
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

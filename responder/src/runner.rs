@@ -1,0 +1,578 @@
+//! Thread-per-core runner: N glommio executors, each pinned to a CPU and owning one
+//! SO_REUSEPORT UDP socket on the shared port, receiving and sending in batches with
+//! `recvmmsg`/`sendmmsg` on the raw fd.
+//!
+//! Owns: sockets, executors, the per-core delayed-send queue, network-level faults
+//! (drops both ways, delay + jitter, duplicates, silence), the embedded API
+//! ([`spawn`] → [`ResponderHandle`]). Must not touch: decision logic (`decide`), which
+//! it drives with `Instant::now()`.
+//!
+//! Waking: the socket is non-blocking; when `recvmmsg` finds nothing, the core awaits
+//! readability by a 1-byte `MSG_PEEK` receive through glommio's `UdpSocket` on the same
+//! fd (io_uring), with a read timeout of at most 20 ms (less when a delayed send is due)
+//! so a stall of that path (glommio issue #672) can never last, and stop/fault changes
+//! are seen promptly.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
+use ratelimitly_engine::key::ApiKey;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::decide::{
+    Capacities, CounterSet, Counters, DecideError, Responder, Shared, default_server_id,
+};
+use crate::faults::{FaultRng, Faults};
+
+/// Datagrams per `recvmmsg`/`sendmmsg` call.
+pub const BATCH: usize = 32;
+const BUF: usize = 2048;
+const MAX_DELAYED: usize = 65_536;
+
+/// Configuration of [`spawn`].
+#[derive(Clone, Debug)]
+pub struct ResponderConfig {
+    /// Keys served (at least one; distinct key ids).
+    pub keys: Vec<ApiKey>,
+    /// Listen address (default 127.0.0.1:0).
+    pub listen: SocketAddr,
+    /// Server id (default from the start time, wire.md §7).
+    pub server_id: Option<u64>,
+    /// Cores / sockets (default 1).
+    pub cores: usize,
+    /// Faults at start (default none).
+    pub faults: Faults,
+    /// Dedup table capacity in entries (default 65536).
+    pub dedup_capacity: usize,
+}
+
+impl ResponderConfig {
+    /// Defaults for everything but the keys.
+    pub fn new(keys: Vec<ApiKey>) -> Self {
+        Self {
+            keys,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            server_id: None,
+            cores: 1,
+            faults: Faults::default(),
+            dedup_capacity: Capacities::default().dedup,
+        }
+    }
+}
+
+/// Why [`spawn`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ResponderError {
+    /// The key set or server id is unusable.
+    #[error("invalid responder configuration: {0}")]
+    Config(#[from] DecideError),
+    /// Creating or binding a socket failed.
+    #[error("cannot bind UDP socket on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// Starting an executor thread failed.
+    #[error("cannot start executor for core {core}: {source}")]
+    Executor {
+        /// Core index.
+        core: usize,
+        /// The error.
+        source: io::Error,
+    },
+    /// The OS random source failed (nonce prefix, server id).
+    #[error("OS random source failed")]
+    Rng,
+}
+
+struct Control {
+    stop: AtomicBool,
+    faults: Mutex<Faults>,
+    faults_gen: AtomicU64,
+}
+
+/// A running responder; stops on [`ResponderHandle::stop`] or drop.
+pub struct ResponderHandle {
+    addr: SocketAddr,
+    server_id: u64,
+    control: Arc<Control>,
+    counters: Vec<Arc<CounterSet>>,
+    shared: Arc<Shared>,
+    threads: Vec<ExecutorJoinHandle<()>>,
+}
+
+fn bind_one(addr: SocketAddr) -> io::Result<Socket> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_port(true)?;
+    s.set_nonblocking(true)?;
+    let _ = s.set_recv_buffer_size(4 << 20);
+    let _ = s.set_send_buffer_size(4 << 20);
+    s.bind(&addr.into())?;
+    Ok(s)
+}
+
+fn random_u64() -> Result<u64, ResponderError> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).map_err(|_| ResponderError::Rng)?;
+    Ok(u64::from_le_bytes(b))
+}
+
+/// Starts a responder: binds `cfg.cores` sockets on one port and one pinned glommio
+/// executor per socket. Returns once every socket is bound.
+pub fn spawn(cfg: ResponderConfig) -> Result<ResponderHandle, ResponderError> {
+    let cores = cfg.cores.max(1);
+    let rnd = random_u64()?;
+    let server_id = match cfg.server_id {
+        Some(id) => id,
+        None => {
+            let unix = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            default_server_id(unix, rnd)
+        }
+    };
+    let first = bind_one(cfg.listen).map_err(|source| ResponderError::Bind {
+        addr: cfg.listen,
+        source,
+    })?;
+    let addr = first
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .ok_or(ResponderError::Bind {
+            addr: cfg.listen,
+            source: io::Error::other("no local address"),
+        })?;
+    let mut sockets = vec![first];
+    for _ in 1..cores {
+        sockets.push(bind_one(addr).map_err(|source| ResponderError::Bind { addr, source })?);
+    }
+    let shared = Shared::new(
+        Capacities {
+            dedup: cfg.dedup_capacity.max(1),
+            ..Capacities::default()
+        },
+        Instant::now(),
+    );
+    let control = Arc::new(Control {
+        stop: AtomicBool::new(false),
+        faults: Mutex::new(cfg.faults.clone()),
+        faults_gen: AtomicU64::new(1),
+    });
+    let cpus = core_affinity::get_core_ids().unwrap_or_default();
+    let nonce_base = (rnd >> 32) as u32;
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let mut counters = Vec::with_capacity(cores);
+    let mut threads = Vec::with_capacity(cores);
+    for (i, sock) in sockets.into_iter().enumerate() {
+        let set = Arc::new(CounterSet::default());
+        counters.push(set.clone());
+        let responder = Responder::with_shared(
+            &cfg.keys,
+            server_id,
+            shared.clone(),
+            set,
+            nonce_base.wrapping_add(i as u32),
+        )?;
+        let placement = if cores <= cpus.len() {
+            Placement::Fixed(cpus[i].id)
+        } else {
+            Placement::Unbound
+        };
+        let control = control.clone();
+        let ready = ready_tx.clone();
+        let builder = LocalExecutorBuilder::new(placement)
+            .name(&format!("rl-resp-{i}"))
+            .io_memory(1 << 20)
+            .ring_depth(128);
+        let handle = builder
+            .spawn(move || core_loop(i, sock, responder, control, ready))
+            .map_err(|e| ResponderError::Executor {
+                core: i,
+                source: io::Error::other(e.to_string()),
+            })?;
+        threads.push(handle);
+    }
+    let handle = ResponderHandle {
+        addr,
+        server_id,
+        control,
+        counters,
+        shared,
+        threads,
+    };
+    // Return only once every core is in its receive loop (bounded wait).
+    for _ in 0..cores {
+        if ready_rx.recv_timeout(Duration::from_secs(10)).is_err() {
+            return Err(ResponderError::Executor {
+                core: 0,
+                source: io::Error::new(io::ErrorKind::TimedOut, "executor did not start"),
+            });
+        }
+    }
+    Ok(handle)
+}
+
+impl ResponderHandle {
+    /// The bound address (all cores share its port).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The server id written into responses.
+    pub fn server_id(&self) -> u64 {
+        self.server_id
+    }
+
+    /// Sum of every core's counters, plus the dedup table's.
+    pub fn counters(&self) -> Counters {
+        let mut c = Counters::default();
+        for s in &self.counters {
+            c.merge(&s.snapshot());
+        }
+        let d = self.shared.dedup_stats();
+        c.dedup_len = d.len as u64;
+        c.dedup_overflow = d.overflow;
+        c
+    }
+
+    /// Replaces the faults on every core (seen within about 20 ms).
+    pub fn set_faults(&self, f: Faults) {
+        *self
+            .control
+            .faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = f;
+        self.control.faults_gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// Stops every core and joins them.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.control.stop.store(true, Ordering::Release);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ResponderHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Raw batch buffers for recvmmsg/sendmmsg (allocated once per core).
+struct Batch {
+    bufs: Vec<[u8; BUF]>,
+    lens: [usize; BATCH],
+    addrs: [libc::sockaddr_storage; BATCH],
+    iovs: [libc::iovec; BATCH],
+    hdrs: [libc::mmsghdr; BATCH],
+}
+
+impl Batch {
+    fn new() -> Box<Self> {
+        // SAFETY: all-zero is a valid value of these plain C structs and arrays.
+        let mut b: Box<Self> = Box::new(Self {
+            bufs: vec![[0u8; BUF]; BATCH],
+            lens: [0; BATCH],
+            addrs: unsafe { zeroed() },
+            iovs: unsafe { zeroed() },
+            hdrs: unsafe { zeroed() },
+        });
+        for i in 0..BATCH {
+            b.iovs[i].iov_base = b.bufs[i].as_mut_ptr().cast();
+            b.iovs[i].iov_len = BUF;
+        }
+        b
+    }
+
+    fn addr(&self, i: usize) -> Option<SocketAddr> {
+        let len = self.hdrs[i].msg_hdr.msg_namelen;
+        // SAFETY: the kernel filled addrs[i] with a sockaddr of msg_namelen bytes.
+        let sa = unsafe { SockAddr::new(self.addrs[i], len) };
+        sa.as_socket()
+    }
+
+    fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        for i in 0..BATCH {
+            self.iovs[i].iov_len = BUF;
+            let h = &mut self.hdrs[i].msg_hdr;
+            h.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
+            h.msg_iov = &mut self.iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
+            h.msg_flags = 0;
+            self.hdrs[i].msg_len = 0;
+        }
+        // SAFETY: hdrs point at live buffers owned by self for the duration of the call.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                BATCH as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for i in 0..n as usize {
+            self.lens[i] = self.hdrs[i].msg_len as usize;
+        }
+        Ok(n as usize)
+    }
+
+    /// Queues buffer `i` (already filled with `len` bytes) for `to` at slot `slot`.
+    fn set_out(&mut self, slot: usize, len: usize, to: SocketAddr) {
+        let sa = SockAddr::from(to);
+        // SAFETY: copying sa.len() bytes of a sockaddr into a sockaddr_storage.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                sa.as_ptr().cast::<u8>(),
+                (&mut self.addrs[slot] as *mut libc::sockaddr_storage).cast::<u8>(),
+                sa.len() as usize,
+            );
+        }
+        self.iovs[slot].iov_len = len;
+        let h = &mut self.hdrs[slot].msg_hdr;
+        h.msg_name = (&mut self.addrs[slot] as *mut libc::sockaddr_storage).cast();
+        h.msg_namelen = sa.len();
+        h.msg_iov = &mut self.iovs[slot];
+        h.msg_iovlen = 1;
+        h.msg_control = std::ptr::null_mut();
+        h.msg_controllen = 0;
+        h.msg_flags = 0;
+    }
+
+    /// Sends slots 0..n; returns how many datagrams failed.
+    fn send(&mut self, fd: RawFd, n: usize) -> u64 {
+        let mut done = 0;
+        let mut failed = 0;
+        let mut tries = 0;
+        while done < n && tries < 4 * BATCH {
+            tries += 1;
+            // SAFETY: hdrs[done..n] point at live buffers owned by self.
+            let r = unsafe {
+                libc::sendmmsg(
+                    fd,
+                    self.hdrs[done..].as_mut_ptr(),
+                    (n - done) as u32,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if r < 0 {
+                // skip the datagram that failed
+                failed += 1;
+                done += 1;
+            } else {
+                done += r as usize;
+            }
+        }
+        failed + (n - done) as u64
+    }
+}
+
+fn send_one(fd: RawFd, buf: &[u8], to: SocketAddr) -> bool {
+    let sa = SockAddr::from(to);
+    // SAFETY: buf and sa are valid for the call.
+    let r = unsafe {
+        libc::sendto(
+            fd,
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+            sa.as_ptr().cast(),
+            sa.len(),
+        )
+    };
+    r >= 0
+}
+
+struct Delayed {
+    heap: BinaryHeap<Reverse<(Instant, u64, usize)>>,
+    slots: Vec<(Vec<u8>, SocketAddr)>,
+    free: Vec<usize>,
+    seq: u64,
+}
+
+impl Delayed {
+    fn new() -> Self {
+        Self {
+            heap: BinaryHeap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            seq: 0,
+        }
+    }
+
+    fn push(&mut self, due: Instant, data: &[u8], to: SocketAddr) -> bool {
+        if self.heap.len() >= MAX_DELAYED {
+            return false;
+        }
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slots[s].0.clear();
+                self.slots[s].0.extend_from_slice(data);
+                self.slots[s].1 = to;
+                s
+            }
+            None => {
+                self.slots.push((data.to_vec(), to));
+                self.slots.len() - 1
+            }
+        };
+        self.seq += 1;
+        self.heap.push(Reverse((due, self.seq, slot)));
+        true
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.heap.peek().map(|r| r.0.0)
+    }
+
+    fn flush(&mut self, fd: RawFd, now: Instant, c: &CounterSet) {
+        while let Some(&Reverse((due, _, slot))) = self.heap.peek() {
+            if due > now {
+                break;
+            }
+            self.heap.pop();
+            let (data, to) = &self.slots[slot];
+            if !send_one(fd, data, *to) {
+                c.send_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            self.free.push(slot);
+        }
+    }
+}
+
+async fn core_loop(
+    core: usize,
+    sock: Socket,
+    mut responder: Responder,
+    control: Arc<Control>,
+    ready: std::sync::mpsc::Sender<()>,
+) {
+    let counters = responder.counter_set();
+    let c = &*counters;
+    // SAFETY: the fd comes from a socket we own and hand over here.
+    let gsock = unsafe { glommio::net::UdpSocket::from_raw_fd(sock.into_raw_fd()) };
+    let fd = gsock.as_raw_fd();
+    let mut rx = Batch::new();
+    let mut tx = Batch::new();
+    let mut delayed = Delayed::new();
+    let mut faults_seen = 0u64;
+    let mut faults = Faults::default();
+    let mut rng = FaultRng::new(0);
+    let mut peek = [0u8; 1];
+    let _ = ready.send(());
+    drop(ready);
+    loop {
+        if control.stop.load(Ordering::Acquire) {
+            break;
+        }
+        let g = control.faults_gen.load(Ordering::Acquire);
+        if g != faults_seen {
+            faults_seen = g;
+            faults = control
+                .faults
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            responder.set_faults(&faults);
+            rng = FaultRng::new(faults.seed.wrapping_add(core as u64));
+        }
+        let io_faults = faults.has_io_faults();
+        let now = Instant::now();
+        delayed.flush(fd, now, c);
+        let n = match rx.recv(fd) {
+            Ok(n) => n,
+            Err(e) => {
+                if e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted {
+                    c.recv_errors.fetch_add(1, Ordering::Relaxed);
+                }
+                0
+            }
+        };
+        if n == 0 {
+            let mut wait = Duration::from_millis(20);
+            if let Some(due) = delayed.next_due() {
+                wait = wait.min(due.saturating_duration_since(Instant::now()));
+            }
+            let wait = wait.max(Duration::from_micros(100));
+            let _ = gsock.set_read_timeout(Some(wait));
+            let _ = gsock.peek_from(&mut peek).await;
+            continue;
+        }
+        let mut out_n = 0;
+        for i in 0..n {
+            let Some(from) = rx.addr(i) else { continue };
+            if io_faults {
+                if faults.silent {
+                    c.fault_silent_drops.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                if rng.chance(faults.drop_in) {
+                    c.fault_drop_in.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            }
+            let len = rx.lens[i];
+            let Some(resp_len) =
+                responder.handle(&mut rx.bufs[i][..len], from, now, &mut tx.bufs[out_n])
+            else {
+                continue;
+            };
+            if io_faults {
+                if rng.chance(faults.drop_out) {
+                    c.fault_drop_out.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let copies = if rng.chance(faults.duplicate) {
+                    c.fault_duplicated.fetch_add(1, Ordering::Relaxed);
+                    2
+                } else {
+                    1
+                };
+                let delay = faults.delay + rng.up_to(faults.jitter);
+                if !delay.is_zero() {
+                    c.fault_delayed.fetch_add(1, Ordering::Relaxed);
+                    for _ in 0..copies {
+                        if !delayed.push(now + delay, &tx.bufs[out_n][..resp_len], from) {
+                            c.delay_queue_full.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    continue;
+                }
+                if copies == 2 && !send_one(fd, &tx.bufs[out_n][..resp_len], from) {
+                    c.send_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            tx.set_out(out_n, resp_len, from);
+            out_n += 1;
+        }
+        if out_n > 0 {
+            let failed = tx.send(fd, out_n);
+            if failed > 0 {
+                c.send_errors.fetch_add(failed, Ordering::Relaxed);
+            }
+        }
+    }
+}

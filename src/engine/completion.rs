@@ -1,0 +1,269 @@
+//! Lock-free one-shot completion slots, pooled per engine.
+//!
+//! Owns: a fixed pool of slots (allocated once at build), each carrying one `Outcome`
+//! from the owning core back to the caller: an atomic state, the outcome cell and an
+//! `AtomicWaker` (a task waker, or a thread unparker for blocking waits). Slots are
+//! reused through a lock-free free list, so a request costs no heap allocation here.
+//!
+//! Must not touch: request state, sockets, clocks. A core completes a slot exactly once;
+//! a caller that gives up (drops its future) abandons the slot and the core frees it.
+
+use std::cell::UnsafeCell;
+use std::future::Future;
+use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
+
+use atomic_waker::AtomicWaker;
+use crossbeam_queue::ArrayQueue;
+
+use crate::outcome::Outcome;
+
+const FREE: u8 = 0;
+const PENDING: u8 = 1;
+const READY: u8 = 2;
+const ABANDONED: u8 = 3;
+
+struct Slot {
+    state: AtomicU8,
+    outcome: UnsafeCell<MaybeUninit<Outcome>>,
+    waker: AtomicWaker,
+}
+
+// SAFETY: `outcome` is written only by the completing core while the state is PENDING
+// or ABANDONED (one owner), and read only by the caller after it observed READY with
+// Acquire ordering (the core's write happens-before its Release store of READY).
+unsafe impl Sync for Slot {}
+unsafe impl Send for Slot {}
+
+/// The engine-wide pool of completion slots.
+pub(crate) struct SlotPool {
+    slots: Box<[Slot]>,
+    free: ArrayQueue<u32>,
+}
+
+impl SlotPool {
+    pub(crate) fn new(capacity: usize) -> Arc<SlotPool> {
+        let capacity = capacity.max(1);
+        let slots: Box<[Slot]> = (0..capacity)
+            .map(|_| Slot {
+                state: AtomicU8::new(FREE),
+                outcome: UnsafeCell::new(MaybeUninit::uninit()),
+                waker: AtomicWaker::new(),
+            })
+            .collect();
+        let free = ArrayQueue::new(capacity);
+        for i in 0..capacity as u32 {
+            let _ = free.push(i);
+        }
+        Arc::new(SlotPool { slots, free })
+    }
+
+    /// Takes a free slot, or `None` when every slot is in use (the engine is overloaded).
+    pub(crate) fn acquire(&self) -> Option<u32> {
+        let idx = self.free.pop()?;
+        self.slots[idx as usize]
+            .state
+            .store(PENDING, Ordering::Relaxed);
+        Some(idx)
+    }
+
+    fn release(&self, idx: u32) {
+        self.slots[idx as usize].state.store(FREE, Ordering::Release);
+        // Cannot fail: the queue holds every slot index at most once.
+        let _ = self.free.push(idx);
+    }
+
+    /// Core side: delivers the outcome of slot `idx` (exactly once per acquire).
+    pub(crate) fn complete(&self, idx: u32, outcome: Outcome) {
+        let slot = &self.slots[idx as usize];
+        // SAFETY: only the core writes while the slot is PENDING/ABANDONED.
+        unsafe { (*slot.outcome.get()).write(outcome) };
+        match slot.state.swap(READY, Ordering::AcqRel) {
+            ABANDONED => {
+                // The caller left: drop the outcome and recycle the slot.
+                // SAFETY: written just above, never read by anyone.
+                unsafe { (*slot.outcome.get()).assume_init_drop() };
+                self.release(idx);
+            }
+            _ => slot.waker.wake(),
+        }
+    }
+
+    /// Caller side: takes the outcome if ready, registering `waker` otherwise.
+    fn poll_take(&self, idx: u32, waker: &Waker) -> Poll<Outcome> {
+        let slot = &self.slots[idx as usize];
+        if slot.state.load(Ordering::Acquire) != READY {
+            slot.waker.register(waker);
+            if slot.state.load(Ordering::Acquire) != READY {
+                return Poll::Pending;
+            }
+        }
+        // SAFETY: READY observed with Acquire: the core wrote the outcome and no longer
+        // touches the cell; the caller takes it exactly once (the handle is consumed).
+        let out = unsafe { (*slot.outcome.get()).assume_init_read() };
+        self.release(idx);
+        Poll::Ready(out)
+    }
+
+    /// Caller side: gives up on slot `idx`.
+    fn abandon(&self, idx: u32) {
+        let slot = &self.slots[idx as usize];
+        if slot.state.swap(ABANDONED, Ordering::AcqRel) == READY {
+            // SAFETY: READY: the core wrote it; nobody else will read it.
+            unsafe { (*slot.outcome.get()).assume_init_drop() };
+            self.release(idx);
+        }
+    }
+}
+
+/// The caller's end of one request: a runtime-agnostic future, or [`Completion::wait`].
+/// Dropping it before the outcome arrives abandons the request's result (the request
+/// itself still runs to its end on the core).
+pub struct Completion {
+    inner: Inner,
+}
+
+enum Inner {
+    Slot {
+        pool: Arc<SlotPool>,
+        idx: u32,
+        done: bool,
+    },
+    Ready(Option<Outcome>),
+}
+
+impl Completion {
+    pub(crate) fn new(pool: Arc<SlotPool>, idx: u32) -> Self {
+        Completion {
+            inner: Inner::Slot {
+                pool,
+                idx,
+                done: false,
+            },
+        }
+    }
+
+    /// An outcome known without involving a core (local grant, configuration error,
+    /// overload, shutdown).
+    pub(crate) fn ready(outcome: Outcome) -> Self {
+        Completion {
+            inner: Inner::Ready(Some(outcome)),
+        }
+    }
+
+    /// Blocks the calling thread until the outcome arrives.
+    pub fn wait(mut self) -> Outcome {
+        if let Inner::Ready(out) = &mut self.inner {
+            return out.take().expect("outcome taken once");
+        }
+        let waker = thread_waker();
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            if let Poll::Ready(out) = Pin::new(&mut self).poll(&mut cx) {
+                return out;
+            }
+            std::thread::park();
+        }
+    }
+}
+
+impl Future for Completion {
+    type Output = Outcome;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        match &mut self.inner {
+            Inner::Ready(out) => Poll::Ready(out.take().expect("Completion polled after it returned")),
+            Inner::Slot { pool, idx, done } => {
+                assert!(!*done, "Completion polled after it returned its outcome");
+                match pool.poll_take(*idx, cx.waker()) {
+                    Poll::Ready(out) => {
+                        *done = true;
+                        Poll::Ready(out)
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        if let Inner::Slot {
+            pool,
+            idx,
+            done: false,
+        } = &self.inner
+        {
+            pool.abandon(*idx);
+        }
+    }
+}
+
+struct ThreadWaker(Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// A waker that unparks the current thread, built once per thread.
+pub(crate) fn thread_waker() -> Waker {
+    thread_local! {
+        static WAKER: Waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    }
+    WAKER.with(|w| w.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::Failure;
+
+    #[test]
+    fn complete_then_wait_and_reuse() {
+        let pool = SlotPool::new(2);
+        for _ in 0..10 {
+            let idx = pool.acquire().unwrap();
+            let c = Completion::new(pool.clone(), idx);
+            pool.complete(idx, Err(Failure::Overloaded));
+            assert!(matches!(c.wait(), Err(Failure::Overloaded)));
+        }
+        assert_eq!(pool.free.len(), 2);
+    }
+
+    #[test]
+    fn wait_across_threads_and_abandon() {
+        let pool = SlotPool::new(4);
+        let idx = pool.acquire().unwrap();
+        let c = Completion::new(pool.clone(), idx);
+        let p2 = pool.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            p2.complete(idx, Err(Failure::Shutdown));
+        });
+        assert!(matches!(c.wait(), Err(Failure::Shutdown)));
+        t.join().unwrap();
+        // abandoned before completion: the core's completion frees the slot
+        let idx = pool.acquire().unwrap();
+        drop(Completion::new(pool.clone(), idx));
+        assert_eq!(pool.free.len(), 3);
+        pool.complete(idx, Err(Failure::Shutdown));
+        assert_eq!(pool.free.len(), 4);
+        // exhausted pool
+        let all: Vec<u32> = (0..4).map(|_| pool.acquire().unwrap()).collect();
+        assert!(pool.acquire().is_none());
+        for i in all {
+            pool.complete(i, Err(Failure::Shutdown));
+            pool.abandon(i);
+        }
+        assert_eq!(pool.free.len(), 4);
+    }
+}

@@ -1,0 +1,150 @@
+//! Membership: the current endpoint set, and the background discovery thread.
+//!
+//! Owns: the atomically swapped endpoint snapshot (`ArcSwap`; a request clones the
+//! `Arc`, never the endpoints), and the discovery thread that resolves DNS
+//! (`discovery::resolve`) every 300 s or sooner by the smallest SRV TTL, keeps the last
+//! good set when a refresh fails or finds nothing, and refreshes at once (at most once a
+//! second) when a core finds the set empty.
+//! Must not touch: the request path (cores only load the snapshot and may ask for a
+//! refresh), sockets of the cores.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+
+use crate::discovery;
+use crate::machine::{Endpoint, MAX_ENDPOINTS, Snapshot};
+
+/// Default refresh period (client.md §5).
+pub(crate) const REFRESH: Duration = Duration::from_secs(300);
+/// Minimum gap between forced refreshes.
+pub(crate) const FORCE_GAP: Duration = Duration::from_secs(1);
+/// Timeout of one DNS resolution.
+pub(crate) const DNS_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// The current endpoint set, shared by every core.
+pub(crate) struct Membership {
+    current: ArcSwap<Snapshot>,
+    stop: AtomicBool,
+    force: AtomicBool,
+    thread: Mutex<Option<Thread>>,
+    /// Successful resolutions (for tests and stats).
+    pub refreshes: AtomicU64,
+    /// Failed or empty resolutions.
+    pub refresh_failures: AtomicU64,
+}
+
+impl Membership {
+    pub(crate) fn new(initial: Vec<Endpoint>) -> Arc<Membership> {
+        Arc::new(Membership {
+            current: ArcSwap::from_pointee(Arc::from(initial)),
+            stop: AtomicBool::new(false),
+            force: AtomicBool::new(false),
+            thread: Mutex::new(None),
+            refreshes: AtomicU64::new(0),
+            refresh_failures: AtomicU64::new(0),
+        })
+    }
+
+    /// The current snapshot (one `Arc` clone).
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        Snapshot::clone(&self.current.load())
+    }
+
+    pub(crate) fn store(&self, eps: Vec<Endpoint>) {
+        self.current.store(Arc::new(Arc::from(eps)));
+    }
+
+    /// Asks the discovery thread for an early refresh (throttled there).
+    pub(crate) fn request_refresh(&self) {
+        if !self.force.swap(true, Ordering::AcqRel)
+            && let Ok(t) = self.thread.lock()
+            && let Some(t) = t.as_ref()
+        {
+            t.unpark();
+        }
+    }
+
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        if let Ok(t) = self.thread.lock()
+            && let Some(t) = t.as_ref()
+        {
+            t.unpark();
+        }
+    }
+}
+
+/// Starts the discovery thread; returns once the first resolution finished (success or
+/// not), so a fresh engine has endpoints when DNS works.
+pub(crate) fn spawn_discovery(
+    m: Arc<Membership>,
+    domain: String,
+    server: Option<SocketAddr>,
+) -> std::io::Result<JoinHandle<()>> {
+    let (ready_tx, ready_rx) = crossbeam_channel::bounded::<()>(1);
+    let m2 = m.clone();
+    let h = std::thread::Builder::new()
+        .name("rl-discovery".into())
+        .spawn(move || discovery_loop(m2, domain, server, ready_tx))?;
+    *m.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h.thread().clone());
+    let _ = ready_rx.recv_timeout(DNS_TIMEOUT * 3);
+    Ok(h)
+}
+
+fn discovery_loop(
+    m: Arc<Membership>,
+    domain: String,
+    server: Option<SocketAddr>,
+    ready: crossbeam_channel::Sender<()>,
+) {
+    let mut last_attempt;
+    loop {
+        if m.stop.load(Ordering::Acquire) {
+            return;
+        }
+        last_attempt = Instant::now();
+        m.force.store(false, Ordering::Release);
+        let next = match discovery::resolve(&domain, server, DNS_TIMEOUT) {
+            Ok(d) if !d.servers.is_empty() => {
+                let mut eps = discovery::endpoints(&d);
+                eps.truncate(MAX_ENDPOINTS);
+                m.store(eps);
+                m.refreshes.fetch_add(1, Ordering::Relaxed);
+                REFRESH.min(Duration::from_secs(u64::from(d.min_ttl_s.max(1))))
+            }
+            _ => {
+                m.refresh_failures.fetch_add(1, Ordering::Relaxed);
+                if m.snapshot().is_empty() {
+                    FORCE_GAP
+                } else {
+                    REFRESH.min(Duration::from_secs(30))
+                }
+            }
+        };
+        let _ = ready.try_send(());
+        let due = last_attempt + next;
+        loop {
+            if m.stop.load(Ordering::Acquire) {
+                return;
+            }
+            let now = Instant::now();
+            if now >= due {
+                break;
+            }
+            if m.force.load(Ordering::Acquire) && now >= last_attempt + FORCE_GAP {
+                break;
+            }
+            let wake = if m.force.load(Ordering::Acquire) {
+                (last_attempt + FORCE_GAP).min(due)
+            } else {
+                due
+            };
+            std::thread::park_timeout(wake.saturating_duration_since(now));
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! Submission from any thread: the request builder, the encoded request, and the
+//! per-core queues (crossbeam channel + eventfd wake + parked flag).
+//!
+//! Owns: [`RequestBuilder`], [`Request`], [`Batch`], the message type cores receive, and
+//! the wake protocol: a submitter writes the core's eventfd only when the core announced
+//! it is about to park (one syscall per park, not per request); a busy core drains its
+//! queue in batches without any syscall.
+//! Must not touch: sockets, the request machine, clocks other than the submit timestamp.
+//! The PDU is encoded here, on the caller's thread; the core adds the tenant/auth TLVs.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use smallvec::SmallVec;
+
+use super::EngineHandle;
+use super::completion::Completion;
+use super::io::WakeFd;
+use super::stats::Stats;
+use crate::error::{ConfigError, RequestError};
+use crate::ids::{LatencyTracker, Resource};
+use crate::outcome::{Failure, Outcome, Response};
+use crate::wire::{self, EncodeError, GuardSpec, ReportEntry, ResourceSpec};
+
+/// PDU bytes kept inline in a submission (larger PDUs go to the heap).
+pub(crate) const PDU_INLINE: usize = 128;
+
+/// An encoded rate-request PDU.
+pub(crate) enum PduBuf {
+    Inline { len: u16, bytes: [u8; PDU_INLINE] },
+    Heap(Box<[u8]>),
+}
+
+impl PduBuf {
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            PduBuf::Inline { len, bytes } => &bytes[..*len as usize],
+            PduBuf::Heap(b) => b,
+        }
+    }
+}
+
+/// What a core receives.
+pub(crate) enum Msg {
+    Request {
+        pdu: PduBuf,
+        slot: u32,
+        submitted: Instant,
+    },
+    Report(ReportEntry),
+    Stats(Sender<Stats>),
+}
+
+/// One core's inbound queue.
+pub(crate) struct CoreQueue {
+    pub tx: Sender<Msg>,
+    pub rx: Receiver<Msg>,
+    pub wake: WakeFd,
+    /// Set by the core just before it blocks; cleared by the first submitter that sees it.
+    pub parked: AtomicBool,
+    /// Set once by shutdown.
+    pub stop: AtomicBool,
+}
+
+impl CoreQueue {
+    pub(crate) fn new(capacity: usize) -> std::io::Result<CoreQueue> {
+        let (tx, rx) = crossbeam_channel::bounded(capacity.max(1));
+        Ok(CoreQueue {
+            tx,
+            rx,
+            wake: WakeFd::new()?,
+            parked: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    /// Queues without waking; `Err` gives the message back when the queue is full.
+    pub(crate) fn push(&self, msg: Msg) -> Result<(), Msg> {
+        match self.tx.try_send(msg) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(m)) | Err(TrySendError::Disconnected(m)) => Err(m),
+        }
+    }
+
+    /// Wakes the core if it is parked (or about to park).
+    pub(crate) fn wake_if_parked(&self) {
+        if self.parked.load(Ordering::SeqCst) && self.parked.swap(false, Ordering::SeqCst) {
+            self.wake.wake();
+        }
+    }
+
+    /// Wakes the core unconditionally.
+    pub(crate) fn wake_now(&self) {
+        self.parked.store(false, Ordering::SeqCst);
+        self.wake.wake();
+    }
+}
+
+/// Whole milliseconds of `d` as u32, or `BadLatency`.
+fn latency_ms(d: Duration) -> Result<u32, RequestError> {
+    if d.subsec_nanos() % 1_000_000 != 0 {
+        return Err(RequestError::BadLatency);
+    }
+    u32::try_from(d.as_millis()).map_err(|_| RequestError::BadLatency)
+}
+
+/// Builds one resource request. Obtained from [`EngineHandle::request`].
+#[must_use = "a request does nothing until sent"]
+pub struct RequestBuilder<'a> {
+    handle: &'a EngineHandle,
+    guards: SmallVec<[GuardSpec; 2]>,
+    resources: SmallVec<[ResourceSpec; 2]>,
+    label: &'a str,
+    error: Option<ConfigError>,
+}
+
+impl<'a> RequestBuilder<'a> {
+    pub(crate) fn new(handle: &'a EngineHandle) -> Self {
+        RequestBuilder {
+            handle,
+            guards: SmallVec::new(),
+            resources: SmallVec::new(),
+            label: "",
+            error: None,
+        }
+    }
+
+    fn fail(&mut self, e: ConfigError) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+    }
+
+    /// Consumes `tokens` (1..=65535) from `resource`.
+    pub fn consume(mut self, resource: &Resource, tokens: u32) -> Self {
+        let limit = self.handle.inner.window_limit_ms;
+        if !(1..=65535).contains(&tokens) {
+            self.fail(RequestError::TokensOutOfRange { tokens }.into());
+        } else if resource.window_ms() > limit {
+            self.fail(
+                RequestError::WindowOverKeyLimit {
+                    window_ms: resource.window_ms(),
+                    limit_ms: limit,
+                }
+                .into(),
+            );
+        } else {
+            self.resources.push(ResourceSpec {
+                bucket_id: resource.id(),
+                window_ms: resource.window_ms(),
+                rate_limit: resource.rate_limit(),
+                tokens: tokens as u16,
+            });
+        }
+        self
+    }
+
+    /// Requires `tracker`'s current latency to be below `threshold` (whole ms).
+    pub fn guard(mut self, tracker: &LatencyTracker, threshold: Duration) -> Self {
+        match latency_ms(threshold) {
+            Ok(ms) => self.guards.push(GuardSpec {
+                tracker_id: tracker.id(),
+                ttl_ms: tracker.ttl_ms(),
+                max_samples: tracker.max_samples(),
+                min_samples: tracker.min_samples(),
+                threshold_ms: ms,
+                current_latency_ms: 0,
+            }),
+            Err(e) => self.fail(e.into()),
+        }
+        self
+    }
+
+    /// Metrics label (groups server-side metrics only).
+    pub fn label(mut self, label: &'a str) -> Self {
+        self.label = label;
+        self
+    }
+
+    /// Validates and encodes the request (for [`EngineHandle::submit_batch`]).
+    pub fn build(self) -> Request {
+        let kind = if let Some(e) = self.error {
+            Kind::Invalid(e)
+        } else if self.guards.is_empty() && self.resources.is_empty() {
+            Kind::Empty
+        } else {
+            match encode(
+                self.handle.inner.horizon_ms,
+                self.handle.inner.max_pdu,
+                &self.guards,
+                &self.resources,
+                self.label,
+            ) {
+                Ok(p) => Kind::Encoded(p),
+                Err(e) => Kind::Invalid(e),
+            }
+        };
+        Request { kind }
+    }
+
+    /// Sends the request; the returned future (or its `wait()`) yields the outcome.
+    pub fn send(self) -> Completion {
+        let h = self.handle;
+        h.submit(self.build())
+    }
+
+    /// Sends the request and blocks until its outcome.
+    pub fn wait(self) -> Outcome {
+        self.send().wait()
+    }
+}
+
+fn encode(
+    horizon_ms: u32,
+    max_pdu: usize,
+    guards: &[GuardSpec],
+    resources: &[ResourceSpec],
+    label: &str,
+) -> Result<PduBuf, ConfigError> {
+    let map = |e: EncodeError| -> ConfigError {
+        match e {
+            EncodeError::LabelTooLong { len } => RequestError::LabelTooLong { len }.into(),
+            EncodeError::TooManyBlocks => RequestError::TooManyBlocks.into(),
+            _ => RequestError::TooLarge {
+                needed: wire::MAX_DATAGRAM + 1,
+                max: wire::MAX_DATAGRAM,
+            }
+            .into(),
+        }
+    };
+    let len = wire::rate_request_pdu_len(guards.len(), resources.len(), label.len())
+        .ok_or(ConfigError::Request(RequestError::TooManyBlocks))?;
+    if len > max_pdu {
+        return Err(RequestError::TooLarge {
+            needed: len + (wire::MAX_DATAGRAM - max_pdu),
+            max: wire::MAX_DATAGRAM,
+        }
+        .into());
+    }
+    if len <= PDU_INLINE {
+        let mut bytes = [0u8; PDU_INLINE];
+        let n = wire::encode_rate_request_pdu(&mut bytes, horizon_ms, guards, resources, label)
+            .map_err(map)?;
+        Ok(PduBuf::Inline {
+            len: n as u16,
+            bytes,
+        })
+    } else {
+        let mut v = vec![0u8; len];
+        let n = wire::encode_rate_request_pdu(&mut v, horizon_ms, guards, resources, label)
+            .map_err(map)?;
+        v.truncate(n);
+        Ok(PduBuf::Heap(v.into_boxed_slice()))
+    }
+}
+
+pub(crate) enum Kind {
+    Empty,
+    Invalid(ConfigError),
+    Encoded(PduBuf),
+}
+
+/// A validated, encoded request, ready for [`EngineHandle::submit_batch`].
+pub struct Request {
+    pub(crate) kind: Kind,
+}
+
+impl Request {
+    /// The outcome decided without a core, if any (empty → local grant; invalid).
+    pub(crate) fn local_outcome(kind: Kind) -> Result<PduBuf, Outcome> {
+        match kind {
+            Kind::Empty => Err(Ok(Response::local_grant())),
+            Kind::Invalid(e) => Err(Err(Failure::Configuration(e))),
+            Kind::Encoded(p) => Ok(p),
+        }
+    }
+}
+
+/// Outcomes of a batch, in submission order: a future, or [`Batch::wait`].
+pub struct Batch {
+    pending: Vec<Completion>,
+    done: Vec<Option<Outcome>>,
+    next: usize,
+}
+
+impl Batch {
+    pub(crate) fn new(pending: Vec<Completion>) -> Batch {
+        let n = pending.len();
+        Batch {
+            pending,
+            done: (0..n).map(|_| None).collect(),
+            next: 0,
+        }
+    }
+
+    /// Blocks until every outcome is known.
+    pub fn wait(self) -> Vec<Outcome> {
+        self.pending.into_iter().map(Completion::wait).collect()
+    }
+}
+
+impl Future for Batch {
+    type Output = Vec<Outcome>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<Outcome>> {
+        let this = &mut *self;
+        while this.next < this.pending.len() {
+            let i = this.next;
+            match Pin::new(&mut this.pending[i]).poll(cx) {
+                Poll::Ready(o) => {
+                    this.done[i] = Some(o);
+                    this.next += 1;
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        this.pending.clear();
+        Poll::Ready(this.done.drain(..).map(|o| o.expect("every outcome")).collect())
+    }
+}

@@ -1,0 +1,212 @@
+//! Rate response PDU (0x5252): body = G u16 · R u16 · G guard result blocks (36) · R
+//! resource result blocks (28: id, window echo, actual_rate at +20, deficit u16 at +24).
+//! Bytes after the declared blocks are ignored. Owns the response layout, its encoder,
+//! its view and the grant rule.
+
+use super::request::{guard, put_guard, resource};
+use super::{
+    DropReason, EncodeError, GUARD_BLOCK_LEN, GuardSpec, Opened, PDU_HEADER_LEN,
+    RESOURCE_BLOCK_LEN, check_room, count_u16, get_id, get_u16, get_u32, parse_pdu, put_pdu_header,
+    put_u16, put_u32, types,
+};
+
+/// Resource result block offsets (after id and window, shared with the request).
+mod result {
+    pub const ACTUAL_RATE: usize = 20;
+    pub const DEFICIT: usize = 24;
+    pub const RESERVED: usize = 26;
+}
+
+/// Body offsets: counts, then blocks.
+const OFF_G: usize = 0;
+const OFF_R: usize = 2;
+const OFF_BLOCKS: usize = 4;
+
+/// A resource result block's values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ResourceResultSpec {
+    /// Bucket id.
+    pub bucket_id: [u8; 16],
+    /// Window echo.
+    pub window_ms: u32,
+    /// Tokens already consumed in the bucket's window.
+    pub actual_rate: u32,
+    /// 0 if the tokens were available, else the shortfall.
+    pub deficit: u16,
+}
+
+/// PDU length of a response with the given counts.
+pub const fn rate_response_pdu_len(guards: usize, resources: usize) -> usize {
+    PDU_HEADER_LEN + OFF_BLOCKS + guards * GUARD_BLOCK_LEN + resources * RESOURCE_BLOCK_LEN
+}
+
+/// Writes a rate response PDU of exact length into `out`; returns its length.
+pub fn encode_rate_response_pdu(
+    out: &mut [u8],
+    guards: &[GuardSpec],
+    resources: &[ResourceResultSpec],
+) -> Result<usize, EncodeError> {
+    let g = count_u16(guards.len())?;
+    let r = count_u16(resources.len())?;
+    let size = rate_response_pdu_len(guards.len(), resources.len());
+    check_room(out, size)?;
+    put_pdu_header(out, types::RATE_RESPONSE, size, 0);
+    put_u16(out, PDU_HEADER_LEN + OFF_G, g);
+    put_u16(out, PDU_HEADER_LEN + OFF_R, r);
+    let mut at = PDU_HEADER_LEN + OFF_BLOCKS;
+    for spec in guards {
+        put_guard(&mut out[at..at + GUARD_BLOCK_LEN], spec);
+        at += GUARD_BLOCK_LEN;
+    }
+    for spec in resources {
+        let b = &mut out[at..at + RESOURCE_BLOCK_LEN];
+        b[resource::BUCKET_ID..resource::WINDOW].copy_from_slice(&spec.bucket_id);
+        put_u32(b, resource::WINDOW, spec.window_ms);
+        put_u32(b, result::ACTUAL_RATE, spec.actual_rate);
+        put_u16(b, result::DEFICIT, spec.deficit);
+        put_u16(b, result::RESERVED, 0);
+        at += RESOURCE_BLOCK_LEN;
+    }
+    Ok(size)
+}
+
+/// A guard block (request or response).
+#[derive(Clone, Copy, Debug)]
+pub struct GuardView<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> GuardView<'a> {
+    pub(crate) fn new(b: &'a [u8]) -> GuardView<'a> {
+        GuardView { b }
+    }
+    /// Tracker id.
+    pub fn tracker_id(&self) -> [u8; 16] {
+        get_id(self.b, guard::TRACKER_ID)
+    }
+    /// Max sample age.
+    pub fn ttl_ms(&self) -> u32 {
+        get_u32(self.b, guard::TTL)
+    }
+    /// Max samples.
+    pub fn max_samples(&self) -> u32 {
+        get_u32(self.b, guard::MAX_SAMPLES)
+    }
+    /// Warm-up population.
+    pub fn min_samples(&self) -> u32 {
+        get_u32(self.b, guard::MIN_SAMPLES)
+    }
+    /// Latency threshold (as echoed).
+    pub fn threshold_ms(&self) -> u32 {
+        get_u32(self.b, guard::THRESHOLD)
+    }
+    /// Current latency (0 in requests).
+    pub fn current_latency_ms(&self) -> u32 {
+        get_u32(self.b, guard::CURRENT)
+    }
+    /// current < threshold (strict).
+    pub fn passed(&self) -> bool {
+        self.current_latency_ms() < self.threshold_ms()
+    }
+    /// The values, copied out.
+    pub fn spec(&self) -> GuardSpec {
+        GuardSpec {
+            tracker_id: self.tracker_id(),
+            ttl_ms: self.ttl_ms(),
+            max_samples: self.max_samples(),
+            min_samples: self.min_samples(),
+            threshold_ms: self.threshold_ms(),
+            current_latency_ms: self.current_latency_ms(),
+        }
+    }
+}
+
+/// A resource result block.
+#[derive(Clone, Copy, Debug)]
+pub struct ResourceResultView<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> ResourceResultView<'a> {
+    /// Bucket id.
+    pub fn bucket_id(&self) -> [u8; 16] {
+        get_id(self.b, resource::BUCKET_ID)
+    }
+    /// Window echo.
+    pub fn window_ms(&self) -> u32 {
+        get_u32(self.b, resource::WINDOW)
+    }
+    /// Tokens already consumed in the window.
+    pub fn actual_rate(&self) -> u32 {
+        get_u32(self.b, result::ACTUAL_RATE)
+    }
+    /// Shortfall (0 = available).
+    pub fn deficit(&self) -> u16 {
+        get_u16(self.b, result::DEFICIT)
+    }
+    /// The values, copied out.
+    pub fn spec(&self) -> ResourceResultSpec {
+        ResourceResultSpec {
+            bucket_id: self.bucket_id(),
+            window_ms: self.window_ms(),
+            actual_rate: self.actual_rate(),
+            deficit: self.deficit(),
+        }
+    }
+}
+
+/// A validated rate response PDU.
+#[derive(Clone, Copy, Debug)]
+pub struct RateResponseView<'a> {
+    guards: &'a [u8],
+    resources: &'a [u8],
+}
+
+impl<'a> RateResponseView<'a> {
+    /// Validates type, size (within `pdu`; later bytes ignored), body >= 4 and that all
+    /// declared blocks are present; bytes after them are ignored.
+    pub fn parse(pdu: &'a [u8]) -> Result<RateResponseView<'a>, DropReason> {
+        let (_zero, body) = parse_pdu(pdu, types::RATE_RESPONSE)?;
+        let gl = usize::from(get_u16(body, OFF_G)) * GUARD_BLOCK_LEN;
+        let rl = usize::from(get_u16(body, OFF_R)) * RESOURCE_BLOCK_LEN;
+        let rest = &body[OFF_BLOCKS..];
+        if rest.len() < gl + rl {
+            return Err(DropReason::MissingBlocks);
+        }
+        Ok(RateResponseView {
+            guards: &rest[..gl],
+            resources: &rest[gl..gl + rl],
+        })
+    }
+
+    /// Parses an opened datagram's PDU.
+    pub fn from_opened(o: &Opened<'a>) -> Result<RateResponseView<'a>, DropReason> {
+        Self::parse(o.pdu)
+    }
+
+    /// Number of guard results.
+    pub fn guard_count(&self) -> usize {
+        self.guards.len() / GUARD_BLOCK_LEN
+    }
+    /// Number of resource results.
+    pub fn resource_count(&self) -> usize {
+        self.resources.len() / RESOURCE_BLOCK_LEN
+    }
+    /// Guard results, in the server's order.
+    pub fn guards(&self) -> impl ExactSizeIterator<Item = GuardView<'a>> + Clone + 'a {
+        self.guards
+            .chunks_exact(GUARD_BLOCK_LEN)
+            .map(GuardView::new)
+    }
+    /// Resource results, in the server's order.
+    pub fn resources(&self) -> impl ExactSizeIterator<Item = ResourceResultView<'a>> + Clone + 'a {
+        self.resources
+            .chunks_exact(RESOURCE_BLOCK_LEN)
+            .map(|b| ResourceResultView { b })
+    }
+    /// Grant exactly when every guard passed (current < threshold) and every deficit is 0.
+    /// Zero entries = grant.
+    pub fn is_grant(&self) -> bool {
+        self.guards().all(|g| g.passed()) && self.resources().all(|r| r.deficit() == 0)
+    }
+}

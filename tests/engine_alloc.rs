@@ -1,0 +1,114 @@
+//! Zero heap allocations per request in steady state on the engine path.
+//!
+//! A counting `#[global_allocator]` (this test binary only) counts every allocation in
+//! the process. The peer is a minimal non-allocating responder on a std socket in this
+//! process (the embedded rl-responder allocates per datagram for its own bookkeeping,
+//! which would hide the engine's number). Also reports memory per in-flight request.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::net::UdpSocket;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use ratelimitly_engine::engine::{Cores, Engine, EngineHandle};
+use ratelimitly_engine::ids::Resource;
+use ratelimitly_engine::key::ApiKey;
+use ratelimitly_engine::machine::Endpoint;
+use ratelimitly_engine::outcome::Decision;
+use ratelimitly_engine::wire::{
+    self, Auth, RateRequestView, ResourceResultSpec, TenantFields, encode_rate_response_pdu,
+};
+
+struct Counting;
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const COOKIE: &str = "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
+
+/// Answers every rate request with a grant, without allocating.
+fn mini_responder(auth: Auth, sock: UdpSocket, stop: Arc<AtomicBool>) {
+    let mut buf = [0u8; 2048];
+    let mut out = [0u8; 1200];
+    sock.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    while !stop.load(Ordering::Relaxed) {
+        let Ok((n, from)) = sock.recv_from(&mut buf) else {
+            continue;
+        };
+        let Ok(o) = wire::open(&auth, &mut buf[..n]) else {
+            continue;
+        };
+        let Ok(req) = RateRequestView::parse(o.pdu) else {
+            continue;
+        };
+        let mut res = [ResourceResultSpec { bucket_id: [0; 16], window_ms: 0, actual_rate: 0, deficit: 0 }; 1];
+        let Some(r) = req.resources().next() else {
+            continue;
+        };
+        res[0].bucket_id = r.bucket_id();
+        res[0].window_ms = r.window_ms();
+        let p = auth.pdu_offset();
+        let Ok(len) = encode_rate_response_pdu(&mut out[p..], &[], &res) else {
+            continue;
+        };
+        let t = TenantFields { id: 42, unique_id: o.tenant.unique_id(), timestamp_ms: 0, steering: 1 };
+        let Ok(total) = wire::seal(&auth, &t, [0; 12], &mut out, len) else {
+            continue;
+        };
+        let _ = sock.send_to(&out[..total], from);
+    }
+}
+
+fn run(h: &EngineHandle, res: &Resource, n: usize) {
+    for _ in 0..n {
+        let o = h.request().consume(res, 1).wait().expect("decided");
+        assert_eq!(o.decision, Decision::Granted);
+    }
+}
+
+#[test]
+fn zero_allocations_per_request_in_steady_state() {
+    let key: ApiKey = COOKIE.parse().unwrap();
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = sock.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let auth = Auth::new(&key);
+    let st = stop.clone();
+    let peer = std::thread::spawn(move || mini_responder(auth, sock, st));
+    let e = Engine::builder(key)
+        .cores(Cores::Count(1))
+        .endpoints(vec![Endpoint { server_id: 42, addr }])
+        .in_flight_per_core(4096)
+        .build()
+        .unwrap();
+    let h = e.handle();
+    let res = Resource::new("alloc", Duration::from_secs(60), 1_000_000).unwrap();
+    run(&h, &res, 2000); // warm up: pools, histograms, thread-locals
+    let before = ALLOCS.load(Ordering::SeqCst);
+    const N: usize = 5000;
+    run(&h, &res, N);
+    let allocs = ALLOCS.load(Ordering::SeqCst) - before;
+    let per_req = allocs as f64 / N as f64;
+    println!("allocations during {N} requests: {allocs} ({per_req:.4} per request)");
+    println!("memory per in-flight request (slab entry): {} bytes", EngineHandle::entry_size());
+    assert!(allocs <= 5, "{allocs} allocations for {N} requests");
+    stop.store(true, Ordering::Relaxed);
+    e.shutdown();
+    peer.join().unwrap();
+}
