@@ -114,8 +114,9 @@ fn per_mode(c: &mut Criterion) {
             let off = auth.pdu_offset();
             let t = tenant(key.key_id());
             b.iter(|| {
-                let n = wire::encode_rate_request_pdu(&mut out[off..], 60, &guards, &resources, "api")
-                    .expect("encode");
+                let n =
+                    wire::encode_rate_request_pdu(&mut out[off..], 60, &guards, &resources, "api")
+                        .expect("encode");
                 black_box(wire::seal(&auth, &t, [7; 12], &mut out, n).expect("seal"))
             })
         });
@@ -142,7 +143,9 @@ fn per_mode(c: &mut Criterion) {
     }
     let mut g = c.benchmark_group("rng");
     g.throughput(Throughput::Elements(1));
-    g.bench_function("new_unique_id", |b| b.iter(|| black_box(wire::new_unique_id())));
+    g.bench_function("new_unique_id", |b| {
+        b.iter(|| black_box(wire::new_unique_id()))
+    });
     g.bench_function("new_nonce", |b| b.iter(|| black_box(wire::new_nonce())));
     g.finish();
 }

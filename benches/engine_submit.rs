@@ -14,7 +14,8 @@ use ratelimitly_engine::key::ApiKey;
 use ratelimitly_engine::machine::Endpoint;
 use rl_responder::ResponderConfig;
 
-const COOKIE: &str = "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
+const COOKIE: &str =
+    "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
 
 fn bench(c: &mut Criterion) {
     let key: ApiKey = COOKIE.parse().unwrap();
@@ -23,7 +24,10 @@ fn bench(c: &mut Criterion) {
     let r = rl_responder::spawn(cfg).unwrap();
     let e = Engine::builder(key)
         .cores(Cores::Count(1))
-        .endpoints(vec![Endpoint { server_id: 1, addr: r.addr() }])
+        .endpoints(vec![Endpoint {
+            server_id: 1,
+            addr: r.addr(),
+        }])
         .build()
         .unwrap();
     let h = e.handle();
@@ -37,7 +41,9 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Elements(256));
     g.bench_function("batch_256", |b| {
         b.iter(|| {
-            let reqs = (0..256).map(|_| h.request().consume(&res, 1).build()).collect();
+            let reqs = (0..256)
+                .map(|_| h.request().consume(&res, 1).build())
+                .collect();
             let outs = h.submit_batch(reqs).wait();
             assert!(outs.iter().all(|o| o.is_ok()));
         })

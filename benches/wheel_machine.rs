@@ -104,7 +104,10 @@ fn wheel(c: &mut Criterion) {
     // insert one then cancel it.
     let mut w: TimerWheel<u32> = TimerWheel::new(origin, tick, 4096, PENDING + 16);
     for i in 0..PENDING {
-        w.insert(origin + Duration::from_micros((i as u64 * 613) % 60_000 + 1), i as u32);
+        w.insert(
+            origin + Duration::from_micros((i as u64 * 613) % 60_000 + 1),
+            i as u32,
+        );
     }
     let mut k: u64 = 0;
     g.bench_function("insert_then_cancel", |b| {
@@ -124,7 +127,10 @@ fn wheel(c: &mut Criterion) {
             || {
                 let mut w: TimerWheel<u32> = TimerWheel::new(origin, tick, 4096, PENDING + 16);
                 for i in 0..PENDING {
-                    w.insert(origin + Duration::from_micros((i as u64 * 613) % 60_000 + 1), i as u32);
+                    w.insert(
+                        origin + Duration::from_micros((i as u64 * 613) % 60_000 + 1),
+                        i as u32,
+                    );
                 }
                 (w, 0u64)
             },

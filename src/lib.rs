@@ -33,3 +33,16 @@ pub mod machine;
 pub mod outcome;
 pub mod policy;
 pub mod wire;
+
+pub use crate::engine::{
+    Batch, BuildError, Completion, Cores, DnsConfig, Engine, EngineBuilder, EngineHandle,
+    OptionError, Request, RequestBuilder, Stats,
+};
+pub use crate::error::{ConfigError, KeyError};
+pub use crate::ids::{LatencyTracker, Resource};
+pub use crate::key::{ApiKey, AuthMode, Quotas};
+pub use crate::machine::Endpoint;
+pub use crate::outcome::{
+    Decision, Failure, FailureCategory, GuardResult, Outcome, Phase, ResourceResult, Response,
+};
+pub use crate::policy::{PolicyError, RequestPolicy, Schedule};

@@ -562,6 +562,9 @@ fn encoder_limits() {
         assert_eq!(id[8] & 0xC0, 0x80);
     }
     assert_ne!(wire::new_nonce().unwrap(), wire::new_nonce().unwrap());
+    let (id, nonce) = wire::new_unique_id_and_nonce().unwrap();
+    assert_eq!((id[6] & 0xF0, id[8] & 0xC0), (0x40, 0x80));
+    assert_ne!(nonce, wire::new_unique_id_and_nonce().unwrap().1);
 }
 
 #[test]

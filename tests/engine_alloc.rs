@@ -40,13 +40,15 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-const COOKIE: &str = "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
+const COOKIE: &str =
+    "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
 
 /// Answers every rate request with a grant, without allocating.
 fn mini_responder(auth: Auth, sock: UdpSocket, stop: Arc<AtomicBool>) {
     let mut buf = [0u8; 2048];
     let mut out = [0u8; 1200];
-    sock.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
     while !stop.load(Ordering::Relaxed) {
         let Ok((n, from)) = sock.recv_from(&mut buf) else {
             continue;
@@ -57,7 +59,12 @@ fn mini_responder(auth: Auth, sock: UdpSocket, stop: Arc<AtomicBool>) {
         let Ok(req) = RateRequestView::parse(o.pdu) else {
             continue;
         };
-        let mut res = [ResourceResultSpec { bucket_id: [0; 16], window_ms: 0, actual_rate: 0, deficit: 0 }; 1];
+        let mut res = [ResourceResultSpec {
+            bucket_id: [0; 16],
+            window_ms: 0,
+            actual_rate: 0,
+            deficit: 0,
+        }; 1];
         let Some(r) = req.resources().next() else {
             continue;
         };
@@ -67,7 +74,12 @@ fn mini_responder(auth: Auth, sock: UdpSocket, stop: Arc<AtomicBool>) {
         let Ok(len) = encode_rate_response_pdu(&mut out[p..], &[], &res) else {
             continue;
         };
-        let t = TenantFields { id: 42, unique_id: o.tenant.unique_id(), timestamp_ms: 0, steering: 1 };
+        let t = TenantFields {
+            id: 42,
+            unique_id: o.tenant.unique_id(),
+            timestamp_ms: 0,
+            steering: 1,
+        };
         let Ok(total) = wire::seal(&auth, &t, [0; 12], &mut out, len) else {
             continue;
         };
@@ -93,7 +105,10 @@ fn zero_allocations_per_request_in_steady_state() {
     let peer = std::thread::spawn(move || mini_responder(auth, sock, st));
     let e = Engine::builder(key)
         .cores(Cores::Count(1))
-        .endpoints(vec![Endpoint { server_id: 42, addr }])
+        .endpoints(vec![Endpoint {
+            server_id: 42,
+            addr,
+        }])
         .in_flight_per_core(4096)
         .build()
         .unwrap();
@@ -106,7 +121,10 @@ fn zero_allocations_per_request_in_steady_state() {
     let allocs = ALLOCS.load(Ordering::SeqCst) - before;
     let per_req = allocs as f64 / N as f64;
     println!("allocations during {N} requests: {allocs} ({per_req:.4} per request)");
-    println!("memory per in-flight request (slab entry): {} bytes", EngineHandle::entry_size());
+    println!(
+        "memory per in-flight request (slab entry): {} bytes",
+        EngineHandle::entry_size()
+    );
     assert!(allocs <= 5, "{allocs} allocations for {N} requests");
     stop.store(true, Ordering::Relaxed);
     e.shutdown();

@@ -57,13 +57,20 @@ fn async_future_on_tokio() {
             v.push(h.request().consume(&res, 1).send().await);
         }
         let b = h
-            .submit_batch((0..5).map(|_| h.request().consume(&res, 1).build()).collect())
+            .submit_batch(
+                (0..5)
+                    .map(|_| h.request().consume(&res, 1).build())
+                    .collect(),
+            )
             .await;
         v.extend(b);
         v
     });
     assert_eq!(outs.len(), 15);
-    assert!(outs.iter().all(|o| o.as_ref().unwrap().decision == Decision::Granted));
+    assert!(
+        outs.iter()
+            .all(|o| o.as_ref().unwrap().decision == Decision::Granted)
+    );
     e.shutdown();
 }
 
@@ -111,13 +118,23 @@ fn oldest_answering_first_returns_at_once_younger_waits_round0() {
 #[test]
 fn timeout_unreachable_and_silent() {
     // silent server: timeout at H
-    let r = responder(COOKIE, 3, Faults { silent: true, ..Faults::default() });
+    let r = responder(
+        COOKIE,
+        3,
+        Faults {
+            silent: true,
+            ..Faults::default()
+        },
+    );
     let policy = RequestPolicy::builder().unit(ms(10)).build().unwrap();
     let e = engine(COOKIE, vec![ep(&r)], policy);
     let h = e.handle();
     let t = Instant::now();
     let out = h.request().consume(&resource("t", 5), 1).wait();
-    assert!(matches!(out, Err(Failure::Timeout { horizon_ms: 30 })), "{out:?}");
+    assert!(
+        matches!(out, Err(Failure::Timeout { horizon_ms: 30 })),
+        "{out:?}"
+    );
     assert!(t.elapsed() >= ms(30));
     assert_eq!(h.stats().timeouts, 1);
     e.shutdown();
@@ -125,7 +142,14 @@ fn timeout_unreachable_and_silent() {
 
 #[test]
 fn replay_after_loss_then_fixed_reject_and_broken_replies() {
-    let r = responder(COOKIE, 3, Faults { fixed: Some(FixedDecision::Reject), ..Faults::default() });
+    let r = responder(
+        COOKIE,
+        3,
+        Faults {
+            fixed: Some(FixedDecision::Reject),
+            ..Faults::default()
+        },
+    );
     let e = engine(COOKIE, vec![ep(&r)], RequestPolicy::default());
     let h = e.handle();
     let out = h.request().consume(&resource("rej", 5), 1).wait().unwrap();
@@ -136,7 +160,10 @@ fn replay_after_loss_then_fixed_reject_and_broken_replies() {
     let r = responder(
         COOKIE,
         3,
-        Faults { broken: Some(rl_responder::BrokenReply::BadAuth), ..Faults::default() },
+        Faults {
+            broken: Some(rl_responder::BrokenReply::BadAuth),
+            ..Faults::default()
+        },
     );
     let policy = RequestPolicy::builder().unit(ms(10)).build().unwrap();
     let e = engine(COOKIE, vec![ep(&r)], policy);

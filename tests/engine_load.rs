@@ -27,10 +27,14 @@ fn hundred_thousand_requests_from_eight_threads_complete_once() {
             std::thread::spawn(move || {
                 // batches of 250 keep ~2000 requests in flight overall
                 for _ in 0..50 {
-                    let b: Vec<_> = (0..250).map(|_| h.request().consume(&res, 1).build()).collect();
+                    let b: Vec<_> = (0..250)
+                        .map(|_| h.request().consume(&res, 1).build())
+                        .collect();
                     for o in h.submit_batch(b).wait() {
                         match o {
-                            Ok(r) if r.decision == Decision::Granted => ok.fetch_add(1, Ordering::Relaxed),
+                            Ok(r) if r.decision == Decision::Granted => {
+                                ok.fetch_add(1, Ordering::Relaxed)
+                            }
                             _ => other.fetch_add(1, Ordering::Relaxed),
                         };
                     }
@@ -42,21 +46,37 @@ fn hundred_thousand_requests_from_eight_threads_complete_once() {
         t.join().unwrap();
     }
     let s = h.stats();
-    assert_eq!(ok.load(Ordering::Relaxed) + other.load(Ordering::Relaxed), 100_000);
+    assert_eq!(
+        ok.load(Ordering::Relaxed) + other.load(Ordering::Relaxed),
+        100_000
+    );
     assert_eq!(s.completions, 100_000);
     // loopback without faults: nearly everything is granted in round 0
-    assert!(ok.load(Ordering::Relaxed) >= 99_000, "granted {}", ok.load(Ordering::Relaxed));
+    assert!(
+        ok.load(Ordering::Relaxed) >= 99_000,
+        "granted {}",
+        ok.load(Ordering::Relaxed)
+    );
     e.shutdown();
 }
 
 #[test]
 fn shutdown_with_ten_thousand_in_flight_completes_each_once() {
-    let r = responder(COOKIE, 1, Faults { silent: true, ..Faults::default() });
+    let r = responder(
+        COOKIE,
+        1,
+        Faults {
+            silent: true,
+            ..Faults::default()
+        },
+    );
     let policy = RequestPolicy::builder().unit(ms(100)).build().unwrap();
     let e = engine(COOKIE, vec![ep(&r)], policy);
     let h = e.handle();
     let res = resource("sd", 10);
-    let b: Vec<_> = (0..10_000).map(|_| h.request().consume(&res, 1).build()).collect();
+    let b: Vec<_> = (0..10_000)
+        .map(|_| h.request().consume(&res, 1).build())
+        .collect();
     let batch = h.submit_batch(b);
     std::thread::sleep(ms(20));
     e.shutdown();
@@ -64,15 +84,27 @@ fn shutdown_with_ten_thousand_in_flight_completes_each_once() {
     assert_eq!(outs.len(), 10_000);
     assert!(outs.iter().all(|o| matches!(o, Err(Failure::Shutdown))));
     // after shutdown: refused at once
-    assert!(matches!(h.request().consume(&res, 1).wait(), Err(Failure::Shutdown)));
+    assert!(matches!(
+        h.request().consume(&res, 1).wait(),
+        Err(Failure::Shutdown)
+    ));
 }
 
 #[test]
 fn thirty_percent_loss_on_two_servers() {
-    let f = |seed| Faults { drop_in: 0.3, drop_out: 0.3, seed, ..Faults::default() };
+    let f = |seed| Faults {
+        drop_in: 0.3,
+        drop_out: 0.3,
+        seed,
+        ..Faults::default()
+    };
     let a = responder(COOKIE, 1, f(1));
     let b = responder(COOKIE, 2, f(2));
-    let policy = RequestPolicy::builder().unit(ms(10)).replays(3).build().unwrap();
+    let policy = RequestPolicy::builder()
+        .unit(ms(10))
+        .replays(3)
+        .build()
+        .unwrap();
     let e = engine(COOKIE, vec![ep(&a), ep(&b)], policy);
     let h = e.handle();
     let res = resource("loss", u32::MAX);
@@ -81,15 +113,27 @@ fn thirty_percent_loss_on_two_servers() {
     let mut outs = Vec::new();
     for _ in 0..20 {
         outs.extend(
-            h.submit_batch((0..100).map(|_| h.request().consume(&res, 1).build()).collect())
-                .wait(),
+            h.submit_batch(
+                (0..100)
+                    .map(|_| h.request().consume(&res, 1).build())
+                    .collect(),
+            )
+            .wait(),
         );
     }
     let granted = outs.iter().filter(|o| o.is_ok()).count();
     // per server per round: 0.7 * 0.7 = 0.49 success; 4 rounds x 2 servers: ~99.5 %
-    let timeouts = outs.iter().filter(|o| matches!(o, Err(Failure::Timeout { .. }))).count();
+    let timeouts = outs
+        .iter()
+        .filter(|o| matches!(o, Err(Failure::Timeout { .. })))
+        .count();
     let s = h.stats();
-    assert!(granted >= 1950, "granted {granted} timeouts {timeouts} {:?} drops {:?}", s.decisions_by_round, s.drops);
+    assert!(
+        granted >= 1950,
+        "granted {granted} timeouts {timeouts} {:?} drops {:?}",
+        s.decisions_by_round,
+        s.drops
+    );
     let s = h.stats();
     assert_eq!(s.completions, 2000);
     assert!(s.decisions_by_round[1] > 0, "replays decided some");
@@ -98,14 +142,25 @@ fn thirty_percent_loss_on_two_servers() {
 
 #[test]
 fn steering_under_thousand_concurrent_loses_nothing() {
-    let r = responder(COOKIE, 1, Faults { steer_every: 50, ..Faults::default() });
+    let r = responder(
+        COOKIE,
+        1,
+        Faults {
+            steer_every: 50,
+            ..Faults::default()
+        },
+    );
     let e = engine(COOKIE, vec![ep(&r)], RequestPolicy::default());
     let h = e.handle();
     let res = resource("steer", u32::MAX);
     let mut total = 0;
     for _ in 0..5 {
         let outs = h
-            .submit_batch((0..1000).map(|_| h.request().consume(&res, 1).build()).collect())
+            .submit_batch(
+                (0..1000)
+                    .map(|_| h.request().consume(&res, 1).build())
+                    .collect(),
+            )
             .wait();
         total += outs.iter().filter(|o| o.is_ok()).count();
     }
@@ -141,17 +196,30 @@ fn responder_restarted_mid_run() {
 
 #[test]
 fn dns_discovery_and_change_mid_run() {
-    let a = responder(COOKIE, 1 << 23, Faults { delay: ms(30), ..Faults::default() });
+    let a = responder(
+        COOKIE,
+        1 << 23,
+        Faults {
+            delay: ms(30),
+            ..Faults::default()
+        },
+    );
     let b = responder(COOKIE, 2 << 23, Faults::default());
     let dns = rl_responder::dns::spawn_with(
         "t.example",
         vec![(a.server_id(), vec![a.addr()])],
-        rl_responder::dns::DnsOptions { ttl_s: 1, ..Default::default() },
+        rl_responder::dns::DnsOptions {
+            ttl_s: 1,
+            ..Default::default()
+        },
     )
     .unwrap();
     let e = Engine::builder(key(COOKIE))
         .cores(Cores::Count(1))
-        .dns(DnsConfig { domain: Some("t.example".into()), server: Some(dns.addr()) })
+        .dns(DnsConfig {
+            domain: Some("t.example".into()),
+            server: Some(dns.addr()),
+        })
         .build()
         .unwrap();
     let h = e.handle();

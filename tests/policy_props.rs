@@ -74,7 +74,7 @@ fn snapshot(n: usize) -> Snapshot {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(3000))]
+    #![proptest_config(ProptestConfig::with_cases(256))]
 
     /// H = U·(B(0)+…+B(N)+F) equals the sum of the waits of a machine that gets no
     /// response; each round start (and only round starts before D) sends; Timeout at D.
@@ -416,10 +416,6 @@ proptest! {
         let out = m.poll_outcome();
         prop_assert!(m.poll_outcome().is_none());
         let out = out.expect("an outcome");
-        {
-            let r0: Vec<_> = valid.iter().filter(|&&(t, _)| t < ends[0]).collect();
-            if r0.iter().any(|x| x.1 == 20) && r0.iter().any(|x| x.1 < 20 && x.1 != oldest) { eprintln!("HIT {:?} {:?} {:?} {:?} fail={}", ids, valid, ends, out.as_ref().map(|r| r.server_id), all_fail); }
-        }
         match (expected, out) {
             (Some((s, phase, at_x2)), Ok(r)) => {
                 prop_assert_eq!((r.server_id, r.phase), (Some(s), phase));

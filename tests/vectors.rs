@@ -550,3 +550,31 @@ fn must_drop_vectors() {
         );
     }
 }
+
+/// A new section in vectors.json must get a test here.
+#[test]
+fn every_section_is_covered() {
+    let v = vectors();
+    let mut sections: Vec<&str> = v
+        .as_object()
+        .expect("top-level object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    sections.sort_unstable();
+    assert_eq!(
+        sections,
+        [
+            "about",
+            "bucket_ids",
+            "datagrams",
+            "keys_invalid",
+            "keys_valid",
+            "metrics_label_tlv",
+            "tracker_ids"
+        ]
+    );
+    // Every datagram vector is matched by a named test above or by
+    // `every_datagram_decodes_or_drops`; count them so an addition is noticed.
+    assert_eq!(arr(&v, "datagrams").len(), 9);
+}

@@ -10,8 +10,6 @@ use ratelimitly_engine::policy::RequestPolicy;
 
 use crate::cli::{Args, ScheduleArg};
 use crate::driver::{Official, Target};
-use crate::setup::Servers;
-use crate::stats::Kind;
 use crate::workload::Workload;
 
 /// Our engine's policy from the command line.
@@ -65,32 +63,15 @@ pub async fn official_target(
     if let Some(d) = dns {
         b = b.dns_server(d);
     }
-    let client = b.build().await.map_err(|e| format!("official client: {e}"))?;
+    let client = b
+        .build()
+        .await
+        .map_err(|e| format!("official client: {e}"))?;
     let o = Official::prepare(client, work).map_err(|e| format!("official client: {e}"))?;
     Ok(Target::Official(o))
 }
 
-/// Stand-in until the engine's builder lands (see engine_client.rs).
-pub enum EngineTarget {}
-
-impl EngineTarget {
-    pub fn build(
-        _servers: &Servers,
-        _args: &Args,
-        _work: &Workload,
-        _cores: &[usize],
-    ) -> Result<Self, String> {
-        Err("the engine client is not available in this build yet".into())
-    }
-
-    pub async fn op(&self, _j: u64) -> (Kind, Option<u32>) {
-        match *self {}
-    }
-
-    fn shutdown(self) {
-        match self {}
-    }
-}
+pub use crate::engine_client::EngineTarget;
 
 /// Shuts a client down after its phase (the engine completes everything in flight).
 pub fn shutdown(t: Target) {

@@ -113,10 +113,10 @@ pub struct Args {
 
     /// Client cores, e.g. `0` or `0,2-3` (default: 0; or all cores but the responders').
     #[arg(long, value_parser = parse_cores)]
-    pub client_cores: Option<Vec<usize>>,
+    pub client_cores: Option<CoreList>,
     /// Responder cores (default: 1 where the machine has it).
     #[arg(long, value_parser = parse_cores)]
-    pub responder_cores: Option<Vec<usize>>,
+    pub responder_cores: Option<CoreList>,
 
     /// Measured duration in seconds (per client).
     #[arg(long, default_value_t = 10.0)]
@@ -133,6 +133,10 @@ pub struct Args {
     /// Batch size of the raw client's sendmmsg/recvmmsg.
     #[arg(long, default_value_t = 32)]
     pub batch: usize,
+    /// Raw client: sleep in ppoll between batches instead of busy-polling
+    /// (the engine's executors busy-poll; by default the raw ceiling does too).
+    #[arg(long)]
+    pub raw_sleep: bool,
     /// Client socket buffer size in bytes (engine and raw; 0 = system default).
     #[arg(long, default_value_t = 4 << 20)]
     pub socket_buffer: usize,
@@ -170,7 +174,9 @@ impl std::fmt::Display for ScheduleArg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ScheduleArg::Fixed(b) => write!(f, "fixed:{b}"),
-            ScheduleArg::Linear { initial, step, max } => write!(f, "linear:{initial},{step},{max}"),
+            ScheduleArg::Linear { initial, step, max } => {
+                write!(f, "linear:{initial},{step},{max}")
+            }
             ScheduleArg::Exponential {
                 initial,
                 factor,
@@ -214,7 +220,11 @@ fn parse_endpoint(s: &str) -> Result<(u64, SocketAddr), String> {
     Ok((id, addr))
 }
 
-fn parse_cores(s: &str) -> Result<Vec<usize>, String> {
+/// A list of CPU cores (`0,2-3`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoreList(pub Vec<usize>);
+
+fn parse_cores(s: &str) -> Result<CoreList, String> {
     let mut out = Vec::new();
     for part in s.split(',').filter(|p| !p.is_empty()) {
         if let Some((a, b)) = part.split_once('-') {
@@ -231,7 +241,7 @@ fn parse_cores(s: &str) -> Result<Vec<usize>, String> {
     if out.is_empty() {
         return Err("empty core list".into());
     }
-    Ok(out)
+    Ok(CoreList(out))
 }
 
 #[cfg(test)]
@@ -255,7 +265,7 @@ mod tests {
 
     #[test]
     fn cores_and_endpoints_parse() {
-        assert_eq!(parse_cores("0,2-4"), Ok(vec![0, 2, 3, 4]));
+        assert_eq!(parse_cores("0,2-4"), Ok(CoreList(vec![0, 2, 3, 4])));
         assert!(parse_cores("3-1").is_err());
         let (id, addr) = parse_endpoint("7@127.0.0.1:9000").unwrap();
         assert_eq!(id, 7);

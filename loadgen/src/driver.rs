@@ -21,7 +21,10 @@ pub struct Official {
 }
 
 impl Official {
-    pub fn prepare(client: ratelimitly::Client, work: &Workload) -> Result<Self, ratelimitly::Error> {
+    pub fn prepare(
+        client: ratelimitly::Client,
+        work: &Workload,
+    ) -> Result<Self, ratelimitly::Error> {
         let resources = (0..work.buckets)
             .map(|i| {
                 ratelimitly::Resource::new(
@@ -57,7 +60,14 @@ impl Official {
                     Duration::from_millis(u64::from(workload::REPORT_MS)),
                 )
                 .await;
-            return (if r.is_ok() { Kind::Report } else { Kind::ReportFailed }, None);
+            return (
+                if r.is_ok() {
+                    Kind::Report
+                } else {
+                    Kind::ReportFailed
+                },
+                None,
+            );
         }
         let mut b = self.client.request();
         for i in self.work.buckets_of(j) {
@@ -89,9 +99,9 @@ impl Official {
             Err(ratelimitly::Error::Timeout) => Kind::Timeout,
             Err(ratelimitly::Error::Discovery) => Kind::Discovery,
             Err(ratelimitly::Error::Communication(_)) => Kind::Communication,
-            Err(ratelimitly::Error::InvalidApiKey(_) | ratelimitly::Error::InvalidConfiguration(_)) => {
-                Kind::Configuration
-            }
+            Err(
+                ratelimitly::Error::InvalidApiKey(_) | ratelimitly::Error::InvalidConfiguration(_),
+            ) => Kind::Configuration,
             Err(_) => Kind::Protocol,
         };
         (kind, None)
@@ -147,7 +157,8 @@ pub async fn drive(target: Arc<Target>, phase: Arc<Phase>, load: Load, drain: Du
         Load::Closed { in_flight } => {
             let mut tasks = Vec::with_capacity(in_flight);
             for _ in 0..in_flight.max(1) {
-                let (target, phase, next) = (Arc::clone(&target), Arc::clone(&phase), Arc::clone(&next));
+                let (target, phase, next) =
+                    (Arc::clone(&target), Arc::clone(&phase), Arc::clone(&next));
                 tasks.push(tokio::spawn(async move {
                     loop {
                         let t0 = Instant::now();
@@ -184,7 +195,8 @@ pub async fn drive(target: Arc<Target>, phase: Arc<Phase>, load: Load, drain: Du
                     break;
                 }
                 while intended <= now {
-                    let (target, phase, next) = (Arc::clone(&target), Arc::clone(&phase), Arc::clone(&next));
+                    let (target, phase, next) =
+                        (Arc::clone(&target), Arc::clone(&phase), Arc::clone(&next));
                     phase.submit();
                     let at = intended;
                     tokio::spawn(async move {

@@ -87,7 +87,14 @@ impl EngineTarget {
                 &self.trackers[0],
                 Duration::from_millis(u64::from(workload::REPORT_MS)),
             );
-            return (if r.is_ok() { Kind::Report } else { Kind::ReportFailed }, None);
+            return (
+                if r.is_ok() {
+                    Kind::Report
+                } else {
+                    Kind::ReportFailed
+                },
+                None,
+            );
         }
         let mut b = self.handle.request();
         for i in self.work.buckets_of(j) {
@@ -129,7 +136,6 @@ pub fn outcome_kind(o: Outcome) -> (Kind, Option<u32>) {
         ),
     }
 }
-
 
 impl EngineTarget {
     /// Shuts the engine down (every in-flight request completes exactly once).

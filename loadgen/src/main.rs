@@ -9,6 +9,7 @@
 mod adapt;
 mod cli;
 mod driver;
+mod engine_client;
 mod output;
 mod raw;
 mod setup;
@@ -55,14 +56,17 @@ fn choose_cores(args: &Args, ncores: usize) -> (Vec<usize>, Vec<usize>) {
     let client = args
         .client_cores
         .clone()
-        .unwrap_or_else(|| vec![0])
+        .map_or_else(|| vec![0], |c| c.0)
         .into_iter()
         .filter(|c| *c < ncores)
         .collect::<Vec<_>>();
     let client = if client.is_empty() { vec![0] } else { client };
     let responders: Vec<usize> = match &args.responder_cores {
-        Some(r) => r.iter().copied().filter(|c| *c < ncores).collect(),
-        None => (0..ncores).filter(|c| !client.contains(c)).take(1).collect(),
+        Some(r) => r.0.iter().copied().filter(|c| *c < ncores).collect(),
+        None => (0..ncores)
+            .filter(|c| !client.contains(c))
+            .take(1)
+            .collect(),
     };
     let responders = if responders.is_empty() {
         vec![ncores - 1]
@@ -113,12 +117,24 @@ fn run(args: &Args) -> Result<bool, String> {
     eprintln!(
         "loadgen: {} servers{} ({}), key id {} ({:?}), client cores {:?}, responder cores {:?}, H = {} ms, {}",
         servers.endpoints.len(),
-        if servers.dead.is_empty() { "" } else { ", oldest dead" },
-        if servers.embedded { "embedded" } else { "external" },
+        if servers.dead.is_empty() {
+            ""
+        } else {
+            ", oldest dead"
+        },
+        if servers.embedded {
+            "embedded"
+        } else {
+            "external"
+        },
         servers.key.key_id(),
         servers.key.mode(),
         client_cores,
-        if servers.embedded { responder_cores.clone() } else { vec![] },
+        if servers.embedded {
+            responder_cores.clone()
+        } else {
+            vec![]
+        },
         horizon.as_millis(),
         match args.rate {
             Some(r) => format!("open loop {r} req/s"),
@@ -239,6 +255,7 @@ fn params_json(args: &Args, ctx: &Ctx<'_>, responder_cores: &[usize]) -> serde_j
         "rate": args.rate,
         "batch": args.batch,
         "socket_buffer": args.socket_buffer,
+        "raw_sleep": args.raw_sleep,
         "compare": args.compare,
         "client": args.client.name(),
     })
@@ -273,7 +290,11 @@ fn progress(
             let rate = (done - last.1) as f64 / now.duration_since(last.0).as_secs_f64().max(1e-3);
             last = (now, done);
             let t = now.saturating_duration_since(p.start).as_secs_f64();
-            let stage = if now < p.window_start { "warm-up" } else { "measure" };
+            let stage = if now < p.window_start {
+                "warm-up"
+            } else {
+                "measure"
+            };
             let line = format!(
                 "[{}] {t:5.1}s {stage}  {rate:>10.0} ops/s  in flight {:>6}  decided {dec}  other {}",
                 kind.name(),
@@ -389,6 +410,7 @@ fn run_phase(ctx: &Ctx<'_>, kind: ClientKind) -> Result<PhaseResult, String> {
                     ctx.horizon,
                     args.batch,
                     args.socket_buffer,
+                    !args.raw_sleep,
                 )
                 .map_err(|e| format!("raw client: {e}"))?,
             );
@@ -398,7 +420,8 @@ fn run_phase(ctx: &Ctx<'_>, kind: ClientKind) -> Result<PhaseResult, String> {
                 let load = match args.rate {
                     Some(r) => raw::RawLoad::Open { rate: r / n as f64 },
                     None => raw::RawLoad::Closed {
-                        in_flight: (args.in_flight / n + usize::from(i < args.in_flight % n)).max(1),
+                        in_flight: (args.in_flight / n + usize::from(i < args.in_flight % n))
+                            .max(1),
                     },
                 };
                 let (cfg, phase) = (Arc::clone(&cfg), Arc::clone(&phase));
@@ -524,11 +547,27 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let json = dir.join("r.json");
         let a = Args::try_parse_from([
-            "loadgen", "--compare", "--duration", "0.4", "--warmup", "0.2", "--quiet",
-            "--in-flight", "8", "--guards", "1", "--label", "api", "--report-share", "0.1",
-            "--json", json.to_str().unwrap(),
-            "--hgrm", dir.join("h.hgrm").to_str().unwrap(),
-            "--svg", dir.join("p.svg").to_str().unwrap(),
+            "loadgen",
+            "--compare",
+            "--duration",
+            "0.4",
+            "--warmup",
+            "0.2",
+            "--quiet",
+            "--in-flight",
+            "8",
+            "--guards",
+            "1",
+            "--label",
+            "api",
+            "--report-share",
+            "0.1",
+            "--json",
+            json.to_str().unwrap(),
+            "--hgrm",
+            dir.join("h.hgrm").to_str().unwrap(),
+            "--svg",
+            dir.join("p.svg").to_str().unwrap(),
         ])
         .unwrap();
         assert_eq!(run(&a), Ok(true));

@@ -271,7 +271,10 @@ pub fn write_svg(path: &Path, results: &[PhaseResult]) -> Result<(), String> {
     let root = SVGBackend::new(path, (1000, 800)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let (top, bottom) = root.split_vertically(420);
-    let series: Vec<_> = results.iter().map(|r| (r.client.name(), r.series())).collect();
+    let series: Vec<_> = results
+        .iter()
+        .map(|r| (r.client.name(), r.series()))
+        .collect();
     let t_max = series
         .iter()
         .map(|(_, s)| s.len() as f64)
@@ -302,10 +305,7 @@ pub fn write_svg(path: &Path, results: &[PhaseResult]) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     for (i, (name, s)) in series.iter().enumerate() {
         let col = colors[i % colors.len()];
-        for (label, pick, width) in [
-            ("p50", 2usize, 1u32),
-            ("p99", 3, 2),
-        ] {
+        for (label, pick, width) in [("p50", 2usize, 1u32), ("p99", 3, 2)] {
             let pts: Vec<(f64, f64)> = s
                 .iter()
                 .map(|p| (p.0 + 0.5, if pick == 2 { p.2 } else { p.3 }))
@@ -313,7 +313,9 @@ pub fn write_svg(path: &Path, results: &[PhaseResult]) -> Result<(), String> {
             c.draw_series(LineSeries::new(pts, col.stroke_width(width)))
                 .map_err(|e| e.to_string())?
                 .label(format!("{name} {label}"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(width)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(width))
+                });
         }
     }
     c.configure_series_labels()

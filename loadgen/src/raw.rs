@@ -31,6 +31,8 @@ pub struct RawConfig {
     pub horizon: Duration,
     pub batch: usize,
     pub socket_buffer: usize,
+    /// Busy-poll (true) or sleep in ppoll (false) while waiting for responses.
+    pub spin: bool,
 }
 
 /// Why the raw client could not be prepared.
@@ -62,6 +64,7 @@ impl RawConfig {
         horizon: Duration,
         batch: usize,
         socket_buffer: usize,
+        spin: bool,
     ) -> Result<Self, RawError> {
         if targets.is_empty() {
             return Err(RawError::NoLiveEndpoint);
@@ -126,6 +129,7 @@ impl RawConfig {
             horizon,
             batch: batch.clamp(1, 1024),
             socket_buffer,
+            spin,
         })
     }
 }
@@ -295,7 +299,9 @@ impl RawThread {
                 self.outstanding += 1;
                 self.timeouts.push_back((seq, now + self.cfg.horizon));
             }
-            Err(_) => self.phase.record(intended, now, Kind::Configuration, Some(0)),
+            Err(_) => self
+                .phase
+                .record(intended, now, Kind::Configuration, Some(0)),
         }
         true
     }
@@ -324,7 +330,12 @@ impl RawThread {
             }
             // SAFETY: hdrs/iov point at live buffers for the duration of the call.
             let r = unsafe {
-                libc::sendmmsg(self.sock.as_raw_fd(), hdrs.as_mut_ptr(), n as libc::c_uint, 0)
+                libc::sendmmsg(
+                    self.sock.as_raw_fd(),
+                    hdrs.as_mut_ptr(),
+                    n as libc::c_uint,
+                    0,
+                )
             };
             if r <= 0 {
                 // The first datagram could not be sent: it is a communication failure.
@@ -390,7 +401,10 @@ impl RawThread {
                 return;
             }
             let now = Instant::now();
-            let lens: Vec<usize> = hdrs[..r as usize].iter().map(|h| h.msg_len as usize).collect();
+            let lens: Vec<usize> = hdrs[..r as usize]
+                .iter()
+                .map(|h| h.msg_len as usize)
+                .collect();
             for (i, len) in lens.into_iter().enumerate() {
                 self.handle(i, len, now);
             }
@@ -472,7 +486,9 @@ pub fn run_thread(
     drain: Duration,
 ) -> std::io::Result<()> {
     let capacity = match load {
-        RawLoad::Closed { in_flight } => in_flight.max(1),
+        // Slots are a ring indexed by sequence number: keep it much larger than the
+        // window so a request waiting for its timeout never blocks the ring.
+        RawLoad::Closed { in_flight } => (in_flight.max(1) * 16).max(4096),
         RawLoad::Open { rate } => {
             ((rate * (cfg.horizon.as_secs_f64() + 0.5)) as usize + 1024).min(1 << 22)
         }
@@ -530,7 +546,9 @@ pub fn run_thread(
         let wait = next_due
             .saturating_duration_since(now)
             .min(Duration::from_millis(1));
-        if !wait.is_zero() || matches!(load, RawLoad::Closed { .. }) {
+        if t.cfg.spin {
+            std::hint::spin_loop();
+        } else if !wait.is_zero() || matches!(load, RawLoad::Closed { .. }) {
             t.wait(wait.max(Duration::from_micros(50)));
         }
     }

@@ -49,7 +49,10 @@ impl std::fmt::Display for SetupError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SetupError::MissingKeyEnv => {
-                write!(f, "RATELIMITLY_API_KEY must be set with --endpoint/--domain")
+                write!(
+                    f,
+                    "RATELIMITLY_API_KEY must be set with --endpoint/--domain"
+                )
             }
             SetupError::BadKey(e) => write!(f, "API key rejected: {e}"),
             SetupError::Responder(e) => write!(f, "embedded responder failed: {e}"),
@@ -72,7 +75,6 @@ pub struct Servers {
     pub domain: String,
     pub dns_server: Option<SocketAddr>,
     /// True when `endpoints` came from --domain (the engine then uses DNS too).
-    #[allow(dead_code)] // read by engine_client once the engine lands
     pub via_dns: bool,
     pub embedded: bool,
     responders: Vec<ResponderHandle>,
@@ -164,7 +166,9 @@ pub fn start(args: &Args, responder_cores: &[usize]) -> Result<Servers, SetupErr
         };
         // The responder pins its executors itself (executor i on CPU i); move its
         // new threads onto the responder core afterwards.
-        let core = responder_cores.get(i % responder_cores.len().max(1)).copied();
+        let core = responder_cores
+            .get(i % responder_cores.len().max(1))
+            .copied();
         let before = crate::stats::thread_ids();
         let h = rl_responder::spawn(cfg).map_err(|e| SetupError::Responder(format!("{e}")))?;
         for tid in crate::stats::thread_ids().difference(&before) {
@@ -245,12 +249,10 @@ fn start_external(args: &Args, key_text: String, key: ApiKey) -> Result<Servers,
             server_threads: std::collections::HashSet::new(),
         });
     }
-    let domain = args
-        .domain
-        .clone()
-        .unwrap_or_else(|| key.default_domain());
-    let d = ratelimitly_engine::discovery::resolve(&domain, args.dns_server, Duration::from_secs(3))
-        .map_err(|e| SetupError::Discovery(format!("{e:?}")))?;
+    let domain = args.domain.clone().unwrap_or_else(|| key.default_domain());
+    let d =
+        ratelimitly_engine::discovery::resolve(&domain, args.dns_server, Duration::from_secs(3))
+            .map_err(|e| SetupError::Discovery(format!("{e:?}")))?;
     let endpoints = ratelimitly_engine::discovery::endpoints(&d);
     if endpoints.is_empty() {
         return Err(SetupError::NoServers);

@@ -203,7 +203,8 @@ impl Phase {
                 r.sends_known = true;
             }
             if kind.is_request() {
-                let ns = (done.saturating_duration_since(intended).as_nanos() as u64).clamp(1, MAX_NS);
+                let ns =
+                    (done.saturating_duration_since(intended).as_nanos() as u64).clamp(1, MAX_NS);
                 r.total.saturating_record(ns);
                 let sec = done.saturating_duration_since(self.start).as_secs() as usize;
                 if let Some(h) = r.seconds.get_mut(sec) {
@@ -216,7 +217,12 @@ impl Phase {
     /// Merges every thread's recorder.
     pub fn merged(&self) -> Recorder {
         let mut out = Recorder::new(self.seconds);
-        for r in self.recorders.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for r in self
+            .recorders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
             out.merge(&r.lock().unwrap_or_else(|e| e.into_inner()));
         }
         out
@@ -299,7 +305,11 @@ pub fn pin_thread(tid: u32, core: usize) -> bool {
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(core, &mut set);
-        libc::sched_setaffinity(tid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        libc::sched_setaffinity(
+            tid as libc::pid_t,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set,
+        ) == 0
     }
 }
 
@@ -313,8 +323,18 @@ mod tests {
         let p = Phase::new(start, Duration::from_millis(10), Duration::from_millis(100));
         p.submit();
         p.submit();
-        p.record(start, start + Duration::from_millis(1), Kind::Granted, Some(2));
-        p.record(start, start + Duration::from_millis(20), Kind::Timeout, Some(3));
+        p.record(
+            start,
+            start + Duration::from_millis(1),
+            Kind::Granted,
+            Some(2),
+        );
+        p.record(
+            start,
+            start + Duration::from_millis(20),
+            Kind::Timeout,
+            Some(3),
+        );
         let r = p.merged();
         assert_eq!(r.all(Kind::Granted), 1);
         assert_eq!(r.window(Kind::Granted), 0);

@@ -94,6 +94,10 @@ mod tests {
         let w = w(0.0);
         let v: Vec<usize> = w.buckets_of(7).collect();
         assert_eq!(v, vec![4, 5]);
-        assert!((0..100).flat_map(|j| w.buckets_of(j).collect::<Vec<_>>()).all(|b| b < 10));
+        assert!(
+            (0..100)
+                .flat_map(|j| w.buckets_of(j).collect::<Vec<_>>())
+                .all(|b| b < 10)
+        );
     }
 }

@@ -54,7 +54,7 @@ macro_rules! counters {
 }
 
 counters! {
-    /// Datagrams handed to the decision logic.
+    /// Datagrams received (every one, also those dropped by faults or rules).
     received,
     /// Rate requests decided (fresh or replayed from dedup).
     rate_requests,
@@ -299,16 +299,8 @@ impl Responder {
         self.responses = 0;
     }
 
-    fn next_nonce(&mut self) -> [u8; 12] {
-        let mut n = [0u8; 12];
-        n[..4].copy_from_slice(&self.nonce_prefix.to_le_bytes());
-        n[4..].copy_from_slice(&self.nonce_ctr.to_le_bytes());
-        self.nonce_ctr = self.nonce_ctr.wrapping_add(1);
-        n
-    }
-
     /// Handles one datagram received at `now` from `source`. Returns the length of the
-    /// response written to `out` (at least 1200 bytes long), or `None` when nothing is
+    /// response written to `out` (at least 1228 bytes long), or `None` when nothing is
     /// to be sent (report, or a drop — counted).
     pub fn handle(
         &mut self,
@@ -397,8 +389,7 @@ impl Responder {
         now: Instant,
         out: &mut [u8],
     ) -> Option<usize> {
-        let counters = self.counters.clone();
-        let c = &*counters;
+        let c = &*self.counters;
         let auth = &self.keys[ki];
         let pdu_off = auth.pdu_offset();
         if out.len() < MAX_DATAGRAM + RESOURCE_LEN {
@@ -445,7 +436,7 @@ impl Responder {
         }
         self.responses += 1;
         let steer = self.faults.steer_every;
-        let steering = if steer > 0 && self.responses % u64::from(steer) == 0 {
+        let steering = if steer > 0 && self.responses.is_multiple_of(u64::from(steer)) {
             inc(&c.fault_steered);
             0
         } else {
@@ -462,7 +453,11 @@ impl Responder {
             Some(BrokenReply::WrongServerId) => tf.id = !self.server_id,
             _ => {}
         }
-        let nonce = self.next_nonce();
+        // fresh nonce: per-responder prefix + counter (field access keeps `c` borrowable)
+        let mut nonce = [0u8; 12];
+        nonce[..4].copy_from_slice(&self.nonce_prefix.to_le_bytes());
+        nonce[4..].copy_from_slice(&self.nonce_ctr.to_le_bytes());
+        self.nonce_ctr = self.nonce_ctr.wrapping_add(1);
         let auth = &self.keys[ki];
         let mut len = auth.seal(&tf, nonce, out, pdu_len).ok()?;
         match broken {
@@ -542,12 +537,12 @@ fn evaluate(
         res.push((actual, deficit));
     }
     if grant && fixed.is_none() {
-        for i in 0..req.resource_count() {
+        for (i, slot) in res.iter_mut().enumerate() {
             let r = req.resource(i);
             st.buckets
                 .debit(&(key_id, r.bucket_id), now_ms, u32::from(r.tokens));
             // actual_rate on a grant includes this request's tokens
-            res[i].0 = res[i].0.saturating_add(u32::from(r.tokens));
+            slot.0 = slot.0.saturating_add(u32::from(r.tokens));
         }
     }
     let mut w = ResponseWriter::new(body, req.guard_count(), req.resource_count()).ok()?;

@@ -525,11 +525,14 @@ async fn core_loop(
         for i in 0..n {
             let Some(from) = rx.addr(i) else { continue };
             if io_faults {
+                // `received` counts every datagram, also those dropped by faults here
                 if faults.silent {
+                    c.received.fetch_add(1, Ordering::Relaxed);
                     c.fault_silent_drops.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
                 if rng.chance(faults.drop_in) {
+                    c.received.fetch_add(1, Ordering::Relaxed);
                     c.fault_drop_in.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }

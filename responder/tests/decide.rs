@@ -308,7 +308,7 @@ fn one_million_request_ids_keep_dedup_bounded() {
         dedup: 10_000,
         ..Capacities::default()
     };
-    let mut r = Responder::new(&[k.clone()], SERVER, caps, t0, 1).unwrap();
+    let mut r = Responder::new(std::slice::from_ref(&k), SERVER, caps, t0, 1).unwrap();
     let big = R {
         rate: u32::MAX,
         ..B1
@@ -335,4 +335,32 @@ fn one_million_request_ids_keep_dedup_bounded() {
     // from before it; nothing overflowed while the TTL kept the table below capacity
     assert!((90_000..=93_001).contains(&c.dedup_overflow), "{c:?}");
     assert_eq!(c.granted, 1_000_000);
+}
+
+/// The spec's request datagrams (vectors.json, with a label TLV) are accepted and answered.
+#[test]
+fn spec_request_vectors_are_answered() {
+    let t0 = Instant::now();
+    let mut r = responder(&[AES_KEY, COOKIE_KEY], t0);
+    for (k, hex) in [
+        (
+            AES_KEY,
+            "524c2800030000000000000000112233445546778899aabbccddeeff00a8da769b0100000000000041452000000102030405060708090a0b6f726887b5a4796084d77543f333f09615e52e4cf3e05d0e30c567a68dfe578ffd95160e778f709d5e6a670d947a1b23017f219a3807790f3007500a3346217a41db85704bdda5a40ed22eee6b062175bc6886da0ca4e13cfa611bdf38dbb37267eecd2e9f3bffc2",
+        ),
+        (
+            COOKIE_KEY,
+            "524c2800020000000000000000112233445546778899aabbccddeeff00a8da769b01000000000000434124000202020202020202020202020202020202020202020202020202020202020202525458003c000000010001006a17d07a424568304e50d28540f76e671027000064000000050000006400000000000000f5cf3ad8b8406854b596ba3614f16effe803000064000000010000004d4c0c000300617069000000",
+        ),
+    ] {
+        let dg: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        let resp = send(&mut r, k, &dg, t0).expect("answered");
+        assert!(resp.granted());
+        assert_eq!(resp.unique_id[..4], [0x00, 0x11, 0x22, 0x33]);
+        assert_eq!(resp.timestamp_ms, 1_767_225_600_000);
+        assert_eq!(resp.guards, vec![(100, 0)]);
+        assert_eq!(resp.resources.len(), 1);
+    }
 }

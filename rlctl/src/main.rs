@@ -101,6 +101,11 @@ struct ServerOpts {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Decode the API key: mode, key id, every quota, default discovery domain.
+    #[command(
+        after_help = "The key comes from RATELIMITLY_API_KEY or --key-file PATH; its secret is never printed.\n\
+                            JSON output: {\"mode\", \"key_id\", \"quotas\": {...}, \"default_domain\"}\n\
+                            Exit status: 0 valid key, 2 missing or invalid key."
+    )]
     Key {
         #[command(flatten)]
         key: KeyOpts,
@@ -128,6 +133,13 @@ enum Command {
     },
     /// Discover the servers by DNS: SRV targets, server ids, start times, addresses, the
     /// oldest server, TTLs. The key is needed only when --domain is not given.
+    #[command(
+        after_help = "Targets count only when their first label is s-<server id>; the server id's upper 41 bits\n\
+                            are its start time in seconds since 2025-01-01T00:00:00Z; the smallest id is the oldest.\n\
+                            JSON output: {\"domain\", \"servers\": [{\"server_id\", \"target\", \"port\", \"addresses\",\n\
+                            \"ttl_s\", \"start_time_unix_s\", \"start_time_utc\", \"oldest\"}], \"oldest_server_id\", \"min_ttl_s\", \"error\"}\n\
+                            Exit status: 0 found, 2 no key and no --domain, 4 discovery failure."
+    )]
     Discover {
         #[command(flatten)]
         key: KeyOpts,
@@ -167,7 +179,11 @@ completion_sends, resources [{bucket_id, actual_rate, deficit}], guards [{tracke
 threshold_ms, current_latency_ms, passed}], error.
 
 Exit status: 0 granted, 1 rejected, 2 usage/configuration error (nothing sent), 3 timeout,
-4 discovery or communication failure.";
+4 discovery or communication failure.
+
+Environment: RATELIMITLY_API_KEY (the key, unless --key-file is given); RLCTL_DRIVER=direct
+sends through a small blocking driver instead of the engine (engine = the engine only;
+default: the engine, or the blocking driver when the engine cannot start here).";
 
 #[derive(Args, Debug)]
 struct RequestCmd {

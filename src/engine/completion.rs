@@ -72,7 +72,9 @@ impl SlotPool {
     }
 
     fn release(&self, idx: u32) {
-        self.slots[idx as usize].state.store(FREE, Ordering::Release);
+        self.slots[idx as usize]
+            .state
+            .store(FREE, Ordering::Release);
         // Cannot fail: the queue holds every slot index at most once.
         let _ = self.free.push(idx);
     }
@@ -175,7 +177,9 @@ impl Future for Completion {
     type Output = Outcome;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
         match &mut self.inner {
-            Inner::Ready(out) => Poll::Ready(out.take().expect("Completion polled after it returned")),
+            Inner::Ready(out) => {
+                Poll::Ready(out.take().expect("Completion polled after it returned"))
+            }
             Inner::Slot { pool, idx, done } => {
                 assert!(!*done, "Completion polled after it returned its outcome");
                 match pool.poll_take(*idx, cx.waker()) {

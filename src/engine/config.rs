@@ -95,7 +95,10 @@ pub enum OptionError {
 #[derive(Clone, Debug)]
 pub(crate) enum Source {
     Static(Vec<Endpoint>),
-    Dns { domain: String, server: Option<SocketAddr> },
+    Dns {
+        domain: String,
+        server: Option<SocketAddr>,
+    },
 }
 
 /// Validated configuration.

@@ -98,7 +98,8 @@ impl Core {
         let socks = SocketSet::new(shared.recv_buf, shared.send_buf)?;
         let mut rng = RandPool::new();
         let mut mask = [0u8; 5];
-        rng.fill(&mut mask).map_err(|_| std::io::Error::other("rng"))?;
+        rng.fill(&mut mask)
+            .map_err(|_| std::io::Error::other("rng"))?;
         let limit = shared.in_flight_per_core;
         let mut send = SendBatch::new(BATCH);
         send.set_v6_socket(socks.is_v6());
@@ -106,7 +107,12 @@ impl Core {
         Ok(Core {
             index,
             inflight: InFlight::new(limit, mask),
-            wheel: TimerWheel::new(Instant::now(), Duration::from_millis(1), 8192, limit.min(1 << 16)),
+            wheel: TimerWheel::new(
+                Instant::now(),
+                Duration::from_millis(1),
+                8192,
+                limit.min(1 << 16),
+            ),
             socks,
             recv: Some(RecvBatch::new(BATCH)),
             send,
@@ -201,10 +207,12 @@ impl Core {
         let mut i = 0;
         while i < self.socks.len() {
             for _ in 0..RECV_ROUNDS {
-                let n = match self.socks.by_index(i).io.recv_batch(&mut recv) {
-                    Ok(n) => n,
-                    Err(_) => 0,
-                };
+                let n = self
+                    .socks
+                    .by_index(i)
+                    .io
+                    .recv_batch(&mut recv)
+                    .unwrap_or_default();
                 if n == 0 {
                     break;
                 }
@@ -249,8 +257,9 @@ impl Core {
             now,
             opened.tenant.id(),
             opened.tenant.steering(),
-            resp.guards()
-                .map(|g| GuardResult::new(g.tracker_id(), g.threshold_ms(), g.current_latency_ms())),
+            resp.guards().map(|g| {
+                GuardResult::new(g.tracker_id(), g.threshold_ms(), g.current_latency_ms())
+            }),
             resp.resources().map(|r| ResourceResult {
                 bucket_id: r.bucket_id(),
                 actual_rate: r.actual_rate(),
@@ -353,8 +362,12 @@ impl Core {
         let sealed = if total <= DGRAM_INLINE {
             let mut bytes = [0u8; DGRAM_INLINE];
             bytes[p..total].copy_from_slice(pdu);
-            wire::seal(&self.shared.auth, &tenant, nonce, &mut bytes, pdu.len())
-                .map(|n| Dgram::Inline { len: n as u16, bytes })
+            wire::seal(&self.shared.auth, &tenant, nonce, &mut bytes, pdu.len()).map(|n| {
+                Dgram::Inline {
+                    len: n as u16,
+                    bytes,
+                }
+            })
         } else {
             let mut buf = self.inflight.big_buffer();
             buf[p..total].copy_from_slice(pdu);
@@ -412,7 +425,8 @@ impl Core {
             }
             let e = self.inflight.get_mut(key).expect("entry present");
             self.send_sock = sock;
-            self.send.push(e.dgram.as_slice(), t.addr, key.tag(t.endpoint));
+            self.send
+                .push(e.dgram.as_slice(), t.addr, key.tag(t.endpoint));
             self.stats.sends += 1;
             if t.kind == TransmitKind::Completion {
                 self.stats.completion_sends += 1;
@@ -476,7 +490,10 @@ impl Core {
             Err(Failure::Shutdown) => s.shutdown_failures += 1,
             Err(_) => {}
         }
-        s.record_latency(now.saturating_duration_since(e.submitted), self.shared.policy.horizon());
+        s.record_latency(
+            now.saturating_duration_since(e.submitted),
+            self.shared.policy.horizon(),
+        );
         self.complete(e.slot, out);
         self.inflight.recycle(e.dgram);
     }

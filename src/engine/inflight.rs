@@ -104,6 +104,7 @@ pub(crate) struct InFlight {
     limit: usize,
     len: usize,
     mask: [u8; 5],
+    #[allow(clippy::vec_box)] // boxes move in and out of entries without copying
     big: Vec<Box<[u8; MAX_DATAGRAM]>>,
 }
 

@@ -53,7 +53,11 @@ impl UdpIo {
         } else {
             Domain::IPV4
         };
-        let sock = Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(Protocol::UDP))?;
+        let sock = Socket::new(
+            domain,
+            Type::DGRAM.nonblocking().cloexec(),
+            Some(Protocol::UDP),
+        )?;
         if addr.is_ipv6() {
             sock.set_only_v6(false)?;
         }
@@ -180,7 +184,11 @@ impl UdpIo {
                 io::ErrorKind::WouldBlock if again < 3 => {
                     // Send buffer full: wait briefly for room, then retry.
                     again += 1;
-                    let _ = wait_fds(&[self.sock.as_raw_fd()], libc::POLLOUT, Some(Duration::from_millis(1)));
+                    let _ = wait_fds(
+                        &[self.sock.as_raw_fd()],
+                        libc::POLLOUT,
+                        Some(Duration::from_millis(1)),
+                    );
                 }
                 _ => {
                     failed(batch.tags[at]);
@@ -287,8 +295,7 @@ fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
         }
         libc::AF_INET6 => {
             // SAFETY: family says sockaddr_in6, which fits in sockaddr_storage.
-            let a: &libc::sockaddr_in6 =
-                unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
+            let a: &libc::sockaddr_in6 = unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
             Some(SocketAddr::V6(SocketAddrV6::new(
                 Ipv6Addr::from(a.sin6_addr.s6_addr),
                 u16::from_be(a.sin6_port),
@@ -515,7 +522,12 @@ mod tests {
         let mut rb = RecvBatch::new(4);
         let mut got = Vec::new();
         for _ in 0..100 {
-            wait_fds(&[b.as_raw_fd()], libc::POLLIN, Some(Duration::from_millis(100))).unwrap();
+            wait_fds(
+                &[b.as_raw_fd()],
+                libc::POLLIN,
+                Some(Duration::from_millis(100)),
+            )
+            .unwrap();
             let n = b.recv_batch(&mut rb).unwrap();
             for i in 0..n {
                 assert_eq!(rb.source(i), Some(a.local_addr()));
@@ -540,7 +552,12 @@ mod tests {
         sb.push(b"hi", b.local_addr(), 0);
         assert_eq!(a.send_batch(&mut sb, |_| {}), 1);
         let mut rb = RecvBatch::new(2);
-        wait_fds(&[b.as_raw_fd()], libc::POLLIN, Some(Duration::from_millis(500))).unwrap();
+        wait_fds(
+            &[b.as_raw_fd()],
+            libc::POLLIN,
+            Some(Duration::from_millis(500)),
+        )
+        .unwrap();
         assert_eq!(b.recv_batch(&mut rb).unwrap(), 1);
         assert_eq!(rb.datagram(0).unwrap(), b"hi");
     }
@@ -553,10 +570,19 @@ mod tests {
         let s2 = UdpIo::rebind_next(false, p, 0, 0).unwrap();
         assert_ne!(s2.local_addr().port(), p);
         let w = WakeFd::new().unwrap();
-        assert_eq!(wait_fds(&[w.as_raw_fd()], libc::POLLIN, Some(Duration::ZERO)).unwrap(), 0);
+        assert_eq!(
+            wait_fds(&[w.as_raw_fd()], libc::POLLIN, Some(Duration::ZERO)).unwrap(),
+            0
+        );
         w.wake();
-        assert_eq!(wait_fds(&[w.as_raw_fd()], libc::POLLIN, Some(Duration::ZERO)).unwrap(), 1);
+        assert_eq!(
+            wait_fds(&[w.as_raw_fd()], libc::POLLIN, Some(Duration::ZERO)).unwrap(),
+            1
+        );
         w.drain();
-        assert_eq!(wait_fds(&[w.as_raw_fd()], libc::POLLIN, Some(Duration::ZERO)).unwrap(), 0);
+        assert_eq!(
+            wait_fds(&[w.as_raw_fd()], libc::POLLIN, Some(Duration::ZERO)).unwrap(),
+            0
+        );
     }
 }

@@ -42,12 +42,12 @@ use std::time::{Duration, Instant};
 use glommio::{LocalExecutorBuilder, Placement};
 
 pub use self::completion::Completion;
-pub use self::config::{BuildError, Cores, DnsConfig, OptionError};
-pub use self::stats::Stats;
-pub use self::submit::{Batch, Request, RequestBuilder};
 use self::completion::SlotPool;
+pub use self::config::{BuildError, Cores, DnsConfig, OptionError};
 use self::config::{EngineConfig, Source};
 use self::membership::Membership;
+pub use self::stats::Stats;
+pub use self::submit::{Batch, Request, RequestBuilder};
 use self::submit::{CoreQueue, Msg};
 use crate::error::{ConfigError, RequestError};
 use crate::ids::LatencyTracker;
@@ -457,7 +457,7 @@ impl EngineHandle {
     /// Reports an observed latency for `tracker` (whole ms), coalesced per core and sent
     /// once to every endpoint of the current membership.
     pub fn report(&self, tracker: &LatencyTracker, observed: Duration) -> Result<(), Failure> {
-        if observed.subsec_nanos() % 1_000_000 != 0 {
+        if !observed.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(Failure::Configuration(RequestError::BadLatency.into()));
         }
         let observed_ms = u32::try_from(observed.as_millis())

@@ -79,6 +79,7 @@ impl CoreQueue {
     }
 
     /// Queues without waking; `Err` gives the message back when the queue is full.
+    #[allow(clippy::result_large_err)] // the message is handed back, not an error
     pub(crate) fn push(&self, msg: Msg) -> Result<(), Msg> {
         match self.tx.try_send(msg) {
             Ok(()) => Ok(()),
@@ -102,7 +103,7 @@ impl CoreQueue {
 
 /// Whole milliseconds of `d` as u32, or `BadLatency`.
 fn latency_ms(d: Duration) -> Result<u32, RequestError> {
-    if d.subsec_nanos() % 1_000_000 != 0 {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
         return Err(RequestError::BadLatency);
     }
     u32::try_from(d.as_millis()).map_err(|_| RequestError::BadLatency)
@@ -271,6 +272,7 @@ pub struct Request {
 
 impl Request {
     /// The outcome decided without a core, if any (empty → local grant; invalid).
+    #[allow(clippy::result_large_err)] // Err is the final outcome, returned once
     pub(crate) fn local_outcome(kind: Kind) -> Result<PduBuf, Outcome> {
         match kind {
             Kind::Empty => Err(Ok(Response::local_grant())),
@@ -318,6 +320,11 @@ impl Future for Batch {
             }
         }
         this.pending.clear();
-        Poll::Ready(this.done.drain(..).map(|o| o.expect("every outcome")).collect())
+        Poll::Ready(
+            this.done
+                .drain(..)
+                .map(|o| o.expect("every outcome"))
+                .collect(),
+        )
     }
 }

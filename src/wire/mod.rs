@@ -42,7 +42,9 @@ pub use response::{
     GuardView, RateResponseView, ResourceResultSpec, ResourceResultView, encode_rate_response_pdu,
     rate_response_pdu_len,
 };
-pub use rng::{RngError, fill_random, new_nonce, new_unique_id, shape_unique_id};
+pub use rng::{
+    RngError, fill_random, new_nonce, new_unique_id, new_unique_id_and_nonce, shape_unique_id,
+};
 pub use tenant::{TenantFields, TenantView};
 
 /// Largest datagram either side sends or accepts.

@@ -34,3 +34,15 @@ pub fn new_nonce() -> Result<[u8; NONCE_LEN], RngError> {
     fill_random(&mut n)?;
     Ok(n)
 }
+
+/// A fresh unique id and nonce from one system call (the per-request hot path).
+pub fn new_unique_id_and_nonce() -> Result<([u8; 16], [u8; NONCE_LEN]), RngError> {
+    let mut b = [0u8; 16 + NONCE_LEN];
+    fill_random(&mut b)?;
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&b[..16]);
+    shape_unique_id(&mut id);
+    let mut nonce = [0u8; NONCE_LEN];
+    nonce.copy_from_slice(&b[16..]);
+    Ok((id, nonce))
+}

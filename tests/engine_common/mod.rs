@@ -11,8 +11,10 @@ use ratelimitly_engine::machine::Endpoint;
 use ratelimitly_engine::policy::RequestPolicy;
 use rl_responder::{Faults, ResponderConfig, ResponderHandle};
 
-pub const COOKIE: &str = "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
-pub const AES: &str = "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5";
+pub const COOKIE: &str =
+    "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
+pub const AES: &str =
+    "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5";
 pub const NONE: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
 
 pub fn key(s: &str) -> ApiKey {
