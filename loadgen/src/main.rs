@@ -327,6 +327,9 @@ fn run_phase(ctx: &Ctx<'_>, kind: ClientKind) -> Result<PhaseResult, String> {
     let (dtx, drx) = mpsc::channel::<()>();
     let cores = ctx.client_cores.clone();
     let mut raw_threads = Vec::new();
+    // Client threads stay alive until the end-of-window CPU snapshot is taken, so a
+    // late snapshot never misses the CPU time of threads that already exited.
+    let gate = Arc::new(AtomicBool::new(false));
 
     match kind {
         ClientKind::Engine | ClientKind::Official => {
@@ -353,6 +356,7 @@ fn run_phase(ctx: &Ctx<'_>, kind: ClientKind) -> Result<PhaseResult, String> {
                 )
             });
             let first = cores[0];
+            let gate2 = Arc::clone(&gate);
             std::thread::spawn(move || {
                 stats::pin(first);
                 let rt = match driver::runtime(&cores) {
@@ -385,6 +389,7 @@ fn run_phase(ctx: &Ctx<'_>, kind: ClientKind) -> Result<PhaseResult, String> {
                     let phase = Phase::new(Instant::now(), warmup, duration);
                     let _ = ptx.send(Ok(Arc::clone(&phase)));
                     driver::drive(Arc::clone(&target), phase, load, drain).await;
+                    wait_gate(&gate2);
                     match Arc::try_unwrap(target) {
                         Ok(t) => adapt::shutdown(t),
                         Err(t) => drop(t),
@@ -424,10 +429,12 @@ fn run_phase(ctx: &Ctx<'_>, kind: ClientKind) -> Result<PhaseResult, String> {
                             .max(1),
                     },
                 };
-                let (cfg, phase) = (Arc::clone(&cfg), Arc::clone(&phase));
+                let (cfg, phase, gate) = (Arc::clone(&cfg), Arc::clone(&phase), Arc::clone(&gate));
                 raw_threads.push(std::thread::spawn(move || {
                     stats::pin(core);
-                    raw::run_thread(cfg, phase, load, drain)
+                    let r = raw::run_thread(cfg, phase, load, drain);
+                    wait_gate(&gate);
+                    r
                 }));
             }
             let _ = ptx.send(Ok(phase));
@@ -451,10 +458,12 @@ fn run_phase(ctx: &Ctx<'_>, kind: ClientKind) -> Result<PhaseResult, String> {
         Ok(Ok(p)) => p,
         Ok(Err(e)) => {
             stop.store(true, Ordering::Relaxed);
+            gate.store(true, Ordering::Release);
             return Err(e);
         }
         Err(_) => {
             stop.store(true, Ordering::Relaxed);
+            gate.store(true, Ordering::Release);
             return Err("client did not start within 30 s".into());
         }
     };
@@ -467,6 +476,7 @@ fn run_phase(ctx: &Ctx<'_>, kind: ClientKind) -> Result<PhaseResult, String> {
     sleep_until(phase.window_end);
     let cpu1 = stats::cpu_snapshot(&infra);
     let srv1 = stats::cpu_of(&ctx.servers.server_threads);
+    gate.store(true, Ordering::Release);
     let dg1 = ctx.servers.received_datagrams();
     let t1 = Instant::now();
     let threads = cpu1.len();
@@ -499,6 +509,14 @@ fn run_phase(ctx: &Ctx<'_>, kind: ClientKind) -> Result<PhaseResult, String> {
         window_first_second: warmup.as_secs() as usize,
         window_seconds: duration.as_secs_f64().ceil() as usize,
     })
+}
+
+/// Waits (at most 30 s) until the main thread has taken its end-of-window snapshot.
+fn wait_gate(gate: &AtomicBool) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while !gate.load(Ordering::Acquire) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 fn sleep_until(t: Instant) {
@@ -574,7 +592,13 @@ mod tests {
         let doc: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         let results = doc["results"].as_array().unwrap();
-        assert!(results.len() >= 2, "official and raw at least");
+        let names: Vec<&str> = results
+            .iter()
+            .filter_map(|r| r["client"].as_str())
+            .collect();
+        assert_eq!(names, ["engine", "official", "raw"]);
+        assert!(doc["ratios"]["engine_vs_official"].as_f64().is_some());
+        assert!(doc["ratios"]["engine_vs_raw"].as_f64().is_some());
         for r in results {
             assert_eq!(r["balanced"], true);
             assert!(r["decisions"].as_u64().unwrap() > 0, "{}", r["client"]);
