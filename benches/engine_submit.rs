@@ -1,23 +1,40 @@
-//! Submit-to-completion latency and decision throughput through ONE engine core on
-//! loopback against an embedded responder (rl_responder, cookie key, no faults).
+//! Engine measurements on loopback (run: `cargo bench -p ratelimitly-engine --bench
+//! engine_submit`; each group runs ~2 s with 10-20 samples).
 //!
-//! `single_wait`: one request at a time (the core parks between requests: includes the
-//! eventfd wake-up). `batch_256`: 256 requests per submit_batch (busy core; criterion
-//! reports time per batch, throughput in elements/s = decisions/s).
+//! * `engine_one_core`: submit-to-completion through ONE engine core against an embedded
+//!   responder (rl_responder, cookie key, no faults). `single_wait`: one request at a time
+//!   (the core parks between requests: includes the eventfd wake-up). `batch_256`: 256
+//!   requests per submit_batch (busy core; throughput in elements/s = decisions/s).
+//! * `submit_to_send`: time from just before `send()` to the arrival of the request's
+//!   first datagram at a raw std UDP socket acting as the server (blocking `recv_from`,
+//!   so the probe server's own wake-up is included). `parked`: the core is idle and
+//!   parked; `busy`: a background thread keeps batches of 64 requests in flight on the
+//!   same core while the probe is measured.
+//! * `loopback_echo_128`: 128 datagrams of 112 bytes client -> echo -> client on one
+//!   thread, glommio 0.9 `UdpSocket` (`send_to`/`recv_from`, one datagram per await)
+//!   versus the engine's raw non-blocking `sendmmsg`/`recvmmsg` path (`engine::io`), see
+//!   DataDog/glommio#672.
 
-use std::time::Duration;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use ratelimitly_engine::engine::{Cores, Engine};
+use ratelimitly_engine::engine::io::{RecvBatch, SendBatch, UdpIo};
+use ratelimitly_engine::engine::{Cores, Engine, EngineHandle};
 use ratelimitly_engine::ids::Resource;
 use ratelimitly_engine::key::ApiKey;
 use ratelimitly_engine::machine::Endpoint;
+use ratelimitly_engine::wire::{
+    self, Auth, RateRequestView, ResourceResultSpec, TenantFields, encode_rate_response_pdu,
+};
 use rl_responder::ResponderConfig;
 
 const COOKIE: &str =
     "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
 
-fn bench(c: &mut Criterion) {
+fn engine_one_core(c: &mut Criterion) {
     let key: ApiKey = COOKIE.parse().unwrap();
     let mut cfg = ResponderConfig::new(vec![key.clone()]);
     cfg.server_id = Some(1);
@@ -33,7 +50,8 @@ fn bench(c: &mut Criterion) {
     let h = e.handle();
     let res = Resource::new("bench", Duration::from_secs(1), u32::MAX).unwrap();
     let mut g = c.benchmark_group("engine_one_core");
-    g.measurement_time(Duration::from_secs(5));
+    g.measurement_time(Duration::from_secs(2));
+    g.sample_size(20);
     g.throughput(Throughput::Elements(1));
     g.bench_function("single_wait", |b| {
         b.iter(|| h.request().consume(&res, 1).wait().unwrap())
@@ -61,5 +79,220 @@ fn bench(c: &mut Criterion) {
     e.shutdown();
 }
 
-criterion_group!(benches, bench);
+/// A raw std-socket server: grants every rate request; for requests on `probe` bucket it
+/// sends the arrival instant to the bench thread.
+fn probe_server(
+    auth: Auth,
+    sock: UdpSocket,
+    probe: [u8; 16],
+    arrivals: crossbeam_channel::Sender<Instant>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut buf = [0u8; 2048];
+    let mut out = [0u8; 1200];
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    while !stop.load(Ordering::Relaxed) {
+        let Ok((n, from)) = sock.recv_from(&mut buf) else {
+            continue;
+        };
+        let at = Instant::now();
+        let Ok(o) = wire::open(&auth, &mut buf[..n]) else {
+            continue;
+        };
+        let Ok(req) = RateRequestView::parse(o.pdu) else {
+            continue;
+        };
+        let Some(r) = req.resources().next() else {
+            continue;
+        };
+        if r.bucket_id() == probe {
+            let _ = arrivals.try_send(at);
+        }
+        let res = [ResourceResultSpec {
+            bucket_id: r.bucket_id(),
+            window_ms: r.window_ms(),
+            actual_rate: 0,
+            deficit: 0,
+        }];
+        let p = auth.pdu_offset();
+        let Ok(len) = encode_rate_response_pdu(&mut out[p..], &[], &res) else {
+            continue;
+        };
+        let t = TenantFields {
+            id: 1,
+            unique_id: o.tenant.unique_id(),
+            timestamp_ms: 0,
+            steering: 1,
+        };
+        if let Ok(total) = wire::seal(&auth, &t, [0; 12], &mut out, len) {
+            let _ = sock.send_to(&out[..total], from);
+        }
+    }
+}
+
+/// Total submit-to-arrival time of `iters` probe requests.
+fn probe(
+    h: &EngineHandle,
+    res: &Resource,
+    arrivals: &crossbeam_channel::Receiver<Instant>,
+    iters: u64,
+) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let t0 = Instant::now();
+        let c = h.request().consume(res, 1).send();
+        let at = arrivals
+            .recv_timeout(Duration::from_secs(1))
+            .expect("probe arrived");
+        total += at.saturating_duration_since(t0);
+        let _ = c.wait();
+    }
+    total
+}
+
+fn submit_to_send(c: &mut Criterion) {
+    let key: ApiKey = COOKIE.parse().unwrap();
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = sock.local_addr().unwrap();
+    let probe_res = Resource::new("probe", Duration::from_secs(1), u32::MAX).unwrap();
+    let load_res = Resource::new("load", Duration::from_secs(1), u32::MAX).unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1024);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (auth, st, id) = (Auth::new(&key), stop.clone(), probe_res.id());
+    let server = std::thread::spawn(move || probe_server(auth, sock, id, tx, st));
+    let e = Engine::builder(key)
+        .cores(Cores::Count(1))
+        .endpoints(vec![Endpoint { server_id: 1, addr }])
+        .build()
+        .unwrap();
+    let h = e.handle();
+    let mut g = c.benchmark_group("submit_to_send");
+    g.measurement_time(Duration::from_secs(2));
+    g.sample_size(20);
+    g.bench_function("parked", |b| {
+        b.iter_custom(|iters| {
+            // let the core park (its spin is 20 us) before each probe
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                std::thread::sleep(Duration::from_micros(200));
+                total += probe(&h, &probe_res, &rx, 1);
+            }
+            total
+        })
+    });
+    let busy = Arc::new(AtomicBool::new(true));
+    let load = {
+        let (h, busy, res) = (h.clone(), busy.clone(), load_res.clone());
+        std::thread::spawn(move || {
+            while busy.load(Ordering::Relaxed) {
+                let reqs = (0..64)
+                    .map(|_| h.request().consume(&res, 1).build())
+                    .collect();
+                let _ = h.submit_batch(reqs).wait();
+            }
+        })
+    };
+    g.bench_function("busy", |b| {
+        b.iter_custom(|iters| probe(&h, &probe_res, &rx, iters))
+    });
+    busy.store(false, Ordering::Relaxed);
+    load.join().unwrap();
+    g.finish();
+    e.shutdown();
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap();
+}
+
+const ECHO_N: usize = 128;
+const ECHO_LEN: usize = 112;
+
+fn raw_echo(a: &UdpIo, b: &UdpIo, rb: &mut RecvBatch, sb: &mut SendBatch) {
+    let payload = [7u8; ECHO_LEN];
+    for i in 0..ECHO_N {
+        sb.push(&payload, b.local_addr(), i as u64);
+        if sb.is_full() {
+            a.send_batch(sb, |_| {});
+        }
+    }
+    a.send_batch(sb, |_| {});
+    let mut echoed = 0;
+    let mut spins = 0;
+    while echoed < ECHO_N && spins < 1_000_000 {
+        let n = b.recv_batch(rb).unwrap();
+        spins += 1;
+        for k in 0..n {
+            let from = rb.source(k).unwrap();
+            let d = rb.datagram(k).unwrap();
+            sb.push(d, from, k as u64);
+        }
+        b.send_batch(sb, |_| {});
+        echoed += n;
+    }
+    let mut back = 0;
+    spins = 0;
+    while back < ECHO_N && spins < 1_000_000 {
+        back += a.recv_batch(rb).unwrap();
+        spins += 1;
+    }
+    assert_eq!(back, ECHO_N);
+}
+
+async fn glommio_echo(a: &glommio::net::UdpSocket, b: &glommio::net::UdpSocket, to_b: SocketAddr) {
+    let payload = [7u8; ECHO_LEN];
+    let mut buf = [0u8; 2048];
+    for _ in 0..ECHO_N {
+        a.send_to(&payload, to_b).await.unwrap();
+    }
+    for _ in 0..ECHO_N {
+        let (n, from) = b.recv_from(&mut buf).await.unwrap();
+        b.send_to(&buf[..n], from).await.unwrap();
+    }
+    for _ in 0..ECHO_N {
+        a.recv_from(&mut buf).await.unwrap();
+    }
+}
+
+fn loopback_echo(c: &mut Criterion) {
+    let mut g = c.benchmark_group("loopback_echo_128");
+    g.measurement_time(Duration::from_secs(2));
+    g.sample_size(20);
+    g.throughput(Throughput::Elements(ECHO_N as u64));
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    {
+        let a = UdpIo::bind(any, 4 << 20, 4 << 20).unwrap();
+        let b = UdpIo::bind(any, 4 << 20, 4 << 20).unwrap();
+        let mut rb = RecvBatch::new(64);
+        let mut sb = SendBatch::new(64);
+        g.bench_function("engine_raw_mmsg", |bn| {
+            bn.iter(|| raw_echo(&a, &b, &mut rb, &mut sb))
+        });
+    }
+    let ex = glommio::LocalExecutorBuilder::default()
+        .io_memory(128 << 10)
+        .make()
+        .unwrap();
+    g.bench_function("glommio_udpsocket", |bn| {
+        bn.iter_custom(|iters| {
+            ex.run(async move {
+                let a = glommio::net::UdpSocket::bind(any).unwrap();
+                let b = glommio::net::UdpSocket::bind(any).unwrap();
+                for s in [&a, &b] {
+                    let r = socket2::SockRef::from(s);
+                    let _ = r.set_recv_buffer_size(4 << 20);
+                    let _ = r.set_send_buffer_size(4 << 20);
+                }
+                let to_b = b.local_addr().unwrap();
+                let t = Instant::now();
+                for _ in 0..iters {
+                    glommio_echo(&a, &b, to_b).await;
+                }
+                t.elapsed()
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, submit_to_send, loopback_echo, engine_one_core);
 criterion_main!(benches);

@@ -1,25 +1,33 @@
 //! The request state machine: delivery and selection of one non-empty logical request
 //! (client.md §3–§4), sans-IO.
 //!
-//! Owns: [`RequestMachine`], [`Endpoint`], [`Snapshot`], [`Transmit`]; the rules for
-//! rounds, replays, the final phase, round-0 oldest-server preference, completion delivery,
-//! send failures and response validity at the level of server ids.
+//! Owns: [`RequestMachine`], [`Delivery`], [`Plan`], [`Endpoint`], [`Snapshot`],
+//! [`Transmit`]; the rules for rounds, replays, the final phase, round-0 oldest-server
+//! preference, completion delivery, send failures and response validity at the level of
+//! server ids.
 //! Must not touch: sockets, clocks (every entry point takes `now: Instant`), the encoded
 //! datagram (the caller holds it and sends the identical bytes for every [`Transmit`]),
 //! the API key. Wire parsing and authentication belong to `wire`; this module only calls it.
 //!
 //! # Design
+//! * Two layers. [`Delivery`] is the compact core that holds only the per-request state
+//!   and takes the policy constants ([`Plan`], shared by every request of a policy) as a
+//!   parameter; it decides *which* response is retained or selected but does not store
+//!   it: the caller builds the [`Response`] when told to ([`Verdict`]) and keeps it where
+//!   it likes (the engine builds it straight into the request's completion slot).
+//!   [`RequestMachine`] is the self-contained form (plan + core + the response inline)
+//!   that tests and simple drivers use.
 //! * Deadlines are absolute offsets in ms from `t0`: round k ends at U·(B(0)+…+B(k)), the
-//!   final phase at D = H. The machine keeps the current phase's end and B(k) and steps
+//!   final phase at D = H. The core keeps the current phase's end and B(k) and steps
 //!   them in O(1) ([`Schedule::next_units`]).
 //! * Endpoint sets are `u64` bitmasks over snapshot indexes (≤ 64 endpoints): servers that
-//!   supplied a valid response (all their addresses), queued transmits, failed round-0
-//!   sends, endpoints already handed a later (replay/completion) transmit.
-//! * The retained (round 0) or selected response is held inline as `Option<Response>`; no
-//!   heap allocation happens in the machine (a response with more than two guards or two
-//!   resources spills its `SmallVec` when it is built, not in the machine). On x86-64
-//!   `size_of::<RequestMachine>()` is 280 bytes: 128 of state plus the 152-byte
-//!   `Option<Response>` slot (`tests/conformance.rs` prints it).
+//!   supplied a valid response (all their addresses) and queued transmits. Round-0 send
+//!   failures are a count (each initial send is reported failed at most once); the kind
+//!   of a failed send is given by the caller.
+//! * No heap allocation happens in the machine (a response with more than two guards or
+//!   two resources spills its `SmallVec` when it is built, not in the machine). On x86-64
+//!   `size_of::<Delivery>()` is 72 bytes and `size_of::<RequestMachine>()` 280
+//!   (`tests/conformance.rs` prints it).
 //! * Time ordering at equal instants: [`RequestMachine::handle_results`] first applies
 //!   deadlines strictly before `now`, so a response at exactly a deadline still belongs to
 //!   the phase that ends there (a response exactly at D is accepted);
@@ -108,7 +116,7 @@ enum State {
     Rounds,
     /// Final receive phase (F > 0).
     Final,
-    /// `retained` holds the selected response; completion transmits may be queued.
+    /// A response is selected; completion transmits may be queued.
     Decided,
     /// No response by D.
     TimedOut,
@@ -118,48 +126,93 @@ enum State {
     Done,
 }
 
-/// One logical request: emits transmits, reports its next deadline, takes responses, and
-/// ends in exactly one [`Outcome`]. See the module docs for the rules.
+/// "No endpoint" in a `u8` snapshot index.
+const NO_ENDPOINT: u8 = u8::MAX;
+
+/// The policy constants a [`Delivery`] needs, shared by every request of one policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    schedule: Schedule,
+    unit_ms: u32,
+    horizon_ms: u32,
+    final_units: u32,
+    replays: u16,
+    completion: bool,
+}
+
+impl Plan {
+    /// The constants of `policy`.
+    pub fn new(policy: &RequestPolicy) -> Plan {
+        Plan {
+            schedule: policy.schedule(),
+            unit_ms: policy.unit_ms(),
+            horizon_ms: policy.horizon_ms(),
+            final_units: policy.final_units(),
+            replays: policy.replays(),
+            completion: policy.completion_delivery(),
+        }
+    }
+
+    /// H in ms.
+    pub fn horizon_ms(&self) -> u32 {
+        self.horizon_ms
+    }
+}
+
+/// What a valid, in-time response did, and in which phase it arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Verdict {
+    /// Selected / retained (build and keep the [`Response`], replacing a retained one) or
+    /// not retained (drop it).
+    pub accepted: Accepted,
+    /// The phase to record in the [`Response`].
+    pub phase: Phase,
+}
+
+/// Send counts of a decided request, to fill into its [`Response`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Sends {
+    /// Request datagrams handed to the network, completion deliveries included.
+    pub sends: u32,
+    /// Of `sends`, the completion deliveries.
+    pub completion_sends: u32,
+}
+
+/// The compact core of one logical request: everything [`RequestMachine`] does except
+/// storing the policy constants (passed in as a [`Plan`]) and the response (the caller
+/// stores the response a [`Verdict`] tells it to build; [`Delivery::poll_outcome`] then
+/// says to deliver it). No heap allocation; 72 bytes on x86-64.
 #[derive(Debug)]
-pub struct RequestMachine {
+pub struct Delivery {
     snapshot: Snapshot,
     t0: Instant,
-    schedule: Schedule,
-    oldest_id: u64,
     /// Endpoints whose server supplied a valid response.
     responded: u64,
     /// Endpoints with a queued transmit of kind `pending_kind`.
     pending: u64,
-    /// Endpoints whose round-0 send failed.
-    failed0: u64,
-    /// Endpoints that were handed a replay or completion transmit (a failure reported for
-    /// one of them is not a round-0 failure).
-    later: u64,
-    unit_ms: u32,
-    horizon_ms: u32,
     /// Offset (ms from t0) at which the current round or phase ends.
     phase_end_ms: u32,
     /// B(round).
     cur_units: u32,
-    final_units: u32,
     sends: u32,
-    completion_sends: u32,
     round: u16,
-    replays: u16,
     state: State,
     pending_kind: TransmitKind,
-    completion: bool,
     /// Steering byte of the latest valid response not yet polled.
     steering: Option<u8>,
-    /// Round 0: the retained candidate; `Decided`: the selected response.
-    retained: Option<Response>,
+    /// Round 0: snapshot index of the retained response's server (`NO_ENDPOINT`: none).
+    retained: u8,
+    /// Round-0 sends reported failed.
+    failed0: u8,
+    /// Completion transmits handed out (<= 64).
+    completion_sends: u8,
 }
 
-impl RequestMachine {
+impl Delivery {
     /// Starts a request at `now` (t0): queues round 0 to every endpoint.
     /// An empty snapshot is a discovery failure; more than [`MAX_ENDPOINTS`] a
     /// configuration failure.
-    pub fn new(policy: &RequestPolicy, snapshot: Snapshot, now: Instant) -> Result<Self, Failure> {
+    pub fn new(plan: &Plan, snapshot: Snapshot, now: Instant) -> Result<Self, Failure> {
         let n = snapshot.len();
         if n == 0 {
             return Err(Failure::Discovery(DiscoveryError::NoServer));
@@ -172,33 +225,22 @@ impl RequestMachine {
                 },
             )));
         }
-        let oldest_id = snapshot.iter().map(|e| e.server_id).min().unwrap_or(0);
-        let schedule = policy.schedule();
-        let cur_units = schedule.units(0);
-        let unit_ms = policy.unit_ms();
-        Ok(RequestMachine {
+        let cur_units = plan.schedule.units(0);
+        Ok(Delivery {
             snapshot,
             t0: now,
-            schedule,
-            oldest_id,
             responded: 0,
             pending: all_mask(n),
-            failed0: 0,
-            later: 0,
-            unit_ms,
-            horizon_ms: policy.horizon_ms(),
-            phase_end_ms: unit_ms.saturating_mul(cur_units),
+            phase_end_ms: plan.unit_ms.saturating_mul(cur_units),
             cur_units,
-            final_units: policy.final_units(),
             sends: 0,
-            completion_sends: 0,
             round: 0,
-            replays: policy.replays(),
             state: State::Rounds,
             pending_kind: TransmitKind::Initial,
-            completion: policy.completion_delivery(),
             steering: None,
-            retained: None,
+            retained: NO_ENDPOINT,
+            failed0: 0,
+            completion_sends: 0,
         })
     }
 
@@ -213,8 +255,8 @@ impl RequestMachine {
     }
 
     /// D = t0 + H, the dedup deadline.
-    pub fn deadline(&self) -> Instant {
-        self.at(self.horizon_ms)
+    pub fn deadline(&self, plan: &Plan) -> Instant {
+        self.at(plan.horizon_ms)
     }
 
     /// The outcome was taken.
@@ -227,8 +269,13 @@ impl RequestMachine {
         !matches!(self.state, State::Rounds | State::Final)
     }
 
-    /// The next transmit to perform, if any. Send the stored datagram to `addr`; report a
-    /// failed send at once with [`RequestMachine::transmit_failed`].
+    /// The caller holds a response for this request: a retained round-0 candidate or the
+    /// selected response not yet delivered.
+    pub fn holds_response(&self) -> bool {
+        self.retained != NO_ENDPOINT || self.state == State::Decided
+    }
+
+    /// The next transmit to perform, if any (see [`RequestMachine::poll_transmit`]).
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         if self.pending == 0 {
             return None;
@@ -236,13 +283,8 @@ impl RequestMachine {
         let endpoint = self.pending.trailing_zeros() as usize;
         self.pending &= self.pending - 1;
         self.sends += 1;
-        match self.pending_kind {
-            TransmitKind::Initial => {}
-            TransmitKind::Replay => self.later |= 1 << endpoint,
-            TransmitKind::Completion => {
-                self.later |= 1 << endpoint;
-                self.completion_sends += 1;
-            }
+        if self.pending_kind == TransmitKind::Completion {
+            self.completion_sends = self.completion_sends.saturating_add(1);
         }
         Some(Transmit {
             endpoint,
@@ -251,29 +293,30 @@ impl RequestMachine {
         })
     }
 
-    /// The send of the latest transmit polled for `endpoint` failed. If every datagram of
-    /// round 0 failed, the request fails with a communication error (unless a valid
-    /// response already arrived); failures of replays and completion sends only reduce
-    /// the send counts. Report a failure before polling the endpoint's next transmit.
-    pub fn transmit_failed(&mut self, endpoint: usize) {
-        if endpoint >= self.snapshot.len() {
+    /// The send of a transmit of `kind` to `endpoint` failed. Report each failed send
+    /// once. If every datagram of round 0 failed, the request fails with a communication
+    /// error (unless a valid response already arrived); failures of replays and
+    /// completion sends only reduce the send counts.
+    pub fn transmit_failed(&mut self, endpoint: usize, kind: TransmitKind) {
+        let n = self.snapshot.len();
+        if endpoint >= n {
             return;
         }
         self.sends = self.sends.saturating_sub(1);
-        let bit = 1u64 << endpoint;
-        if self.later & bit != 0 {
-            if self.pending_kind == TransmitKind::Completion {
+        match kind {
+            TransmitKind::Initial => {}
+            TransmitKind::Replay => return,
+            TransmitKind::Completion => {
                 self.completion_sends = self.completion_sends.saturating_sub(1);
+                return;
             }
-            return;
         }
-        self.failed0 |= bit;
-        if self.failed0 == all_mask(self.snapshot.len())
+        self.failed0 = self.failed0.saturating_add(1);
+        if usize::from(self.failed0) >= n
             && matches!(self.state, State::Rounds | State::Final)
-            && self.retained.is_none()
+            && self.retained == NO_ENDPOINT
         {
             self.pending = 0;
-            self.retained = None;
             self.state = State::Unreachable;
         }
     }
@@ -287,10 +330,279 @@ impl RequestMachine {
         }
     }
 
+    /// Applies every deadline at or before `now` (see [`RequestMachine::handle_timeout`]).
+    pub fn handle_timeout(&mut self, plan: &Plan, now: Instant) {
+        self.advance(plan, now, true);
+    }
+
+    /// A response that passed the wire checks from `server_id` with steering byte
+    /// `steering`, received at `now`: applies the server-id and timing rules. On
+    /// `Selected` or `Retained` the caller builds the [`Response`] (with the verdict's
+    /// phase) and keeps it, replacing a previously retained one.
+    pub fn handle_results(
+        &mut self,
+        plan: &Plan,
+        now: Instant,
+        server_id: u64,
+        steering: u8,
+    ) -> Result<Verdict, Ignored> {
+        let mask = self.server_mask(server_id);
+        if mask == 0 {
+            return Err(Ignored::UnknownServer);
+        }
+        self.advance(plan, now, false);
+        match self.state {
+            State::Rounds | State::Final => {}
+            State::TimedOut if now > self.deadline(plan) => return Err(Ignored::Late),
+            _ => return Err(Ignored::Finished),
+        }
+        if self.responded & mask != 0 {
+            return Err(Ignored::Duplicate);
+        }
+        self.responded |= mask;
+        self.steering = Some(steering);
+        let phase = match self.state {
+            State::Final => Phase::Final,
+            _ => Phase::Round(self.round),
+        };
+        let oldest = self.snapshot.iter().map(|e| e.server_id).min().unwrap_or(0);
+        if self.state == State::Rounds && self.round == 0 && server_id != oldest {
+            if self.retained != NO_ENDPOINT
+                && self.snapshot[usize::from(self.retained)].server_id < server_id
+            {
+                return Ok(Verdict {
+                    accepted: Accepted::NotRetained,
+                    phase,
+                });
+            }
+            self.retained = mask.trailing_zeros() as u8;
+            return Ok(Verdict {
+                accepted: Accepted::Retained,
+                phase,
+            });
+        }
+        self.select(plan, now);
+        Ok(Verdict {
+            accepted: Accepted::Selected,
+            phase,
+        })
+    }
+
+    /// The steering byte of the latest valid response since the last call.
+    pub fn poll_steering(&mut self) -> Option<u8> {
+        self.steering.take()
+    }
+
+    /// The outcome, exactly once, after the queued completion transmits were drained:
+    /// `Ok` = deliver the response the caller holds, with these send counts.
+    pub fn poll_outcome(&mut self, plan: &Plan) -> Option<Result<Sends, Failure>> {
+        if self.pending != 0 {
+            return None;
+        }
+        let out = match self.state {
+            State::Decided => Ok(Sends {
+                sends: self.sends,
+                completion_sends: u32::from(self.completion_sends),
+            }),
+            State::TimedOut => Err(Failure::Timeout {
+                horizon_ms: plan.horizon_ms,
+            }),
+            State::Unreachable => Err(Failure::Communication(CommError::AllSendsFailed {
+                endpoints: self.snapshot.len() as u32,
+            })),
+            State::Rounds | State::Final | State::Done => return None,
+        };
+        self.state = State::Done;
+        Some(out)
+    }
+
+    fn at(&self, offset_ms: u32) -> Instant {
+        self.t0 + Duration::from_millis(u64::from(offset_ms))
+    }
+
+    /// Endpoints of `server_id` in the snapshot (0 = not in the snapshot).
+    fn server_mask(&self, server_id: u64) -> u64 {
+        self.snapshot
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.server_id == server_id)
+            .fold(0, |m, (i, _)| m | 1 << i)
+    }
+
+    /// Applies deadlines before `now` (`inclusive`: at or before `now`).
+    fn advance(&mut self, plan: &Plan, now: Instant, inclusive: bool) {
+        let elapsed = now.saturating_duration_since(self.t0);
+        let reached = |end_ms: u32| {
+            let end = Duration::from_millis(u64::from(end_ms));
+            if inclusive {
+                elapsed >= end
+            } else {
+                elapsed > end
+            }
+        };
+        let before_d = elapsed < Duration::from_millis(u64::from(plan.horizon_ms));
+        // Bounded: each pass ends a round (at most N + 1) or the final phase.
+        while matches!(self.state, State::Rounds | State::Final) && reached(self.phase_end_ms) {
+            if self.state == State::Final {
+                self.time_out();
+                return;
+            }
+            if self.round == 0 && self.retained != NO_ENDPOINT {
+                self.select(plan, now);
+                return;
+            }
+            if self.round < plan.replays {
+                self.round += 1;
+                self.cur_units = plan.schedule.next_units(self.cur_units);
+                self.phase_end_ms = self
+                    .phase_end_ms
+                    .saturating_add(plan.unit_ms.saturating_mul(self.cur_units));
+                if before_d {
+                    self.pending = all_mask(self.snapshot.len()) & !self.responded;
+                    self.pending_kind = TransmitKind::Replay;
+                } else {
+                    self.pending = 0;
+                }
+            } else if plan.final_units > 0 && self.phase_end_ms < plan.horizon_ms {
+                self.state = State::Final;
+                self.phase_end_ms = plan.horizon_ms;
+            } else {
+                self.time_out();
+                return;
+            }
+        }
+    }
+
+    fn time_out(&mut self) {
+        self.state = State::TimedOut;
+        self.pending = 0;
+        self.retained = NO_ENDPOINT;
+    }
+
+    /// Selects the response being handled (or the retained one) at `now`; queues
+    /// completion delivery (only while now < D).
+    fn select(&mut self, plan: &Plan, now: Instant) {
+        self.retained = NO_ENDPOINT;
+        self.state = State::Decided;
+        self.pending = 0;
+        if plan.completion && now < self.deadline(plan) {
+            self.pending = all_mask(self.snapshot.len()) & !self.responded;
+            self.pending_kind = TransmitKind::Completion;
+        }
+    }
+}
+
+/// One logical request: emits transmits, reports its next deadline, takes responses, and
+/// ends in exactly one [`Outcome`]. See the module docs for the rules. This is
+/// [`Delivery`] with its [`Plan`] and the retained/selected [`Response`] held inline.
+#[derive(Debug)]
+pub struct RequestMachine {
+    core: Delivery,
+    plan: Plan,
+    /// Endpoints whose latest transmit was a replay or completion send.
+    later: u64,
+    /// Of `later`, those whose latest transmit was a completion send.
+    completed: u64,
+    /// Endpoints whose round-0 send was reported failed.
+    failed0: u64,
+    /// Round 0: the retained candidate; decided: the selected response.
+    response: Option<Response>,
+}
+
+impl RequestMachine {
+    /// Starts a request at `now` (t0): queues round 0 to every endpoint.
+    /// An empty snapshot is a discovery failure; more than [`MAX_ENDPOINTS`] a
+    /// configuration failure.
+    pub fn new(policy: &RequestPolicy, snapshot: Snapshot, now: Instant) -> Result<Self, Failure> {
+        let plan = Plan::new(policy);
+        Ok(RequestMachine {
+            core: Delivery::new(&plan, snapshot, now)?,
+            plan,
+            later: 0,
+            completed: 0,
+            failed0: 0,
+            response: None,
+        })
+    }
+
+    /// The endpoints this request sends to.
+    pub fn snapshot(&self) -> &Snapshot {
+        self.core.snapshot()
+    }
+
+    /// t0.
+    pub fn started(&self) -> Instant {
+        self.core.started()
+    }
+
+    /// D = t0 + H, the dedup deadline.
+    pub fn deadline(&self) -> Instant {
+        self.core.deadline(&self.plan)
+    }
+
+    /// The outcome was taken.
+    pub fn is_done(&self) -> bool {
+        self.core.is_done()
+    }
+
+    /// A decision or failure is known (possibly with completion transmits still queued).
+    pub fn is_finished(&self) -> bool {
+        self.core.is_finished()
+    }
+
+    /// The next transmit to perform, if any. Send the stored datagram to `addr`; report a
+    /// failed send at once with [`RequestMachine::transmit_failed`].
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        let t = self.core.poll_transmit()?;
+        let bit = 1u64 << t.endpoint;
+        match t.kind {
+            TransmitKind::Initial => {}
+            TransmitKind::Replay => {
+                self.later |= bit;
+                self.completed &= !bit;
+            }
+            TransmitKind::Completion => {
+                self.later |= bit;
+                self.completed |= bit;
+            }
+        }
+        Some(t)
+    }
+
+    /// The send of the latest transmit polled for `endpoint` failed. If every datagram of
+    /// round 0 failed, the request fails with a communication error (unless a valid
+    /// response already arrived); failures of replays and completion sends only reduce
+    /// the send counts. Report a failure before polling the endpoint's next transmit.
+    pub fn transmit_failed(&mut self, endpoint: usize) {
+        if endpoint >= self.core.snapshot().len() {
+            return;
+        }
+        let bit = 1u64 << endpoint;
+        let kind = if self.completed & bit != 0 {
+            TransmitKind::Completion
+        } else if self.later & bit != 0 || self.failed0 & bit != 0 {
+            // a replay, or a repeated report of the same round-0 failure: only the count
+            TransmitKind::Replay
+        } else {
+            self.failed0 |= bit;
+            TransmitKind::Initial
+        };
+        self.core.transmit_failed(endpoint, kind);
+        if self.core.state == State::Unreachable {
+            self.response = None;
+        }
+    }
+
+    /// The next deadline (end of the current round or of the final phase = D), while
+    /// undecided.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.core.poll_timeout()
+    }
+
     /// Applies every deadline at or before `now`: round ends (round-0 selection of the
     /// retained response, replays), the end of the final phase (timeout).
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.advance(now, true);
+        self.core.handle_timeout(&self.plan, now);
     }
 
     /// A response that passed the wire checks (tenant, auth, PDU) from `server_id` with
@@ -308,39 +620,15 @@ impl RequestMachine {
         G: IntoIterator<Item = GuardResult>,
         R: IntoIterator<Item = ResourceResult>,
     {
-        let mask = self.server_mask(server_id);
-        if mask == 0 {
-            return Err(Ignored::UnknownServer);
-        }
-        self.advance(now, false);
-        match self.state {
-            State::Rounds | State::Final => {}
-            State::TimedOut if now > self.deadline() => return Err(Ignored::Late),
-            _ => return Err(Ignored::Finished),
-        }
-        if self.responded & mask != 0 {
-            return Err(Ignored::Duplicate);
-        }
-        self.responded |= mask;
-        self.steering = Some(steering);
-        let phase = match self.state {
-            State::Final => Phase::Final,
-            _ => Phase::Round(self.round),
-        };
-        if self.state == State::Rounds && self.round == 0 && server_id != self.oldest_id {
-            if let Some(r) = &self.retained
-                && r.server_id.is_some_and(|id| id < server_id)
-            {
-                return Ok(Accepted::NotRetained);
-            }
-            self.retained = Some(Response::from_results(
-                server_id, steering, phase, guards, resources,
+        let v = self
+            .core
+            .handle_results(&self.plan, now, server_id, steering)?;
+        if v.accepted != Accepted::NotRetained {
+            self.response = Some(Response::from_results(
+                server_id, steering, v.phase, guards, resources,
             ));
-            return Ok(Accepted::Retained);
         }
-        let resp = Response::from_results(server_id, steering, phase, guards, resources);
-        self.select(now, resp);
-        Ok(Accepted::Selected)
+        Ok(v.accepted)
     }
 
     /// A received datagram for this request (the caller routed it by unique id): checks
@@ -389,106 +677,22 @@ impl RequestMachine {
     /// The steering byte of the latest valid response since the last call (0 = the server
     /// asks the client to move to another source port). Never changes the decision.
     pub fn poll_steering(&mut self) -> Option<u8> {
-        self.steering.take()
+        self.core.poll_steering()
     }
 
     /// The outcome, exactly once, after the queued completion transmits were drained.
     pub fn poll_outcome(&mut self) -> Option<Outcome> {
-        if self.pending != 0 {
-            return None;
-        }
-        let out = match self.state {
-            State::Decided => {
-                let mut r = self.retained.take()?;
-                r.sends = self.sends;
-                r.completion_sends = self.completion_sends;
-                Ok(r)
+        match self.core.poll_outcome(&self.plan)? {
+            Ok(s) => {
+                let mut r = self.response.take()?;
+                r.sends = s.sends;
+                r.completion_sends = s.completion_sends;
+                Some(Ok(r))
             }
-            State::TimedOut => Err(Failure::Timeout {
-                horizon_ms: self.horizon_ms,
-            }),
-            State::Unreachable => Err(Failure::Communication(CommError::AllSendsFailed {
-                endpoints: self.snapshot.len() as u32,
-            })),
-            State::Rounds | State::Final | State::Done => return None,
-        };
-        self.state = State::Done;
-        Some(out)
-    }
-
-    fn at(&self, offset_ms: u32) -> Instant {
-        self.t0 + Duration::from_millis(u64::from(offset_ms))
-    }
-
-    /// Endpoints of `server_id` in the snapshot (0 = not in the snapshot).
-    fn server_mask(&self, server_id: u64) -> u64 {
-        self.snapshot
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.server_id == server_id)
-            .fold(0, |m, (i, _)| m | 1 << i)
-    }
-
-    /// Applies deadlines before `now` (`inclusive`: at or before `now`).
-    fn advance(&mut self, now: Instant, inclusive: bool) {
-        let elapsed = now.saturating_duration_since(self.t0);
-        let reached = |end_ms: u32| {
-            let end = Duration::from_millis(u64::from(end_ms));
-            if inclusive {
-                elapsed >= end
-            } else {
-                elapsed > end
+            Err(f) => {
+                self.response = None;
+                Some(Err(f))
             }
-        };
-        let before_d = elapsed < Duration::from_millis(u64::from(self.horizon_ms));
-        // Bounded: each pass ends a round (at most N + 1) or the final phase.
-        while matches!(self.state, State::Rounds | State::Final) && reached(self.phase_end_ms) {
-            if self.state == State::Final {
-                self.time_out();
-                return;
-            }
-            if self.round == 0
-                && let Some(r) = self.retained.take()
-            {
-                self.select(now, r);
-                return;
-            }
-            if self.round < self.replays {
-                self.round += 1;
-                self.cur_units = self.schedule.next_units(self.cur_units);
-                self.phase_end_ms = self
-                    .phase_end_ms
-                    .saturating_add(self.unit_ms.saturating_mul(self.cur_units));
-                if before_d {
-                    self.pending = all_mask(self.snapshot.len()) & !self.responded;
-                    self.pending_kind = TransmitKind::Replay;
-                } else {
-                    self.pending = 0;
-                }
-            } else if self.final_units > 0 && self.phase_end_ms < self.horizon_ms {
-                self.state = State::Final;
-                self.phase_end_ms = self.horizon_ms;
-            } else {
-                self.time_out();
-                return;
-            }
-        }
-    }
-
-    fn time_out(&mut self) {
-        self.state = State::TimedOut;
-        self.pending = 0;
-        self.retained = None;
-    }
-
-    /// Selects `resp` at `now`; queues completion delivery (only while now < D).
-    fn select(&mut self, now: Instant, resp: Response) {
-        self.retained = Some(resp);
-        self.state = State::Decided;
-        self.pending = 0;
-        if self.completion && now < self.deadline() {
-            self.pending = all_mask(self.snapshot.len()) & !self.responded;
-            self.pending_kind = TransmitKind::Completion;
         }
     }
 }

@@ -125,7 +125,19 @@ fn zero_allocations_per_request_in_steady_state() {
         "memory per in-flight request (slab entry): {} bytes",
         EngineHandle::entry_size()
     );
-    assert!(allocs <= 5, "{allocs} allocations for {N} requests");
+    // A per-request allocation would show as >= N. What remains is glommio's own
+    // bookkeeping when its preemption timer re-arms (about three allocations per 100 ms
+    // quantum on the core thread, measured: 496 + 96 + 496 bytes), proportional to run
+    // time, not to requests; a fixed cap of 5 made this test flaky on slow machines.
+    assert!(
+        allocs <= (N / 100) as u64,
+        "{allocs} allocations for {N} requests"
+    );
+    assert!(
+        EngineHandle::entry_size() <= 256,
+        "{} bytes per in-flight request",
+        EngineHandle::entry_size()
+    );
     stop.store(true, Ordering::Relaxed);
     e.shutdown();
     peer.join().unwrap();

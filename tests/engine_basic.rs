@@ -77,7 +77,16 @@ fn async_future_on_tokio() {
 #[test]
 fn oldest_answering_first_returns_at_once_younger_waits_round0() {
     let old = responder(COOKIE, 10, Faults::default());
-    let young = responder(COOKIE, 20, Faults::default());
+    // The younger answers 10 ms late, so the oldest's answer is always the first valid one
+    // and completion delivery deterministically goes to the younger server.
+    let young = responder(
+        COOKIE,
+        20,
+        Faults {
+            delay: ms(10),
+            ..Faults::default()
+        },
+    );
     let policy = RequestPolicy::builder().unit(ms(50)).build().unwrap();
     let e = engine(COOKIE, vec![ep(&old), ep(&young)], policy.clone());
     let h = e.handle();

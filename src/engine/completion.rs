@@ -1,7 +1,9 @@
 //! Lock-free one-shot completion slots, pooled per engine.
 //!
 //! Owns: a fixed pool of slots (allocated once at build), each carrying one `Outcome`
-//! from the owning core back to the caller: an atomic state, the outcome cell and an
+//! from the owning core back to the caller (the core may build the response in the slot
+//! before it is delivered: a retained round-0 candidate, so the in-flight entry need not
+//! hold one): an atomic state, the outcome cell and an
 //! `AtomicWaker` (a task waker, or a thread unparker for blocking waits). Slots are
 //! reused through a lock-free free list, so a request costs no heap allocation here.
 //!
@@ -20,7 +22,7 @@ use std::thread::Thread;
 use atomic_waker::AtomicWaker;
 use crossbeam_queue::ArrayQueue;
 
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, Response};
 
 const FREE: u8 = 0;
 const PENDING: u8 = 1;
@@ -29,13 +31,16 @@ const ABANDONED: u8 = 3;
 
 struct Slot {
     state: AtomicU8,
+    /// Core side only: `outcome` holds a staged `Ok(Response)` not yet published.
+    staged: UnsafeCell<bool>,
     outcome: UnsafeCell<MaybeUninit<Outcome>>,
     waker: AtomicWaker,
 }
 
-// SAFETY: `outcome` is written only by the completing core while the state is PENDING
-// or ABANDONED (one owner), and read only by the caller after it observed READY with
-// Acquire ordering (the core's write happens-before its Release store of READY).
+// SAFETY: `outcome` and `staged` are written only by the completing core while the state
+// is PENDING or ABANDONED (one owner), and `outcome` is read only by the caller after it
+// observed READY with Acquire ordering (the core's write happens-before its Release store
+// of READY).
 unsafe impl Sync for Slot {}
 unsafe impl Send for Slot {}
 
@@ -51,6 +56,7 @@ impl SlotPool {
         let slots: Box<[Slot]> = (0..capacity)
             .map(|_| Slot {
                 state: AtomicU8::new(FREE),
+                staged: UnsafeCell::new(false),
                 outcome: UnsafeCell::new(MaybeUninit::uninit()),
                 waker: AtomicWaker::new(),
             })
@@ -79,11 +85,66 @@ impl SlotPool {
         let _ = self.free.push(idx);
     }
 
-    /// Core side: delivers the outcome of slot `idx` (exactly once per acquire).
+    /// Core side: delivers the outcome of slot `idx` (exactly once per acquire). A
+    /// response staged earlier is dropped first.
     pub(crate) fn complete(&self, idx: u32, outcome: Outcome) {
+        self.unstage(idx);
         let slot = &self.slots[idx as usize];
         // SAFETY: only the core writes while the slot is PENDING/ABANDONED.
         unsafe { (*slot.outcome.get()).write(outcome) };
+        self.publish(slot, idx);
+    }
+
+    /// Core side: builds the request's response in place, before it is delivered (a
+    /// retained round-0 candidate or the selected response), replacing one staged
+    /// earlier. The caller does not see it until [`SlotPool::complete_staged`].
+    pub(crate) fn stage(&self, idx: u32, response: Response) {
+        self.unstage(idx);
+        let slot = &self.slots[idx as usize];
+        // SAFETY: only the owning core touches `staged`/`outcome` while PENDING/ABANDONED.
+        unsafe {
+            (*slot.outcome.get()).write(Ok(response));
+            *slot.staged.get() = true;
+        }
+    }
+
+    /// Core side: drops the staged response of slot `idx`, if any.
+    pub(crate) fn unstage(&self, idx: u32) {
+        let slot = &self.slots[idx as usize];
+        // SAFETY: as in `stage`; `staged` says the cell is initialised.
+        unsafe {
+            if *slot.staged.get() {
+                *slot.staged.get() = false;
+                (*slot.outcome.get()).assume_init_drop();
+            }
+        }
+    }
+
+    /// Core side: lets `finish` adjust the staged response, then delivers it. `None`
+    /// (nothing delivered) when no response is staged.
+    pub(crate) fn complete_staged<R>(
+        &self,
+        idx: u32,
+        finish: impl FnOnce(&mut Response) -> R,
+    ) -> Option<R> {
+        let slot = &self.slots[idx as usize];
+        // SAFETY: as in `stage`; `staged` says the cell holds `Ok(response)`.
+        let r = unsafe {
+            if !*slot.staged.get() {
+                return None;
+            }
+            *slot.staged.get() = false;
+            match (*slot.outcome.get()).assume_init_mut() {
+                Ok(resp) => finish(resp),
+                Err(_) => unreachable!("only responses are staged"),
+            }
+        };
+        self.publish(slot, idx);
+        Some(r)
+    }
+
+    /// Marks the written outcome READY and wakes the caller (or frees an abandoned slot).
+    fn publish(&self, slot: &Slot, idx: u32) {
         match slot.state.swap(READY, Ordering::AcqRel) {
             ABANDONED => {
                 // The caller left: drop the outcome and recycle the slot.
@@ -241,6 +302,43 @@ mod tests {
             assert!(matches!(c.wait(), Err(Failure::Overloaded)));
         }
         assert_eq!(pool.free.len(), 2);
+    }
+
+    #[test]
+    fn staged_response_is_replaced_dropped_or_delivered() {
+        let pool = SlotPool::new(1);
+        for abandon in [false, true] {
+            let idx = pool.acquire().unwrap();
+            let c = Completion::new(pool.clone(), idx);
+            pool.stage(idx, Response::local_grant());
+            let mut r = Response::local_grant();
+            r.sends = 7;
+            pool.stage(idx, r);
+            if abandon {
+                drop(c);
+                assert_eq!(pool.complete_staged(idx, |r| r.sends), Some(7));
+                continue;
+            }
+            assert!(
+                pool.complete_staged(idx, |r| {
+                    r.completion_sends = 2;
+                    r.sends
+                }) == Some(7)
+            );
+            let got = c.wait().unwrap();
+            assert_eq!((got.sends, got.completion_sends), (7, 2));
+        }
+        assert_eq!(pool.free.len(), 1);
+        // a staged response dropped by a failure
+        let idx = pool.acquire().unwrap();
+        let c = Completion::new(pool.clone(), idx);
+        pool.stage(idx, Response::local_grant());
+        pool.complete(idx, Err(Failure::Shutdown));
+        assert!(matches!(c.wait(), Err(Failure::Shutdown)));
+        assert!(
+            pool.complete_staged(pool.acquire().unwrap(), |_| ())
+                .is_none()
+        );
     }
 
     #[test]

@@ -15,15 +15,15 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::Shared;
-use super::inflight::{DGRAM_INLINE, Dgram, Entry, InFlight, Key};
+use super::inflight::{Entry, InFlight, Key};
 use super::io::{RecvBatch, SendBatch, wait_fds};
 use super::reports::Reports;
 use super::stats::{ROUND_BUCKETS, Stats};
 use super::steering::SocketSet;
 use super::submit::{Msg, PduBuf};
-use super::wheel::TimerWheel;
-use crate::machine::{Ignored, RequestMachine, TransmitKind};
-use crate::outcome::{CommError, Failure, GuardResult, Outcome, Phase, ResourceResult};
+use super::wheel::{TimerHandle, TimerWheel};
+use crate::machine::{Accepted, Delivery, Ignored, Sends, TransmitKind};
+use crate::outcome::{CommError, Failure, GuardResult, Outcome, Phase, ResourceResult, Response};
 use crate::wire::{self, DropReason, RateResponseView, TenantFields, TenantView};
 
 /// Datagrams per recvmmsg / sendmmsg.
@@ -253,22 +253,34 @@ impl Core {
         let Some(e) = self.inflight.get_mut(key) else {
             return;
         };
-        let res = e.machine.handle_results(
-            now,
-            opened.tenant.id(),
-            opened.tenant.steering(),
-            resp.guards().map(|g| {
-                GuardResult::new(g.tracker_id(), g.threshold_ms(), g.current_latency_ms())
-            }),
-            resp.resources().map(|r| ResourceResult {
-                bucket_id: r.bucket_id(),
-                actual_rate: r.actual_rate(),
-                deficit: r.deficit(),
-            }),
-        );
+        let (server_id, steering) = (opened.tenant.id(), opened.tenant.steering());
+        let res = e
+            .req
+            .handle_results(&self.shared.plan, now, server_id, steering);
         match res {
-            Ok(_) => {
-                if e.machine.poll_steering() == Some(0) {
+            Ok(v) => {
+                if v.accepted != Accepted::NotRetained {
+                    // built straight into the completion slot (replacing a retained one)
+                    let r = Response::from_results(
+                        server_id,
+                        steering,
+                        v.phase,
+                        resp.guards().map(|g| {
+                            GuardResult::new(
+                                g.tracker_id(),
+                                g.threshold_ms(),
+                                g.current_latency_ms(),
+                            )
+                        }),
+                        resp.resources().map(|r| ResourceResult {
+                            bucket_id: r.bucket_id(),
+                            actual_rate: r.actual_rate(),
+                            deficit: r.deficit(),
+                        }),
+                    );
+                    self.shared.pool.stage(e.slot, r);
+                }
+                if e.req.poll_steering() == Some(0) {
                     let sock = e.sock;
                     self.socks.hint(sock);
                 }
@@ -332,7 +344,7 @@ impl Core {
             return self.fail_early(slot, Failure::Overloaded);
         };
         let snapshot = self.shared.membership.snapshot();
-        let machine = match RequestMachine::new(&self.shared.policy, snapshot, now) {
+        let req = match Delivery::new(&self.shared.plan, snapshot, now) {
             Ok(m) => m,
             Err(f) => {
                 self.inflight.unreserve(key);
@@ -359,25 +371,23 @@ impl Core {
         let pdu = pdu.as_slice();
         let p = self.shared.auth.pdu_offset();
         let total = p + pdu.len();
-        let sealed = if total <= DGRAM_INLINE {
-            let mut bytes = [0u8; DGRAM_INLINE];
-            bytes[p..total].copy_from_slice(pdu);
-            wire::seal(&self.shared.auth, &tenant, nonce, &mut bytes, pdu.len()).map(|n| {
-                Dgram::Inline {
-                    len: n as u16,
-                    bytes,
-                }
-            })
-        } else {
-            let mut buf = self.inflight.big_buffer();
-            buf[p..total].copy_from_slice(pdu);
-            wire::seal(&self.shared.auth, &tenant, nonce, &mut buf[..], pdu.len())
-                .map(|n| Dgram::Pooled { len: n as u16, buf })
+        let mut dgram = self.inflight.alloc_dgram(total);
+        let bytes = self.inflight.bytes_mut(&mut dgram);
+        let sealed = match bytes.get_mut(p..total) {
+            Some(b) => {
+                b.copy_from_slice(pdu);
+                wire::seal(&self.shared.auth, &tenant, nonce, bytes, pdu.len())
+            }
+            None => Err(wire::EncodeError::TooLarge {
+                needed: total,
+                max: wire::MAX_DATAGRAM,
+            }),
         };
-        let dgram = match sealed {
-            Ok(d) => d,
+        match sealed {
+            Ok(n) => dgram.set_len(n),
             Err(_) => {
                 // the size was checked when the request was built
+                self.inflight.recycle(dgram);
                 self.inflight.unreserve(key);
                 return self.fail_early(
                     slot,
@@ -390,17 +400,21 @@ impl Core {
                     ),
                 );
             }
-        };
+        }
         let sock = self.socks.current_id();
         self.socks.acquire(sock);
         self.inflight.insert(
             key,
             Entry {
-                machine,
-                submitted,
-                timer: None,
+                req,
+                timer: TimerHandle::NONE,
                 slot,
                 sock,
+                queued_us: now
+                    .saturating_duration_since(submitted)
+                    .as_micros()
+                    .min(u128::from(u32::MAX)) as u32,
+                generation: 0,
                 dgram,
             },
         );
@@ -416,17 +430,16 @@ impl Core {
             let Some(e) = self.inflight.get_mut(key) else {
                 return;
             };
-            let Some(t) = e.machine.poll_transmit() else {
+            let Some(t) = e.req.poll_transmit() else {
                 break;
             };
             let sock = e.sock;
             if (!self.send.is_empty() && self.send_sock != sock) || self.send.is_full() {
                 self.flush();
             }
-            let e = self.inflight.get_mut(key).expect("entry present");
             self.send_sock = sock;
-            self.send
-                .push(e.dgram.as_slice(), t.addr, key.tag(t.endpoint));
+            let dgram = self.inflight.datagram(key).expect("entry present");
+            self.send.push(dgram, t.addr, key.tag(t.endpoint, t.kind));
             self.stats.sends += 1;
             if t.kind == TransmitKind::Completion {
                 self.stats.completion_sends += 1;
@@ -435,19 +448,20 @@ impl Core {
         let Some(e) = self.inflight.get_mut(key) else {
             return;
         };
-        if let Some(out) = e.machine.poll_outcome() {
+        if let Some(out) = e.req.poll_outcome(&self.shared.plan) {
             self.finish(key, out, now);
             return;
         }
-        let next = e.machine.poll_timeout();
+        let next = e.req.poll_timeout();
         let cur = e.timer;
-        match (cur, next) {
-            (Some((_, at)), Some(n)) if at == n => {}
+        match next {
+            Some(n) if self.wheel.is_armed_at(cur, n) => {}
             _ => {
-                if let Some((h, _)) = cur {
-                    self.wheel.cancel(h);
-                }
-                let timer = next.map(|n| (self.wheel.insert(n, key.pack()), n));
+                self.wheel.cancel(cur);
+                let timer = match next {
+                    Some(n) => self.wheel.insert(n, key.pack()),
+                    None => TimerHandle::NONE,
+                };
                 if let Some(e) = self.inflight.get_mut(key) {
                     e.timer = timer;
                 }
@@ -455,17 +469,20 @@ impl Core {
         }
     }
 
-    fn finish(&mut self, key: Key, out: Outcome, now: Instant) {
+    /// Removes a finished request and delivers its outcome: `Ok` = the response staged
+    /// in its completion slot, with these send counts.
+    fn finish(&mut self, key: Key, out: Result<Sends, Failure>, now: Instant) {
         let Some(e) = self.inflight.remove(key) else {
             return;
         };
-        if let Some((h, _)) = e.timer {
-            self.wheel.cancel(h);
-        }
+        self.wheel.cancel(e.timer);
         self.socks.release(e.sock);
+        let pool = &self.shared.pool;
         let s = &mut self.stats;
-        match &out {
-            Ok(r) => {
+        let delivered = match &out {
+            Ok(n) => pool.complete_staged(e.slot, |r| {
+                r.sends = n.sends;
+                r.completion_sends = n.completion_sends;
                 if r.is_granted() {
                     s.granted += 1;
                 } else {
@@ -475,7 +492,7 @@ impl Core {
                     Phase::Round(k) => {
                         s.decisions_by_round[(k as usize).min(ROUND_BUCKETS - 1)] += 1;
                         if k == 0 {
-                            let oldest = e.machine.snapshot().iter().map(|x| x.server_id).min();
+                            let oldest = e.req.snapshot().iter().map(|x| x.server_id).min();
                             if r.server_id != oldest {
                                 s.oldest_fallbacks += 1;
                             }
@@ -484,17 +501,27 @@ impl Core {
                     Phase::Final => s.decisions_final += 1,
                     Phase::Local => {}
                 }
+            }),
+            Err(f) => {
+                match f {
+                    Failure::Timeout { .. } => s.timeouts += 1,
+                    Failure::Communication(_) => s.comm_failures += 1,
+                    Failure::Shutdown => s.shutdown_failures += 1,
+                    _ => {}
+                }
+                None
             }
-            Err(Failure::Timeout { .. }) => s.timeouts += 1,
-            Err(Failure::Communication(_)) => s.comm_failures += 1,
-            Err(Failure::Shutdown) => s.shutdown_failures += 1,
-            Err(_) => {}
+        };
+        let latency = now.saturating_duration_since(e.req.started())
+            + Duration::from_micros(u64::from(e.queued_us));
+        s.record_latency(latency, self.shared.policy.horizon());
+        s.completions += 1;
+        if delivered.is_none() {
+            // a failure (a staged response, if any, is dropped); a decision always has
+            // its response staged, so `Shutdown` here is only a guard
+            let f = out.err().unwrap_or(Failure::Shutdown);
+            self.shared.pool.complete(e.slot, Err(f));
         }
-        s.record_latency(
-            now.saturating_duration_since(e.submitted),
-            self.shared.policy.horizon(),
-        );
-        self.complete(e.slot, out);
         self.inflight.recycle(e.dgram);
     }
 
@@ -505,8 +532,8 @@ impl Core {
         for v in fired.drain(..) {
             let key = Key::unpack(v);
             if let Some(e) = self.inflight.get_mut(key) {
-                e.timer = None;
-                e.machine.handle_timeout(now);
+                e.timer = TimerHandle::NONE;
+                e.req.handle_timeout(&self.shared.plan, now);
                 self.drive(key, now);
             }
         }
@@ -541,10 +568,10 @@ impl Core {
             if tag == REPORT_TAG {
                 continue;
             }
-            let (key, ep) = Key::from_tag(tag);
+            let (key, ep, kind) = Key::from_tag(tag);
             if let Some(e) = self.inflight.get_mut(key) {
                 self.stats.sends = self.stats.sends.saturating_sub(1);
-                e.machine.transmit_failed(ep);
+                e.req.transmit_failed(ep, kind);
                 self.drive(key, now);
             }
         }

@@ -1,63 +1,91 @@
 //! The per-core table of requests in flight.
 //!
-//! Owns: a generation-checked slab of [`Entry`] (request machine, sealed datagram bytes,
-//! completion slot, timer handle, source socket), the O(1) routing of a response by the
+//! Owns: a generation-checked slab of [`Entry`] (request delivery state, sealed datagram
+//! bytes, completion slot index, timer handle, source socket), the O(1) routing of a response by the
 //! slab index and generation that the core writes into bytes 0..5 of the unique id
 //! (masked with a per-core random value; the remaining bytes stay random and v4-shaped),
 //! and the pool of large datagram buffers.
 //! Must not touch: sockets, clocks, the completion protocol; capacity is fixed at start
 //! so the steady state never allocates.
 
-use std::time::Instant;
-
 use super::wheel::TimerHandle;
-use crate::machine::RequestMachine;
+use crate::machine::{Delivery, TransmitKind};
 use crate::wire::MAX_DATAGRAM;
 
-/// Datagram bytes stored inline in an entry; larger datagrams use a pooled buffer.
-pub(crate) const DGRAM_INLINE: usize = 160;
+/// Datagram bytes stored inline in an entry; larger datagrams use a pooled buffer. Sized
+/// for the common request in aes mode: one resource and one guard (72 + 8 + 4 + 28 + 36
+/// = 148 bytes), or two resources (140 bytes).
+pub(crate) const DGRAM_INLINE: usize = 148;
 
 /// Offset of the unique id in a datagram (tenant TLV offset 12).
 const UID_OFF: usize = 12;
 
-/// The sealed request datagram (identical for every send).
-pub(crate) enum Dgram {
-    Inline {
-        len: u16,
-        bytes: [u8; DGRAM_INLINE],
-    },
-    Pooled {
-        len: u16,
-        buf: Box<[u8; MAX_DATAGRAM]>,
-    },
+/// Free-list end / "reserved, not inserted" marker.
+const NIL: u32 = u32::MAX;
+
+/// Flag in `Dgram::len`: the bytes are in a pooled buffer.
+const POOLED: u16 = 0x8000;
+
+/// The sealed request datagram (identical for every send): inline when it fits, else in
+/// the pooled buffer whose index is kept in the first four inline bytes.
+pub(crate) struct Dgram {
+    len: u16,
+    bytes: [u8; DGRAM_INLINE],
 }
 
 impl Dgram {
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        match self {
-            Dgram::Inline { len, bytes } => &bytes[..*len as usize],
-            Dgram::Pooled { len, buf } => &buf[..*len as usize],
+    fn pool_index(&self) -> Option<usize> {
+        if self.len & POOLED != 0 {
+            let b = &self.bytes;
+            Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        } else {
+            None
         }
     }
 
-    pub(crate) fn unique_id(&self) -> &[u8] {
-        &self.as_slice()[UID_OFF..UID_OFF + 16]
+    /// Records the sealed length.
+    pub(crate) fn set_len(&mut self, len: usize) {
+        debug_assert!(len <= MAX_DATAGRAM);
+        self.len = (self.len & POOLED) | (len.min(MAX_DATAGRAM) as u16);
+    }
+
+    fn len(&self) -> usize {
+        usize::from(self.len & !POOLED)
     }
 }
 
 /// One request in flight.
 pub(crate) struct Entry {
-    pub machine: RequestMachine,
-    pub submitted: Instant,
-    pub timer: Option<(TimerHandle, Instant)>,
+    /// The request's delivery state.
+    pub req: Delivery,
+    /// Its armed timer (`TimerHandle::NONE` when none).
+    pub timer: TimerHandle,
+    /// Its completion slot (which also holds its retained / selected response).
     pub slot: u32,
+    /// The socket it sends from.
     pub sock: u32,
+    /// Microseconds from submission to t0 (saturating).
+    pub queued_us: u32,
+    /// Generation of the cell (set by [`InFlight::insert`]).
+    pub generation: u32,
+    /// The sealed datagram.
     pub dgram: Dgram,
 }
 
-struct Cell {
-    generation: u32,
-    entry: Option<Entry>,
+/// A slab cell: an entry, or a free / reserved cell (intrusive free list, so a free
+/// cell costs no extra memory).
+enum Cell {
+    Vacant { generation: u32, next: u32 },
+    Occupied(Entry),
+}
+
+impl Cell {
+    fn generation(&self) -> u32 {
+        match self {
+            Cell::Vacant { generation, .. } => *generation,
+            Cell::Occupied(e) => e.generation,
+        }
+    }
 }
 
 /// Key of an entry: slab index and generation.
@@ -71,25 +99,40 @@ pub(crate) struct Key {
 pub(crate) const MAX_IN_FLIGHT: usize = 1 << 24;
 
 impl Key {
-    /// Packs the key with an endpoint index into a send tag.
-    pub(crate) fn tag(self, endpoint: usize) -> u64 {
-        (self.idx as u64) | ((self.generation as u64) << 24) | ((endpoint as u64 & 0xFF) << 56)
+    /// Packs the key with an endpoint index (< 64) and the transmit's kind into a send
+    /// tag: index bits 0..24, generation 24..56, endpoint 56..62, kind 62..64.
+    pub(crate) fn tag(self, endpoint: usize, kind: TransmitKind) -> u64 {
+        let k = match kind {
+            TransmitKind::Initial => 0u64,
+            TransmitKind::Replay => 1,
+            TransmitKind::Completion => 2,
+        };
+        (self.idx as u64)
+            | ((self.generation as u64) << 24)
+            | ((endpoint as u64 & 0x3F) << 56)
+            | (k << 62)
     }
 
     /// Unpacks a send tag.
-    pub(crate) fn from_tag(tag: u64) -> (Key, usize) {
+    pub(crate) fn from_tag(tag: u64) -> (Key, usize, TransmitKind) {
+        let kind = match tag >> 62 {
+            0 => TransmitKind::Initial,
+            1 => TransmitKind::Replay,
+            _ => TransmitKind::Completion,
+        };
         (
             Key {
                 idx: (tag & 0xFF_FFFF) as u32,
                 generation: ((tag >> 24) & 0xFFFF_FFFF) as u32,
             },
-            (tag >> 56) as usize,
+            ((tag >> 56) & 0x3F) as usize,
+            kind,
         )
     }
 
     /// Wheel value.
     pub(crate) fn pack(self) -> u64 {
-        self.tag(0)
+        self.tag(0, TransmitKind::Initial)
     }
 
     pub(crate) fn unpack(v: u64) -> Key {
@@ -100,12 +143,13 @@ impl Key {
 /// The in-flight table of one core.
 pub(crate) struct InFlight {
     cells: Vec<Cell>,
-    free: Vec<u32>,
+    free: u32,
     limit: usize,
     len: usize,
     mask: [u8; 5],
-    #[allow(clippy::vec_box)] // boxes move in and out of entries without copying
+    #[allow(clippy::vec_box)] // boxes stay put; entries refer to them by index
     big: Vec<Box<[u8; MAX_DATAGRAM]>>,
+    big_free: Vec<u32>,
 }
 
 impl InFlight {
@@ -115,11 +159,12 @@ impl InFlight {
         let prealloc = limit.min(1 << 16);
         InFlight {
             cells: Vec::with_capacity(prealloc),
-            free: Vec::with_capacity(prealloc),
+            free: NIL,
             limit,
             len: 0,
             mask,
             big: Vec::new(),
+            big_free: Vec::new(),
         }
     }
 
@@ -132,36 +177,52 @@ impl InFlight {
         if self.is_full() {
             return None;
         }
-        let idx = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.cells.push(Cell {
-                    generation: 0,
-                    entry: None,
-                });
-                (self.cells.len() - 1) as u32
+        let idx = if self.free != NIL {
+            let idx = self.free;
+            let c = &mut self.cells[idx as usize];
+            if let Cell::Vacant { next, .. } = c {
+                self.free = *next;
+                *next = NIL;
             }
+            idx
+        } else {
+            self.cells.push(Cell::Vacant {
+                generation: 0,
+                next: NIL,
+            });
+            (self.cells.len() - 1) as u32
         };
         self.len += 1;
         Some(Key {
             idx,
-            generation: self.cells[idx as usize].generation,
+            generation: self.cells[idx as usize].generation(),
         })
+    }
+
+    /// Puts cell `idx` (now vacant with `generation`) on the free list.
+    fn push_free(&mut self, idx: u32, generation: u32) {
+        self.cells[idx as usize] = Cell::Vacant {
+            generation,
+            next: self.free,
+        };
+        self.free = idx;
+        self.len -= 1;
     }
 
     /// Gives back a reserved key that was never inserted.
     pub(crate) fn unreserve(&mut self, key: Key) {
-        let c = &mut self.cells[key.idx as usize];
-        debug_assert!(c.entry.is_none());
-        c.generation = c.generation.wrapping_add(1);
-        self.free.push(key.idx);
-        self.len -= 1;
+        let c = &self.cells[key.idx as usize];
+        debug_assert!(matches!(c, Cell::Vacant { .. }));
+        let g = c.generation().wrapping_add(1);
+        self.push_free(key.idx, g);
     }
 
-    pub(crate) fn insert(&mut self, key: Key, entry: Entry) {
+    pub(crate) fn insert(&mut self, key: Key, mut entry: Entry) {
         let c = &mut self.cells[key.idx as usize];
-        debug_assert_eq!(c.generation, key.generation);
-        c.entry = Some(entry);
+        debug_assert!(matches!(c, Cell::Vacant { .. }));
+        debug_assert_eq!(c.generation(), key.generation);
+        entry.generation = key.generation;
+        *c = Cell::Occupied(entry);
     }
 
     /// Writes the routing bytes for `key` into a fresh random unique id.
@@ -182,51 +243,98 @@ impl InFlight {
         }
         let idx = u32::from_le_bytes([r[0], r[1], r[2], 0]);
         let g16 = u16::from_le_bytes([r[3], r[4]]);
-        let c = self.cells.get(idx as usize)?;
-        let e = c.entry.as_ref()?;
-        if c.generation as u16 != g16 || e.dgram.unique_id() != uid {
+        let Some(Cell::Occupied(e)) = self.cells.get(idx as usize) else {
+            return None;
+        };
+        let d = self.bytes(&e.dgram);
+        if e.generation as u16 != g16 || d.get(UID_OFF..UID_OFF + 16) != Some(&uid[..]) {
             return None;
         }
         Some(Key {
             idx,
-            generation: c.generation,
+            generation: e.generation,
         })
     }
 
     pub(crate) fn get_mut(&mut self, key: Key) -> Option<&mut Entry> {
-        let c = self.cells.get_mut(key.idx as usize)?;
-        if c.generation != key.generation {
-            return None;
+        match self.cells.get_mut(key.idx as usize)? {
+            Cell::Occupied(e) if e.generation == key.generation => Some(e),
+            _ => None,
         }
-        c.entry.as_mut()
     }
 
-    /// Removes an entry (its large buffer goes back to the pool by [`InFlight::recycle`]).
+    /// Removes an entry (give its datagram back with [`InFlight::recycle`]).
     pub(crate) fn remove(&mut self, key: Key) -> Option<Entry> {
-        let c = self.cells.get_mut(key.idx as usize)?;
-        if c.generation != key.generation {
-            return None;
+        match self.cells.get(key.idx as usize)? {
+            Cell::Occupied(e) if e.generation == key.generation => {}
+            _ => return None,
         }
-        let e = c.entry.take()?;
-        c.generation = c.generation.wrapping_add(1);
-        self.free.push(key.idx);
+        let g = key.generation.wrapping_add(1);
+        let c = std::mem::replace(
+            &mut self.cells[key.idx as usize],
+            Cell::Vacant {
+                generation: g,
+                next: self.free,
+            },
+        );
+        self.free = key.idx;
         self.len -= 1;
-        Some(e)
+        match c {
+            Cell::Occupied(e) => Some(e),
+            Cell::Vacant { .. } => None,
+        }
     }
 
-    /// A large datagram buffer from the pool.
-    pub(crate) fn big_buffer(&mut self) -> Box<[u8; MAX_DATAGRAM]> {
-        self.big
-            .pop()
-            .unwrap_or_else(|| Box::new([0u8; MAX_DATAGRAM]))
+    /// A datagram store for `len` bytes: inline, or a pooled buffer when larger. Write it
+    /// through [`InFlight::bytes_mut`], then [`Dgram::set_len`].
+    pub(crate) fn alloc_dgram(&mut self, len: usize) -> Dgram {
+        let mut d = Dgram {
+            len: 0,
+            bytes: [0u8; DGRAM_INLINE],
+        };
+        if len > DGRAM_INLINE {
+            let idx = match self.big_free.pop() {
+                Some(i) => i,
+                None => {
+                    self.big.push(Box::new([0u8; MAX_DATAGRAM]));
+                    (self.big.len() - 1) as u32
+                }
+            };
+            d.bytes[..4].copy_from_slice(&idx.to_le_bytes());
+            d.len = POOLED;
+        }
+        d
     }
 
-    /// Returns a removed entry's buffer to the pool.
+    /// The writable bytes of a datagram store (its whole capacity).
+    pub(crate) fn bytes_mut<'a>(&'a mut self, d: &'a mut Dgram) -> &'a mut [u8] {
+        match d.pool_index() {
+            Some(i) => &mut self.big[i][..],
+            None => &mut d.bytes[..],
+        }
+    }
+
+    /// The sealed bytes of a datagram.
+    pub(crate) fn bytes<'a>(&'a self, d: &'a Dgram) -> &'a [u8] {
+        let len = d.len();
+        match d.pool_index() {
+            Some(i) => &self.big[i][..len],
+            None => &d.bytes[..len],
+        }
+    }
+
+    /// The sealed datagram of entry `key`.
+    pub(crate) fn datagram(&self, key: Key) -> Option<&[u8]> {
+        match self.cells.get(key.idx as usize)? {
+            Cell::Occupied(e) if e.generation == key.generation => Some(self.bytes(&e.dgram)),
+            _ => None,
+        }
+    }
+
+    /// Returns a datagram's pooled buffer (if any) to the pool.
     pub(crate) fn recycle(&mut self, d: Dgram) {
-        if let Dgram::Pooled { buf, .. } = d
-            && self.big.len() < 1024
-        {
-            self.big.push(buf);
+        if let Some(i) = d.pool_index() {
+            self.big_free.push(i as u32);
         }
     }
 
@@ -235,18 +343,64 @@ impl InFlight {
         self.cells
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.entry.is_some())
-            .map(|(i, c)| Key {
-                idx: i as u32,
-                generation: c.generation,
+            .filter_map(|(i, c)| match c {
+                Cell::Occupied(e) => Some(Key {
+                    idx: i as u32,
+                    generation: e.generation,
+                }),
+                Cell::Vacant { .. } => None,
             })
             .collect()
     }
 }
 
-/// Size in bytes of one in-flight entry (memory per in-flight request, excluding the
-/// shared snapshot and pooled large datagrams).
+/// Size in bytes of one in-flight entry: the slab cell (free cells link through
+/// themselves, so there is no separate free list). Excludes the shared snapshot, the
+/// pooled buffers of datagrams over [`DGRAM_INLINE`] bytes, and the engine-wide
+/// completion slot (which also holds the retained / selected response).
 pub fn entry_size() -> usize {
-    // the slab cell plus its free-list slot
-    std::mem::size_of::<Cell>() + std::mem::size_of::<u32>()
+    std::mem::size_of::<Cell>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_fits_256_bytes() {
+        let cell = entry_size();
+        println!(
+            "in-flight entry: size_of::<Entry>() = {} bytes, slab cell = {cell} bytes \
+             (Delivery {} + inline datagram {DGRAM_INLINE}), no other per-request storage",
+            std::mem::size_of::<Entry>(),
+            std::mem::size_of::<Delivery>(),
+        );
+        assert!(cell <= 256, "{cell}");
+    }
+
+    #[test]
+    fn slab_reuses_cells_and_checks_generations() {
+        let mut t = InFlight::new(2, [1, 2, 3, 4, 5]);
+        let a = t.reserve().unwrap();
+        let b = t.reserve().unwrap();
+        assert!(t.reserve().is_none());
+        t.unreserve(b);
+        let b2 = t.reserve().unwrap();
+        assert_eq!(b2.idx, b.idx);
+        assert_ne!(b2.generation, b.generation);
+        t.unreserve(a);
+        t.unreserve(b2);
+        assert!(t.keys().is_empty());
+        // pooled datagrams come back to the pool
+        let mut d = t.alloc_dgram(500);
+        t.bytes_mut(&mut d)[..3].copy_from_slice(b"abc");
+        d.set_len(500);
+        assert_eq!(&t.bytes(&d)[..3], b"abc");
+        assert_eq!(t.bytes(&d).len(), 500);
+        t.recycle(d);
+        let d2 = t.alloc_dgram(1200);
+        assert_eq!(d2.pool_index(), Some(0));
+        let d3 = t.alloc_dgram(100);
+        assert_eq!(d3.pool_index(), None);
+    }
 }

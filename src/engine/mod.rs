@@ -13,7 +13,7 @@
 //!  EngineHandle::submit_batch()  ─────────┼─▶ only when the core announced it parks)
 //!  EngineHandle::report()  ───────────────┘       │ drain ≤256/iteration
 //!        ▲                                        ▼
-//!        │  Completion: pooled one-shot   in-flight slab (machine + sealed datagram)
+//!        │  Completion: pooled one-shot   in-flight slab (delivery state + datagram)
 //!        │  slot, atomic state + waker    timer wheel (1 ms) ─ one poll timeout
 //!        └──────────── complete() ◀────── recvmmsg ─▶ route by unique id ─▶ machine
 //!                                          sendmmsg ◀─ transmits / reports
@@ -52,7 +52,7 @@ use self::submit::{CoreQueue, Msg};
 use crate::error::{ConfigError, RequestError};
 use crate::ids::LatencyTracker;
 use crate::key::ApiKey;
-use crate::machine::Endpoint;
+use crate::machine::{Endpoint, Plan};
 use crate::outcome::{Failure, Outcome};
 use crate::policy::RequestPolicy;
 use crate::wire::{self, Auth, ReportEntry};
@@ -71,6 +71,8 @@ pub(crate) struct Shared {
     pub membership: Arc<Membership>,
     pub auth: Auth,
     pub policy: RequestPolicy,
+    /// The policy's constants as the cores' request machines take them.
+    pub plan: Plan,
     pub horizon_ms: u32,
     pub window_limit_ms: u32,
     pub max_pdu: usize,
@@ -209,6 +211,7 @@ impl EngineBuilder {
             auth,
             horizon_ms: cfg.policy.horizon_ms(),
             window_limit_ms: cfg.key.quotas().rate_window_size_ms_max,
+            plan: Plan::new(&cfg.policy),
             policy: cfg.policy.clone(),
             recv_buf: cfg.recv_buf,
             send_buf: cfg.send_buf,

@@ -22,6 +22,19 @@ pub struct TimerHandle {
     generation: u32,
 }
 
+impl TimerHandle {
+    /// A handle that refers to no timer (cancelling it does nothing).
+    pub const NONE: TimerHandle = TimerHandle {
+        idx: NIL,
+        generation: 0,
+    };
+
+    /// True for [`TimerHandle::NONE`].
+    pub fn is_none(&self) -> bool {
+        self.idx == NIL
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Node<T> {
     tick: u64,
@@ -155,6 +168,17 @@ impl<T: Copy> TimerWheel<T> {
         self.free = idx;
         self.len -= 1;
         value
+    }
+
+    /// True when `handle` is pending and fires at the tick `deadline` would get if it
+    /// were inserted now (re-inserting it would change nothing).
+    pub fn is_armed_at(&self, handle: TimerHandle, deadline: Instant) -> bool {
+        match self.nodes.get(handle.idx as usize) {
+            Some(n) if n.generation == handle.generation && n.value.is_some() => {
+                n.tick == self.tick_of(deadline).max(self.processed + 1)
+            }
+            _ => false,
+        }
     }
 
     /// Cancels a pending timer. Returns its value, or `None` for a stale handle.
