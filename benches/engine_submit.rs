@@ -278,7 +278,10 @@ fn loopback_echo(c: &mut Criterion) {
                 let a = glommio::net::UdpSocket::bind(any).unwrap();
                 let b = glommio::net::UdpSocket::bind(any).unwrap();
                 for s in [&a, &b] {
-                    let r = socket2::SockRef::from(s);
+                    let fd = std::os::fd::AsRawFd::as_raw_fd(s);
+                    // SAFETY: the socket outlives this borrow of its descriptor.
+                    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+                    let r = socket2::SockRef::from(&fd);
                     let _ = r.set_recv_buffer_size(4 << 20);
                     let _ = r.set_send_buffer_size(4 << 20);
                 }

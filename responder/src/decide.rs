@@ -18,15 +18,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use ratelimitly_engine::key::{ApiKey, AuthMode};
+use ratelimitly_engine::wire::{
+    GUARD_BLOCK_LEN, GuardSpec, PDU_HEADER_LEN, RESOURCE_BLOCK_LEN, RateRequestView,
+    ResourceResultSpec, encode_rate_response_pdu,
+};
 
 use crate::buckets::BucketTable;
 use crate::dedup::{DedupStats, DedupTable};
 use crate::faults::{BrokenReply, Faults, FixedDecision};
 use crate::frame::{FrameError, KeyAuth, MAX_DATAGRAM, Tenant, tenant};
-use crate::pdu::{
-    GUARD_LEN, PDU_HEADER, PDU_RATE_REQUEST, PDU_REPORT, RESOURCE_LEN, RateRequest, Report,
-    ResponseWriter, pdu_type,
-};
+use crate::pdu::{Inbound, MAX_GUARDS, MAX_RESOURCES};
 use crate::trackers::{TrackerDef, TrackerTable};
 
 macro_rules! counters {
@@ -196,8 +197,6 @@ pub struct Responder {
     responses: u64,
     nonce_prefix: u32,
     nonce_ctr: u64,
-    guard_scratch: Vec<u32>,
-    res_scratch: Vec<(u32, u16)>,
 }
 
 /// Configuration error of [`Responder::new`].
@@ -263,8 +262,6 @@ impl Responder {
             responses: 0,
             nonce_prefix,
             nonce_ctr: 0,
-            guard_scratch: Vec::with_capacity(64),
-            res_scratch: Vec::with_capacity(64),
         })
     }
 
@@ -340,17 +337,16 @@ impl Responder {
             }
         };
         let pdu = &datagram[range];
-        match pdu_type(pdu) {
-            Some(PDU_REPORT) => {
-                let Ok(rep) = Report::parse(pdu) else {
-                    inc(&c.drop_malformed);
-                    return None;
-                };
+        let Ok(inbound) = crate::pdu::parse(pdu) else {
+            inc(&c.drop_malformed);
+            return None;
+        };
+        match inbound {
+            Inbound::Report(rep) => {
                 inc(&c.reports);
                 let now_ms = self.shared.ms(now);
                 let mut st = self.shared.lock();
-                for i in 0..rep.len() {
-                    let e = rep.entry(i);
+                for e in rep.entries() {
                     let def = TrackerDef {
                         ttl_ms: e.ttl_ms,
                         max_samples: e.max_samples,
@@ -367,17 +363,7 @@ impl Responder {
                 }
                 None
             }
-            Some(PDU_RATE_REQUEST) => {
-                let Ok(req) = RateRequest::parse(pdu) else {
-                    inc(&c.drop_malformed);
-                    return None;
-                };
-                self.rate(ki, &t, req, now, out)
-            }
-            _ => {
-                inc(&c.drop_malformed);
-                None
-            }
+            Inbound::Request(req) => self.rate(ki, &t, req, now, out),
         }
     }
 
@@ -385,17 +371,17 @@ impl Responder {
         &mut self,
         ki: usize,
         t: &Tenant,
-        req: RateRequest<'_>,
+        req: RateRequestView<'_>,
         now: Instant,
         out: &mut [u8],
     ) -> Option<usize> {
         let c = &*self.counters;
         let auth = &self.keys[ki];
         let pdu_off = auth.pdu_offset();
-        if out.len() < MAX_DATAGRAM + RESOURCE_LEN {
+        if out.len() < MAX_DATAGRAM + RESOURCE_BLOCK_LEN {
             return None;
         }
-        let body = &mut out[pdu_off..MAX_DATAGRAM + RESOURCE_LEN];
+        let body = &mut out[pdu_off..MAX_DATAGRAM + RESOURCE_BLOCK_LEN];
         let now_ms = self.shared.ms(now);
         let key = (t.id, t.unique_id);
         let mut pdu_len = {
@@ -406,20 +392,11 @@ impl Responder {
                 cached.len()
             } else {
                 let st = &mut *st;
-                let (len, grant) = evaluate(
-                    st,
-                    t.id,
-                    &req,
-                    now_ms,
-                    self.faults.fixed,
-                    body,
-                    &mut self.guard_scratch,
-                    &mut self.res_scratch,
-                )
-                .or_else(|| {
-                    inc(&c.drop_bucket_table_full);
-                    None
-                })?;
+                let (len, grant) = evaluate(st, t.id, &req, now_ms, self.faults.fixed, body)
+                    .or_else(|| {
+                        inc(&c.drop_bucket_table_full);
+                        None
+                    })?;
                 if self.faults.fixed.is_some() {
                     inc(&c.fault_fixed);
                 }
@@ -478,104 +455,122 @@ impl Responder {
 }
 
 /// Evaluates `req` atomically against the state and writes the response PDU into
-/// `body`. Returns (PDU length, granted), or None when a bucket cannot be created.
-#[allow(clippy::too_many_arguments)]
+/// `body` through the codec (result blocks built in stack arrays, no allocation).
+/// Returns (PDU length, granted), or None when a bucket cannot be created.
 fn evaluate(
     st: &mut State,
     key_id: u64,
-    req: &RateRequest<'_>,
+    req: &RateRequestView<'_>,
     now_ms: u64,
     fixed: Option<FixedDecision>,
     body: &mut [u8],
-    guards: &mut Vec<u32>,
-    res: &mut Vec<(u32, u16)>,
 ) -> Option<(usize, bool)> {
-    guards.clear();
-    res.clear();
+    // counts were bounded by `pdu::parse`; `min` keeps a bad caller from panicking
+    let ng = req.guard_count().min(MAX_GUARDS);
+    let nr = req.resource_count().min(MAX_RESOURCES);
+    let mut guards = [GuardSpec {
+        tracker_id: [0; 16],
+        ttl_ms: 0,
+        max_samples: 0,
+        min_samples: 0,
+        threshold_ms: 0,
+        current_latency_ms: 0,
+    }; MAX_GUARDS];
+    let mut res = [ResourceResultSpec {
+        bucket_id: [0; 16],
+        window_ms: 0,
+        actual_rate: 0,
+        deficit: 0,
+    }; MAX_RESOURCES];
     let mut grant = true;
-    for i in 0..req.guard_count() {
-        let g = req.guard(i);
+    for (slot, g) in guards.iter_mut().zip(req.guards()) {
+        let spec = g.spec();
         let cur = match fixed {
             Some(FixedDecision::Grant) => 0,
-            Some(FixedDecision::Reject | FixedDecision::GuardFail) => g.threshold_ms,
+            Some(FixedDecision::Reject | FixedDecision::GuardFail) => spec.threshold_ms,
             None => st.trackers.current(
-                &(key_id, g.tracker_id),
+                &(key_id, spec.tracker_id),
                 TrackerDef {
-                    ttl_ms: g.ttl_ms,
-                    max_samples: g.max_samples,
-                    min_samples: g.min_samples,
+                    ttl_ms: spec.ttl_ms,
+                    max_samples: spec.max_samples,
+                    min_samples: spec.min_samples,
                 },
                 now_ms,
             ),
         };
-        grant &= cur < g.threshold_ms;
-        guards.push(cur);
+        grant &= cur < spec.threshold_ms;
+        *slot = GuardSpec {
+            current_latency_ms: cur,
+            ..spec
+        };
     }
-    for i in 0..req.resource_count() {
-        let r = req.resource(i);
+    for (i, (slot, r)) in res.iter_mut().zip(req.resources()).enumerate() {
+        let (bucket_id, window_ms) = (r.bucket_id(), r.window_ms());
         let (actual, deficit) = match fixed {
             Some(FixedDecision::Grant | FixedDecision::GuardFail) => (0, 0),
-            Some(FixedDecision::Reject) => (r.rate_limit, r.tokens.max(1)),
+            Some(FixedDecision::Reject) => (r.rate_limit(), r.tokens().max(1)),
             None => {
-                let k = (key_id, r.bucket_id);
-                if !st.buckets.reserve(&k, now_ms, r.window_ms) {
+                let k = (key_id, bucket_id);
+                if !st.buckets.reserve(&k, now_ms, window_ms) {
                     return None;
                 }
-                let pending: u64 = (0..i)
-                    .map(|j| req.resource(j))
-                    .filter(|p| p.bucket_id == r.bucket_id)
-                    .map(|p| u64::from(p.tokens))
+                let pending: u64 = req
+                    .resources()
+                    .take(i)
+                    .filter(|p| p.bucket_id() == bucket_id)
+                    .map(|p| u64::from(p.tokens()))
                     .sum();
-                let used = st.buckets.consumed(&k, now_ms, r.window_ms) + pending;
-                let avail = u64::from(r.rate_limit).saturating_sub(used);
-                let want = u64::from(r.tokens);
+                let used = st.buckets.consumed(&k, now_ms, window_ms) + pending;
+                let avail = u64::from(r.rate_limit()).saturating_sub(used);
+                let want = u64::from(r.tokens());
                 let deficit = want.saturating_sub(avail).min(u64::from(u16::MAX)) as u16;
                 (used.min(u64::from(u32::MAX)) as u32, deficit)
             }
         };
         grant &= deficit == 0;
-        res.push((actual, deficit));
+        *slot = ResourceResultSpec {
+            bucket_id,
+            window_ms,
+            actual_rate: actual,
+            deficit,
+        };
     }
     if grant && fixed.is_none() {
-        for (i, slot) in res.iter_mut().enumerate() {
-            let r = req.resource(i);
-            st.buckets
-                .debit(&(key_id, r.bucket_id), now_ms, u32::from(r.tokens));
+        for (slot, r) in res[..nr].iter_mut().zip(req.resources()) {
+            let tokens = u32::from(r.tokens());
+            st.buckets.debit(&(key_id, slot.bucket_id), now_ms, tokens);
             // actual_rate on a grant includes this request's tokens
-            slot.0 = slot.0.saturating_add(u32::from(r.tokens));
+            slot.actual_rate = slot.actual_rate.saturating_add(tokens);
         }
     }
-    let mut w = ResponseWriter::new(body, req.guard_count(), req.resource_count()).ok()?;
-    for (i, &cur) in guards.iter().enumerate() {
-        w.guard(&req.guard(i), cur);
-    }
-    for (i, &(actual, deficit)) in res.iter().enumerate() {
-        w.resource(&req.resource(i), actual, deficit);
-    }
-    Some((w.finish(), grant))
+    let len = encode_rate_response_pdu(body, &guards[..ng], &res[..nr]).ok()?;
+    Some((len, grant))
 }
 
 /// Applies the block-count breakages to a plaintext response PDU; returns its new length.
 fn mangle_pdu(body: &mut [u8], len: usize, kind: BrokenReply) -> usize {
-    let g = usize::from(u16::from_le_bytes([body[PDU_HEADER], body[PDU_HEADER + 1]]));
+    let g = usize::from(u16::from_le_bytes([
+        body[PDU_HEADER_LEN],
+        body[PDU_HEADER_LEN + 1],
+    ]));
     let r = usize::from(u16::from_le_bytes([
-        body[PDU_HEADER + 2],
-        body[PDU_HEADER + 3],
+        body[PDU_HEADER_LEN + 2],
+        body[PDU_HEADER_LEN + 3],
     ]));
     let (g2, r2, new_len) = match kind {
-        BrokenReply::FewerEntries if r > 0 => (g, r - 1, len - RESOURCE_LEN),
-        BrokenReply::FewerEntries if g > 0 => (g - 1, r, len - GUARD_LEN),
-        BrokenReply::MoreEntries if len + RESOURCE_LEN <= body.len() => {
-            let b = &mut body[len..len + RESOURCE_LEN];
+        BrokenReply::FewerEntries if r > 0 => (g, r - 1, len - RESOURCE_BLOCK_LEN),
+        BrokenReply::FewerEntries if g > 0 => (g - 1, r, len - GUARD_BLOCK_LEN),
+        BrokenReply::MoreEntries if len + RESOURCE_BLOCK_LEN <= body.len() => {
+            let b = &mut body[len..len + RESOURCE_BLOCK_LEN];
             b.fill(0);
             b[..16].fill(0xEE);
-            (g, r + 1, len + RESOURCE_LEN)
+            (g, r + 1, len + RESOURCE_BLOCK_LEN)
         }
-        BrokenReply::ZeroEntries => (0, 0, PDU_HEADER + 4),
+        BrokenReply::ZeroEntries => (0, 0, PDU_HEADER_LEN + 4),
         _ => return len,
     };
     body[2..4].copy_from_slice(&(new_len as u16).to_le_bytes());
-    body[PDU_HEADER..PDU_HEADER + 2].copy_from_slice(&(g2 as u16).to_le_bytes());
-    body[PDU_HEADER + 2..PDU_HEADER + 4].copy_from_slice(&(r2 as u16).to_le_bytes());
+    body[PDU_HEADER_LEN..PDU_HEADER_LEN + 2].copy_from_slice(&(g2 as u16).to_le_bytes());
+    body[PDU_HEADER_LEN + 2..PDU_HEADER_LEN + 4].copy_from_slice(&(r2 as u16).to_le_bytes());
     new_len
 }

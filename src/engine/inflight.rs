@@ -74,6 +74,7 @@ pub(crate) struct Entry {
 
 /// A slab cell: an entry, or a free / reserved cell (intrusive free list, so a free
 /// cell costs no extra memory).
+#[allow(clippy::large_enum_variant)] // entries live inline in the slab by design
 enum Cell {
     Vacant { generation: u32, next: u32 },
     Occupied(Entry),
