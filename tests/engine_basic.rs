@@ -14,6 +14,7 @@ use rl_responder::{Faults, FixedDecision};
 
 #[test]
 fn grant_reject_and_local_grant() {
+    let _serial = serial();
     for k in [COOKIE, AES, NONE] {
         let r = responder(k, 100, Faults::default());
         let e = engine(k, vec![ep(&r)], RequestPolicy::default());
@@ -43,6 +44,7 @@ fn grant_reject_and_local_grant() {
 
 #[test]
 fn async_future_on_tokio() {
+    let _serial = serial();
     let r = responder(COOKIE, 7, Faults::default());
     let e = engine(COOKIE, vec![ep(&r)], RequestPolicy::default());
     let h = e.handle();
@@ -76,6 +78,7 @@ fn async_future_on_tokio() {
 
 #[test]
 fn oldest_answering_first_returns_at_once_younger_waits_round0() {
+    let _serial = serial();
     let old = responder(COOKIE, 10, Faults::default());
     // The younger answers 10 ms late, so the oldest's answer is always the first valid one
     // and completion delivery deterministically goes to the younger server.
@@ -126,6 +129,7 @@ fn oldest_answering_first_returns_at_once_younger_waits_round0() {
 
 #[test]
 fn timeout_unreachable_and_silent() {
+    let _serial = serial();
     // silent server: timeout at H
     let r = responder(
         COOKIE,
@@ -151,6 +155,7 @@ fn timeout_unreachable_and_silent() {
 
 #[test]
 fn replay_after_loss_then_fixed_reject_and_broken_replies() {
+    let _serial = serial();
     let r = responder(
         COOKIE,
         3,
@@ -186,6 +191,7 @@ fn replay_after_loss_then_fixed_reject_and_broken_replies() {
 
 #[test]
 fn policy_over_key_limit_is_rejected_before_io() {
+    let _serial = serial();
     // 300 ms key: U = 101 with the default shape gives H = 303
     let policy = RequestPolicy::builder().unit(ms(101)).build().unwrap();
     let err = Engine::builder(key(COOKIE))
@@ -205,6 +211,7 @@ fn policy_over_key_limit_is_rejected_before_io() {
 
 #[test]
 fn unreachable_endpoint_does_not_abort_and_all_unreachable_fails() {
+    let _serial = serial();
     let r = responder(COOKIE, 9, Faults::default());
     // an IPv6 address we cannot reach from an IPv4-only path still fails to send on
     // some hosts; use a port-0 destination, which the kernel refuses to send to.
@@ -226,6 +233,7 @@ fn unreachable_endpoint_does_not_abort_and_all_unreachable_fails() {
 
 #[test]
 fn latency_report_goes_once_to_each_server() {
+    let _serial = serial();
     let a = responder(COOKIE, 1, Faults::default());
     let b = responder(COOKIE, 2, Faults::default());
     let e = Engine::builder(key(COOKIE))

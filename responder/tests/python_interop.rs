@@ -27,5 +27,8 @@ fn official_python_client_interop() {
         output.status.success(),
         "python interop failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
-    assert!(stdout.contains(" passed, 0 failed"), "unexpected output: {stdout}");
+    assert!(
+        stdout.contains(" passed, 0 failed"),
+        "unexpected output: {stdout}"
+    );
 }

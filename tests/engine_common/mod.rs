@@ -66,3 +66,10 @@ pub fn dead_addr() -> SocketAddr {
     std::mem::forget(s);
     a
 }
+
+/// Runs the tests of one binary one at a time: each starts engines and responders that
+/// use both cores of a CI machine, and running them together only measures contention.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
