@@ -256,3 +256,65 @@ fn dns_discovery_and_change_mid_run() {
     assert_eq!(out.server_id, Some(b.server_id()));
     e.shutdown();
 }
+
+#[test]
+fn empty_membership_forces_a_throttled_refresh() {
+    let _serial = serial();
+    let r = responder(COOKIE, 3 << 23, Faults::default());
+    // no servers at first, and a TTL far beyond the test: only forced refreshes (or the
+    // retry after a failed one) can find the responder
+    let dns = rl_responder::dns::spawn_with(
+        "empty.example",
+        Vec::new(),
+        rl_responder::dns::DnsOptions {
+            ttl_s: 300,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let e = Engine::builder(key(COOKIE))
+        .cores(Cores::Count(1))
+        .dns(DnsConfig {
+            domain: Some("empty.example".into()),
+            server: Some(dns.addr()),
+        })
+        .build()
+        .unwrap();
+    let h = e.handle();
+    assert!(h.endpoints().is_empty());
+    let res = resource("empty-dns", u32::MAX);
+    let out = h.request().consume(&res, 1).wait();
+    assert!(matches!(out, Err(Failure::Discovery(_))), "{out:?}");
+
+    dns.set_servers(vec![(r.server_id(), vec![r.addr()])]);
+    let t0 = Instant::now();
+    let bound = Duration::from_secs(5);
+    let mut granted = None;
+    let mut failed = 0u32;
+    // each failed request asks for a refresh: ten asks a second
+    while t0.elapsed() < bound {
+        match h.request().consume(&res, 1).wait() {
+            Ok(o) if o.decision == Decision::Granted => {
+                granted = Some(o);
+                break;
+            }
+            Err(Failure::Discovery(_)) => failed += 1,
+            other => panic!("unexpected outcome {other:?}"),
+        }
+        std::thread::sleep(ms(100));
+    }
+    let elapsed = t0.elapsed();
+    let granted = granted.expect("granted once the DNS serves the responder");
+    assert_eq!(granted.server_id, Some(r.server_id()));
+    assert_eq!(h.endpoints().len(), 1);
+    // throttled: the initial resolution plus at most one attempt a second
+    let attempts = h.discovery_refreshes() + h.discovery_refresh_failures();
+    assert!(h.discovery_refreshes() >= 1);
+    assert!(
+        attempts <= elapsed.as_secs() + 2,
+        "{attempts} DNS attempts in {elapsed:?} ({failed} discovery failures)"
+    );
+    e.shutdown();
+    dns.stop();
+    r.stop();
+}

@@ -140,6 +140,20 @@ pub fn outcome_kind(o: Outcome) -> (Kind, Option<u32>) {
 impl EngineTarget {
     /// Shuts the engine down (every in-flight request completes exactly once).
     pub fn shutdown(mut self) {
+        let s = self.handle.stats();
+        let replay_decisions: u64 = s.decisions_by_round[1..].iter().sum();
+        eprintln!(
+            "  engine stats: decisions round0 {} replay rounds {} final {} timeouts {} oldest fallbacks {} sends {} (completion {}) drops {} p99 {} µs",
+            s.decisions_by_round[0],
+            replay_decisions,
+            s.decisions_final,
+            s.timeouts,
+            s.oldest_fallbacks,
+            s.sends,
+            s.completion_sends,
+            s.drops.iter().sum::<u64>(),
+            s.latency_us.value_at_quantile(0.99),
+        );
         if let Some(engine) = self.engine.take() {
             engine.shutdown();
         }

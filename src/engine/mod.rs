@@ -508,6 +508,11 @@ impl EngineHandle {
         self.inner.membership.refreshes.load(Ordering::Relaxed)
     }
 
+    /// DNS refreshes that failed or found no server so far (0 with static endpoints).
+    pub fn discovery_refresh_failures(&self) -> u64 {
+        self.inner.membership.refresh_failures.load(Ordering::Relaxed)
+    }
+
     /// The current endpoint set.
     pub fn endpoints(&self) -> Vec<Endpoint> {
         self.inner.membership.snapshot().to_vec()
