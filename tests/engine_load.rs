@@ -318,3 +318,37 @@ fn empty_membership_forces_a_throttled_refresh() {
     dns.stop();
     r.stop();
 }
+
+#[test]
+fn flush_reports_sends_pending_reports_at_once() {
+    let _serial = serial();
+    let a = responder(COOKIE, 4 << 23, Faults::default());
+    let b = responder(COOKIE, 5 << 23, Faults::default());
+    // a flush interval far beyond the test: only flush_reports sends
+    let e = Engine::builder(key(COOKIE))
+        .cores(Cores::Count(1))
+        .endpoints(vec![ep(&a), ep(&b)])
+        .report_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let h = e.handle();
+    let t = tracker("flush");
+    for i in 0..3 {
+        h.report(&t, ms(10 + i)).unwrap();
+    }
+    let s = h.flush_reports();
+    assert_eq!(s.report_entries, 3);
+    assert_eq!(s.report_datagrams, 2, "one batch to each endpoint");
+    assert_eq!(s.report_failures, 0);
+    // nothing pending: a second flush sends nothing
+    assert_eq!(h.flush_reports().report_datagrams, 2);
+    for r in [&a, &b] {
+        let end = Instant::now() + Duration::from_secs(2);
+        while r.counters().report_entries < 3 && Instant::now() < end {
+            std::thread::sleep(ms(10));
+        }
+        let c = r.counters();
+        assert_eq!((c.reports, c.report_entries), (1, 3));
+    }
+    e.shutdown();
+}

@@ -2,8 +2,9 @@
 //! (`ratelimitly_engine::engine::Engine`, one core, static endpoints) and falls back to a
 //! small blocking driver — the sans-IO [`RequestMachine`] fed by one std `UdpSocket` and
 //! the monotonic clock — when the engine cannot start here (io_uring or locked memory
-//! unavailable) or when `RLCTL_DRIVER=direct` is set. [`report`] always uses the blocking
-//! driver: it sends each datagram exactly once and counts what it sent.
+//! unavailable) or when `RLCTL_DRIVER=direct` is set. [`report`] chooses the same way:
+//! the engine (reports queued, flushed once, counted by the engine's statistics) or a
+//! blocking loop that sends each datagram exactly once and counts what it sent.
 //!
 //! Owns: backend choice, the direct driver's socket and loop. Must not touch: request
 //! policy rules, selection, completion delivery (all in the machine), argument parsing
@@ -355,24 +356,115 @@ fn handle_datagram(machine: &mut RequestMachine, auth: &Auth, unique_id: &[u8; 1
 /// What a latency report run did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReportRun {
-    /// Datagrams sent (all endpoints, all chunks).
+    /// Datagrams sent (all endpoints, all batches).
     pub datagrams: u32,
     /// Endpoints addressed.
     pub endpoints: u32,
 }
 
-/// Sends `entries` once to every endpoint (up to the per-datagram maximum per datagram,
-/// each datagram with a fresh unique id). Fails only if no datagram could be sent.
+/// Sends one latency report per `(tracker, observed ms)` pair once to every endpoint,
+/// coalesced up to the mode's per-datagram maximum (each datagram with a fresh unique
+/// id). Through a one-core engine whose reports are flushed once all pairs are queued;
+/// the backend is chosen as for [`request`] (`RLCTL_DRIVER`). Fails only if no datagram
+/// could be sent.
 pub fn report(
     key: &ApiKey,
     endpoints: &[Endpoint],
-    entries: &[ReportEntry],
+    pairs: &[(LatencyTracker, u32)],
 ) -> Result<ReportRun, Failure> {
     if endpoints.is_empty() {
         return Err(Failure::Discovery(
             ratelimitly_engine::discovery::DiscoveryError::NoServer,
         ));
     }
+    let mode = std::env::var(DRIVER_ENV).unwrap_or_default();
+    if mode != "direct" {
+        match engine_report(key, endpoints, pairs) {
+            Ok(run) => return run,
+            Err(kind) if mode == "engine" => {
+                return Err(Failure::Communication(CommError::Socket(kind)));
+            }
+            Err(_) => {}
+        }
+    }
+    let entries: Vec<ReportEntry> = pairs
+        .iter()
+        .map(|(t, observed_ms)| ReportEntry {
+            tracker_id: t.id(),
+            ttl_ms: t.ttl_ms(),
+            max_samples: t.max_samples(),
+            min_samples: t.min_samples(),
+            observed_ms: *observed_ms,
+        })
+        .collect();
+    direct_report(key, endpoints, &entries)
+}
+
+/// Longest report flush interval the engine accepts: nothing is flushed by age while
+/// rlctl queues its few entries, so batches are exactly as full as the direct driver's.
+const ENGINE_REPORT_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The reports through a one-core engine with static endpoints. `Err` when the engine
+/// cannot start in this environment (memlock, io_uring, sockets, options it refuses).
+fn engine_report(
+    key: &ApiKey,
+    endpoints: &[Endpoint],
+    pairs: &[(LatencyTracker, u32)],
+) -> Result<Result<ReportRun, Failure>, io::ErrorKind> {
+    // the queue must hold every entry until the core drains it
+    let queue = pairs.len().saturating_add(16).min(1 << 16);
+    let built = Engine::builder(key.clone())
+        .cores(Cores::Count(1))
+        .endpoints(endpoints.to_vec())
+        .socket_buffers(256 << 10, 256 << 10)
+        .in_flight_per_core(queue)
+        .report_interval(ENGINE_REPORT_INTERVAL)
+        .build();
+    let engine = match built {
+        Ok(e) => e,
+        Err(BuildError::Socket(kind) | BuildError::Executor { kind, .. }) => return Err(kind),
+        Err(BuildError::MemlockTooLow { .. }) => return Err(io::ErrorKind::OutOfMemory),
+        Err(_) => return Err(io::ErrorKind::InvalidInput),
+    };
+    let h = engine.handle();
+    let mut queued = Ok(());
+    for (t, observed_ms) in pairs {
+        let observed = Duration::from_millis(u64::from(*observed_ms));
+        let mut r = h.report(t, observed);
+        if matches!(r, Err(Failure::Overloaded)) {
+            // the queue is full: let the core drain it, then retry once
+            h.flush_reports();
+            r = h.report(t, observed);
+        }
+        if let Err(f) = r {
+            queued = Err(f);
+            break;
+        }
+    }
+    let stats = h.flush_reports();
+    engine.shutdown();
+    if let Err(f) = queued {
+        return Ok(Err(f));
+    }
+    let endpoints = u32::try_from(endpoints.len()).unwrap_or(u32::MAX);
+    let datagrams = u32::try_from(stats.report_datagrams).unwrap_or(u32::MAX);
+    if datagrams == 0 && !pairs.is_empty() {
+        return Ok(Err(Failure::Communication(CommError::AllSendsFailed {
+            endpoints,
+        })));
+    }
+    Ok(Ok(ReportRun {
+        datagrams,
+        endpoints,
+    }))
+}
+
+/// The reports through the blocking direct driver: each datagram sent exactly once.
+fn direct_report(
+    key: &ApiKey,
+    endpoints: &[Endpoint],
+    entries: &[ReportEntry],
+) -> Result<ReportRun, Failure> {
     let auth = Auth::new(key);
     let per = wire::max_report_entries(key.mode()).max(1);
     let sock = Sock::for_endpoints(endpoints).map_err(|e| CommError::Socket(e.kind()))?;

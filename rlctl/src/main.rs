@@ -3,7 +3,7 @@
 //! Owns: the command-line interface (clap), key loading, validation before any send,
 //! output (readable text or one-line JSON) and exit codes. Must not touch: the wire
 //! format, request policy rules or selection (they live in the engine crate); requests go
-//! through the one function [`driver::request`].
+//! through the one function [`driver::request`], reports through [`driver::report`].
 //!
 //! The API key is read from `RATELIMITLY_API_KEY` or `--key-file PATH`, never from the
 //! command line, and is never printed (not even in errors).
@@ -29,7 +29,6 @@ use ratelimitly_engine::key::{ApiKey, AuthMode};
 use ratelimitly_engine::machine::Endpoint;
 use ratelimitly_engine::outcome::{Decision, Failure, FailureCategory, Phase, Response};
 use ratelimitly_engine::policy::{PolicyError, RequestPolicy, Schedule};
-use ratelimitly_engine::wire::ReportEntry;
 
 use args::{KeyLoadError, ResourceArg, TrackerArg, hex16};
 
@@ -156,7 +155,9 @@ enum Command {
     #[command(after_help = "Example: rlctl report --endpoint 7@127.0.0.1:4000 \
                             --tracker db:10000:100:5 --observed 120 --tracker db:10000:100:5 --observed 95\n\
                             JSON output: {\"datagrams\": n, \"endpoints\": n, \"error\": null}\n\
-                            Exit status: 0 sent, 2 configuration error, 4 discovery or communication failure.")]
+                            Exit status: 0 sent, 2 configuration error, 4 discovery or communication failure.\n\
+                            Sent through the engine (reports flushed once all are queued); \
+                            RLCTL_DRIVER=direct|engine chooses the backend as for request.")]
     Report(ReportCmd),
 }
 
@@ -846,17 +847,10 @@ fn run_report(r: &ReportCmd) -> (u32, u32, Option<String>, u8) {
     };
     let mut entries = Vec::with_capacity(r.tracker.len());
     for (t, obs) in r.tracker.iter().zip(&r.observed) {
-        let tr = match tracker(t) {
-            Ok(tr) => tr,
+        match tracker(t) {
+            Ok(tr) => entries.push((tr, *obs)),
             Err(e) => return fail(e.to_string(), EXIT_CONFIG),
-        };
-        entries.push(ReportEntry {
-            tracker_id: tr.id(),
-            ttl_ms: tr.ttl_ms(),
-            max_samples: tr.max_samples(),
-            min_samples: tr.min_samples(),
-            observed_ms: *obs,
-        });
+        }
     }
     let endpoints = match endpoints_for(&r.servers, &key) {
         Ok(e) => e,

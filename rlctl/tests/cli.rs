@@ -736,3 +736,44 @@ fn empty_request_grants_locally() {
     assert_eq!(v["round"], Value::Null);
     assert_eq!(v["sends"], 0);
 }
+
+#[test]
+fn report_batches_count_datagrams_per_endpoint() {
+    both_drivers(|| {
+        let a = responder(COOKIE_KEY, 11 << 23, Faults::default());
+        let b = responder(COOKIE_KEY, 12 << 23, Faults::default());
+        let (ea, eb) = (endpoint_arg(&a), endpoint_arg(&b));
+        // 40 entries: two datagrams in cookie mode (at most 34 entries each)
+        let mut args = vec![
+            "report".to_string(),
+            "--endpoint".into(),
+            ea,
+            "--endpoint".into(),
+            eb,
+            "--json".into(),
+        ];
+        for i in 0..40 {
+            args.extend([
+                "--tracker".into(),
+                format!("cli-batch-{i}:60000:10:2"),
+                "--observed".into(),
+                format!("{}", 10 + i),
+            ]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = rlctl(Some(COOKIE_KEY), &args);
+        assert_eq!(code(&o), 0, "{o:?}");
+        assert_eq!(
+            json_of(&o),
+            serde_json::json!({"datagrams": 4, "endpoints": 2, "error": null})
+        );
+        for r in [&a, &b] {
+            assert!(
+                eventually(|| r.counters().report_entries >= 40),
+                "reports not received"
+            );
+            let c = r.counters();
+            assert_eq!((c.reports, c.report_entries), (2, 40));
+        }
+    });
+}

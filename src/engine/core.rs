@@ -316,6 +316,10 @@ impl Core {
                 Msg::Stats(tx) => {
                     let _ = tx.try_send(self.stats.clone());
                 }
+                Msg::FlushReports(tx) => {
+                    self.flush_reports();
+                    let _ = tx.try_send(self.stats.clone());
+                }
             }
         }
         n > 0
@@ -655,6 +659,10 @@ impl Core {
                     }
                 }
                 Msg::Stats(tx) => {
+                    let _ = tx.try_send(self.stats.clone());
+                }
+                Msg::FlushReports(tx) => {
+                    self.flush_reports();
                     let _ = tx.try_send(self.stats.clone());
                 }
             }

@@ -489,10 +489,23 @@ impl EngineHandle {
 
     /// Merged statistics of every core (asks each core for a snapshot).
     pub fn stats(&self) -> Stats {
+        self.collect_stats(Msg::Stats)
+    }
+
+    /// Sends every latency report queued so far (by any thread, before this call) at
+    /// once instead of at the flush interval, then returns the merged statistics, whose
+    /// `report_datagrams` and `report_failures` include those sends.
+    pub fn flush_reports(&self) -> Stats {
+        self.collect_stats(Msg::FlushReports)
+    }
+
+    /// Asks every core for a statistics snapshot with `msg` (in queue order, after what
+    /// was queued before) and merges the answers.
+    fn collect_stats(&self, msg: fn(crossbeam_channel::Sender<Stats>) -> Msg) -> Stats {
         let mut total = Stats::new();
         for q in self.inner.queues.iter() {
             let (tx, rx) = crossbeam_channel::bounded(1);
-            if q.push(Msg::Stats(tx)).is_ok() {
+            if q.push(msg(tx)).is_ok() {
                 q.wake_now();
                 if let Ok(s) = rx.recv_timeout(Duration::from_secs(2)) {
                     total.merge(&s);
@@ -510,7 +523,10 @@ impl EngineHandle {
 
     /// DNS refreshes that failed or found no server so far (0 with static endpoints).
     pub fn discovery_refresh_failures(&self) -> u64 {
-        self.inner.membership.refresh_failures.load(Ordering::Relaxed)
+        self.inner
+            .membership
+            .refresh_failures
+            .load(Ordering::Relaxed)
     }
 
     /// The current endpoint set.

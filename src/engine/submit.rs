@@ -53,6 +53,8 @@ pub(crate) enum Msg {
     },
     Report(ReportEntry),
     Stats(Sender<Stats>),
+    /// Send the pending latency reports now, then answer with the statistics.
+    FlushReports(Sender<Stats>),
 }
 
 /// One core's inbound queue.
