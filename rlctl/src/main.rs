@@ -156,8 +156,7 @@ enum Command {
                             --tracker db:10000:100:5 --observed 120 --tracker db:10000:100:5 --observed 95\n\
                             JSON output: {\"datagrams\": n, \"endpoints\": n, \"error\": null}\n\
                             Exit status: 0 sent, 2 configuration error, 4 discovery or communication failure.\n\
-                            Sent through the engine (reports flushed once all are queued); \
-                            RLCTL_DRIVER=direct|engine chooses the backend as for request.")]
+                            Sent through the engine (reports flushed once all are queued).")]
     Report(ReportCmd),
 }
 
@@ -182,9 +181,10 @@ threshold_ms, current_latency_ms, passed}], error.
 Exit status: 0 granted, 1 rejected, 2 usage/configuration error (nothing sent), 3 timeout,
 4 discovery or communication failure.
 
-Environment: RATELIMITLY_API_KEY (the key, unless --key-file is given); RLCTL_DRIVER=direct
-sends through a small blocking driver instead of the engine (engine = the engine only;
-default: the engine, or the blocking driver when the engine cannot start here).";
+Sent through the engine (one core, static endpoints or DNS). If the engine cannot start
+(sockets, locked memory), the outcome is a communication failure naming the OS error.
+
+Environment: RATELIMITLY_API_KEY (the key, unless --key-file is given).";
 
 #[derive(Args, Debug)]
 struct RequestCmd {

@@ -20,29 +20,9 @@ const COOKIE_KEY: &str =
 const BAD_KEY: &str =
     "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x6";
 
-thread_local! {
-    /// Backend used by [`rlctl`] in this test thread.
-    static DRIVER: std::cell::Cell<&'static str> = const { std::cell::Cell::new("engine") };
-}
-
-/// Runs `body` once with the engine backend and once with the direct driver.
-fn both_drivers(body: impl Fn()) {
-    for d in ["engine", "direct"] {
-        DRIVER.with(|c| c.set(d));
-        body();
-    }
-}
-
 fn rlctl(key: Option<&str>, args: &[&str]) -> Output {
-    rlctl_with(key, args, DRIVER.with(|c| c.get()))
-}
-
-/// Runs rlctl with `RLCTL_DRIVER=driver` ("engine" or "direct").
-fn rlctl_with(key: Option<&str>, args: &[&str], driver: &str) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rlctl"));
-    cmd.args(args)
-        .env_remove("RATELIMITLY_API_KEY")
-        .env("RLCTL_DRIVER", driver);
+    cmd.args(args).env_remove("RATELIMITLY_API_KEY");
     if let Some(k) = key {
         cmd.env("RATELIMITLY_API_KEY", k);
     }
@@ -324,206 +304,200 @@ fn discover_against_test_dns() {
 
 #[test]
 fn request_grant_then_rejection_with_deficit() {
-    both_drivers(|| {
-        let r = responder(AES_KEY, 77 << 23, Faults::default());
-        let ep = endpoint_arg(&r);
-        let o = rlctl(
-            Some(AES_KEY),
-            &[
-                "request",
-                "--unit-ms",
-                "100",
-                "--endpoint",
-                &ep,
-                "--consume",
-                "cli-grant:60000:3:2",
-                "--label",
-                "cli",
-                "--json",
-            ],
-        );
-        assert_eq!(code(&o), 0, "{o:?}");
-        let v = json_of(&o);
-        check_request_shape(&v);
-        let bucket = hex(ratelimitly_engine::ids::bucket_id(b"cli-grant", 60000, 3));
-        assert_eq!(v["outcome"], "granted");
-        assert_eq!(v["failure"], Value::Null);
-        assert_eq!(v["server_id"], 77u64 << 23);
-        assert_eq!(v["round"], 0);
-        assert_eq!(v["horizon_ms"], 300);
-        assert_eq!(v["sends"], 1);
-        assert_eq!(v["completion_sends"], 0);
-        assert_eq!(v["error"], Value::Null);
-        assert!(v["latency_us"].as_u64().is_some());
-        assert_eq!(v["resources"][0]["bucket_id"], bucket.as_str());
-        assert_eq!(v["resources"][0]["deficit"], 0);
-        assert_eq!(v["guards"], serde_json::json!([]));
+    let r = responder(AES_KEY, 77 << 23, Faults::default());
+    let ep = endpoint_arg(&r);
+    let o = rlctl(
+        Some(AES_KEY),
+        &[
+            "request",
+            "--unit-ms",
+            "100",
+            "--endpoint",
+            &ep,
+            "--consume",
+            "cli-grant:60000:3:2",
+            "--label",
+            "cli",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{o:?}");
+    let v = json_of(&o);
+    check_request_shape(&v);
+    let bucket = hex(ratelimitly_engine::ids::bucket_id(b"cli-grant", 60000, 3));
+    assert_eq!(v["outcome"], "granted");
+    assert_eq!(v["failure"], Value::Null);
+    assert_eq!(v["server_id"], 77u64 << 23);
+    assert_eq!(v["round"], 0);
+    assert_eq!(v["horizon_ms"], 300);
+    assert_eq!(v["sends"], 1);
+    assert_eq!(v["completion_sends"], 0);
+    assert_eq!(v["error"], Value::Null);
+    assert!(v["latency_us"].as_u64().is_some());
+    assert_eq!(v["resources"][0]["bucket_id"], bucket.as_str());
+    assert_eq!(v["resources"][0]["deficit"], 0);
+    assert_eq!(v["guards"], serde_json::json!([]));
 
-        // 2 of 3 consumed: asking 2 more is short by 1.
-        let o = rlctl(
-            Some(AES_KEY),
-            &[
-                "request",
-                "--unit-ms",
-                "100",
-                "--endpoint",
-                &ep,
-                "--consume",
-                "cli-grant:60000:3:2",
-                "--json",
-            ],
-        );
-        assert_eq!(code(&o), 1, "{o:?}");
-        let v = json_of(&o);
-        check_request_shape(&v);
-        assert_eq!(v["outcome"], "rejected");
-        assert_eq!(v["failure"], Value::Null);
-        assert_eq!(v["resources"][0]["bucket_id"], bucket.as_str());
-        assert_eq!(v["resources"][0]["actual_rate"], 2);
-        assert_eq!(v["resources"][0]["deficit"], 1);
+    // 2 of 3 consumed: asking 2 more is short by 1.
+    let o = rlctl(
+        Some(AES_KEY),
+        &[
+            "request",
+            "--unit-ms",
+            "100",
+            "--endpoint",
+            &ep,
+            "--consume",
+            "cli-grant:60000:3:2",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&o), 1, "{o:?}");
+    let v = json_of(&o);
+    check_request_shape(&v);
+    assert_eq!(v["outcome"], "rejected");
+    assert_eq!(v["failure"], Value::Null);
+    assert_eq!(v["resources"][0]["bucket_id"], bucket.as_str());
+    assert_eq!(v["resources"][0]["actual_rate"], 2);
+    assert_eq!(v["resources"][0]["deficit"], 1);
 
-        // Readable output of a rejection.
-        let o = rlctl(
-            Some(AES_KEY),
-            &[
-                "request",
-                "--unit-ms",
-                "100",
-                "--endpoint",
-                &ep,
-                "--consume",
-                "cli-grant:60000:3:2",
-            ],
-        );
-        assert_eq!(code(&o), 1);
-        let t = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            t.contains("rejected") && t.contains("cli-grant") && t.contains("deficit 1"),
-            "{t}"
-        );
-        let c = r.counters();
-        assert_eq!((c.granted, c.rejected), (1, 2));
-    });
+    // Readable output of a rejection.
+    let o = rlctl(
+        Some(AES_KEY),
+        &[
+            "request",
+            "--unit-ms",
+            "100",
+            "--endpoint",
+            &ep,
+            "--consume",
+            "cli-grant:60000:3:2",
+        ],
+    );
+    assert_eq!(code(&o), 1);
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        t.contains("rejected") && t.contains("cli-grant") && t.contains("deficit 1"),
+        "{t}"
+    );
+    let c = r.counters();
+    assert_eq!((c.granted, c.rejected), (1, 2));
 }
 
 #[test]
 fn guard_fails_after_reports() {
-    both_drivers(|| {
-        let r = responder(COOKIE_KEY, 5 << 23, Faults::default());
-        let ep = endpoint_arg(&r);
-        let o = rlctl(
-            Some(COOKIE_KEY),
-            &[
-                "report",
-                "--endpoint",
-                &ep,
-                "--json",
-                "--tracker",
-                "cli-db:60000:10:2",
-                "--observed",
-                "400",
-                "--tracker",
-                "cli-db:60000:10:2",
-                "--observed",
-                "500",
-            ],
-        );
-        assert_eq!(code(&o), 0, "{o:?}");
-        let v = json_of(&o);
-        assert_eq!(
-            v,
-            serde_json::json!({"datagrams": 1, "endpoints": 1, "error": null})
-        );
-        assert!(
-            eventually(|| r.counters().report_entries >= 2),
-            "reports not received"
-        );
+    let r = responder(COOKIE_KEY, 5 << 23, Faults::default());
+    let ep = endpoint_arg(&r);
+    let o = rlctl(
+        Some(COOKIE_KEY),
+        &[
+            "report",
+            "--endpoint",
+            &ep,
+            "--json",
+            "--tracker",
+            "cli-db:60000:10:2",
+            "--observed",
+            "400",
+            "--tracker",
+            "cli-db:60000:10:2",
+            "--observed",
+            "500",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{o:?}");
+    let v = json_of(&o);
+    assert_eq!(
+        v,
+        serde_json::json!({"datagrams": 1, "endpoints": 1, "error": null})
+    );
+    assert!(
+        eventually(|| r.counters().report_entries >= 2),
+        "reports not received"
+    );
 
-        let o = rlctl(
-            Some(COOKIE_KEY),
-            &[
-                "request",
-                "--unit-ms",
-                "100",
-                "--endpoint",
-                &ep,
-                "--guard",
-                "cli-db:60000:10:2:100",
-                "--json",
-            ],
-        );
-        assert_eq!(code(&o), 1, "{o:?}");
-        let v = json_of(&o);
-        check_request_shape(&v);
-        assert_eq!(v["outcome"], "rejected");
-        let g = &v["guards"][0];
-        assert_eq!(
-            g["tracker_id"],
-            hex(ratelimitly_engine::ids::tracker_id(b"cli-db", 60000, 10, 2)).as_str()
-        );
-        assert_eq!(g["threshold_ms"], 100);
-        assert!(g["current_latency_ms"].as_u64().unwrap() >= 400, "{g}");
-        assert_eq!(g["passed"], false);
+    let o = rlctl(
+        Some(COOKIE_KEY),
+        &[
+            "request",
+            "--unit-ms",
+            "100",
+            "--endpoint",
+            &ep,
+            "--guard",
+            "cli-db:60000:10:2:100",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&o), 1, "{o:?}");
+    let v = json_of(&o);
+    check_request_shape(&v);
+    assert_eq!(v["outcome"], "rejected");
+    let g = &v["guards"][0];
+    assert_eq!(
+        g["tracker_id"],
+        hex(ratelimitly_engine::ids::tracker_id(b"cli-db", 60000, 10, 2)).as_str()
+    );
+    assert_eq!(g["threshold_ms"], 100);
+    assert!(g["current_latency_ms"].as_u64().unwrap() >= 400, "{g}");
+    assert_eq!(g["passed"], false);
 
-        // A guard on an unreported tracker passes (0 while warming up).
-        let o = rlctl(
-            Some(COOKIE_KEY),
-            &[
-                "request",
-                "--unit-ms",
-                "100",
-                "--endpoint",
-                &ep,
-                "--guard",
-                "cli-cold:60000:10:2:100",
-                "--json",
-            ],
-        );
-        assert_eq!(code(&o), 0, "{o:?}");
-        assert_eq!(json_of(&o)["guards"][0]["passed"], true);
-    });
+    // A guard on an unreported tracker passes (0 while warming up).
+    let o = rlctl(
+        Some(COOKIE_KEY),
+        &[
+            "request",
+            "--unit-ms",
+            "100",
+            "--endpoint",
+            &ep,
+            "--guard",
+            "cli-cold:60000:10:2:100",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{o:?}");
+    assert_eq!(json_of(&o)["guards"][0]["passed"], true);
 }
 
 #[test]
 fn silent_responder_times_out_after_horizon() {
-    both_drivers(|| {
-        let faults = Faults {
-            silent: true,
-            ..Faults::default()
-        };
-        let r = responder(AES_KEY, 9 << 23, faults);
-        let ep = endpoint_arg(&r);
-        let o = rlctl(
-            Some(AES_KEY),
-            &[
-                "request",
-                "--endpoint",
-                &ep,
-                "--consume",
-                "cli-t:1000:5",
-                "--json",
-            ],
-        );
-        assert_eq!(code(&o), 3, "{o:?}");
-        let v = json_of(&o);
-        check_request_shape(&v);
-        assert_eq!(v["outcome"], "failed");
-        assert_eq!(v["failure"], "timeout");
-        assert_eq!(v["horizon_ms"], 60);
-        assert_eq!(v["server_id"], Value::Null);
-        assert_eq!(v["round"], Value::Null);
-        // Round 0 plus one replay, nothing after D.
-        assert_eq!(v["sends"], 2);
-        assert_eq!(v["completion_sends"], 0);
-        // The failure comes at D = t0 + H (never before it).
-        assert!(v["latency_us"].as_u64().unwrap() >= 60_000, "{v}");
-        assert!(v["error"].as_str().unwrap().contains("60"));
-        assert!(
-            eventually(|| r.counters().fault_silent_drops >= 2),
-            "{:?}",
-            r.counters()
-        );
-    });
+    let faults = Faults {
+        silent: true,
+        ..Faults::default()
+    };
+    let r = responder(AES_KEY, 9 << 23, faults);
+    let ep = endpoint_arg(&r);
+    let o = rlctl(
+        Some(AES_KEY),
+        &[
+            "request",
+            "--endpoint",
+            &ep,
+            "--consume",
+            "cli-t:1000:5",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&o), 3, "{o:?}");
+    let v = json_of(&o);
+    check_request_shape(&v);
+    assert_eq!(v["outcome"], "failed");
+    assert_eq!(v["failure"], "timeout");
+    assert_eq!(v["horizon_ms"], 60);
+    assert_eq!(v["server_id"], Value::Null);
+    assert_eq!(v["round"], Value::Null);
+    // Round 0 plus one replay, nothing after D.
+    assert_eq!(v["sends"], 2);
+    assert_eq!(v["completion_sends"], 0);
+    // The failure comes at D = t0 + H (never before it).
+    assert!(v["latency_us"].as_u64().unwrap() >= 60_000, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("60"));
+    assert!(
+        eventually(|| r.counters().fault_silent_drops >= 2),
+        "{:?}",
+        r.counters()
+    );
 }
 
 #[test]
@@ -629,97 +603,92 @@ fn invalid_key_is_configuration_error_not_echoed() {
 
 #[test]
 fn slow_oldest_younger_decides_then_completion_to_oldest() {
-    both_drivers(|| {
-        // Oldest server answers after 60 ms (> U = 20 ms); the younger answers at once.
-        let slow = Faults {
-            delay: Duration::from_millis(60),
-            ..Faults::default()
-        };
-        let oldest = responder(AES_KEY, 100 << 23, slow);
-        let younger = responder(AES_KEY, 200 << 23, Faults::default());
-        let o = rlctl(
-            Some(AES_KEY),
-            &[
-                "request",
-                "--unit-ms",
-                "50",
-                "--endpoint",
-                &endpoint_arg(&younger),
-                "--endpoint",
-                &endpoint_arg(&oldest),
-                "--consume",
-                "cli-two:60000:100",
-                "--json",
-            ],
-        );
-        assert_eq!(code(&o), 0, "{o:?}");
-        let v = json_of(&o);
-        check_request_shape(&v);
-        assert_eq!(v["outcome"], "granted");
-        assert_eq!(v["server_id"], 200u64 << 23);
-        assert_eq!(v["round"], 0);
-        assert_eq!(v["sends"], 3);
-        assert_eq!(v["completion_sends"], 1);
-        // Decided at the end of round 0, not earlier.
-        assert!(v["latency_us"].as_u64().unwrap() >= 50_000, "{v}");
-        // The oldest got the request twice: the initial send and the completion delivery
-        // (answered from its dedup table without a second debit).
-        assert!(
-            eventually(|| oldest.counters().rate_requests >= 2),
-            "{:?}",
-            oldest.counters()
-        );
-        let c = oldest.counters();
-        assert_eq!(c.granted, 1, "{c:?}");
-        assert_eq!(c.dedup_hits, 1, "{c:?}");
-        assert_eq!(younger.counters().rate_requests, 1);
-    });
+    // Oldest server answers after 60 ms (> U = 20 ms); the younger answers at once.
+    let slow = Faults {
+        delay: Duration::from_millis(60),
+        ..Faults::default()
+    };
+    let oldest = responder(AES_KEY, 100 << 23, slow);
+    let younger = responder(AES_KEY, 200 << 23, Faults::default());
+    let o = rlctl(
+        Some(AES_KEY),
+        &[
+            "request",
+            "--unit-ms",
+            "50",
+            "--endpoint",
+            &endpoint_arg(&younger),
+            "--endpoint",
+            &endpoint_arg(&oldest),
+            "--consume",
+            "cli-two:60000:100",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{o:?}");
+    let v = json_of(&o);
+    check_request_shape(&v);
+    assert_eq!(v["outcome"], "granted");
+    assert_eq!(v["server_id"], 200u64 << 23);
+    assert_eq!(v["round"], 0);
+    assert_eq!(v["sends"], 3);
+    assert_eq!(v["completion_sends"], 1);
+    // Decided at the end of round 0, not earlier.
+    assert!(v["latency_us"].as_u64().unwrap() >= 50_000, "{v}");
+    // The oldest got the request twice: the initial send and the completion delivery
+    // (answered from its dedup table without a second debit).
+    assert!(
+        eventually(|| oldest.counters().rate_requests >= 2),
+        "{:?}",
+        oldest.counters()
+    );
+    let c = oldest.counters();
+    assert_eq!(c.granted, 1, "{c:?}");
+    assert_eq!(c.dedup_hits, 1, "{c:?}");
+    assert_eq!(younger.counters().rate_requests, 1);
 }
 
 #[test]
 fn request_through_dns_discovery() {
-    both_drivers(|| {
-        let r = responder(AES_KEY, 300 << 23, Faults::default());
-        let dns =
-            rl_responder::dns::spawn("req.test", vec![(r.server_id(), vec![r.addr()])]).unwrap();
-        let dns_arg = dns.addr().to_string();
-        let o = rlctl(
-            Some(AES_KEY),
-            &[
-                "request",
-                "--unit-ms",
-                "100",
-                "--domain",
-                "req.test",
-                "--dns-server",
-                &dns_arg,
-                "--consume",
-                "cli-dns:1000:5",
-                "--json",
-            ],
-        );
-        assert_eq!(code(&o), 0, "{o:?}");
-        assert_eq!(json_of(&o)["server_id"], 300u64 << 23);
-        // Discovery failure: exit 4.
-        let o = rlctl(
-            Some(AES_KEY),
-            &[
-                "request",
-                "--unit-ms",
-                "100",
-                "--domain",
-                "none.test",
-                "--dns-server",
-                &dns_arg,
-                "--consume",
-                "cli-dns:1000:5",
-                "--json",
-            ],
-        );
-        assert_eq!(code(&o), 4, "{o:?}");
-        assert_eq!(json_of(&o)["failure"], "discovery");
-        dns.stop();
-    });
+    let r = responder(AES_KEY, 300 << 23, Faults::default());
+    let dns = rl_responder::dns::spawn("req.test", vec![(r.server_id(), vec![r.addr()])]).unwrap();
+    let dns_arg = dns.addr().to_string();
+    let o = rlctl(
+        Some(AES_KEY),
+        &[
+            "request",
+            "--unit-ms",
+            "100",
+            "--domain",
+            "req.test",
+            "--dns-server",
+            &dns_arg,
+            "--consume",
+            "cli-dns:1000:5",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{o:?}");
+    assert_eq!(json_of(&o)["server_id"], 300u64 << 23);
+    // Discovery failure: exit 4.
+    let o = rlctl(
+        Some(AES_KEY),
+        &[
+            "request",
+            "--unit-ms",
+            "100",
+            "--domain",
+            "none.test",
+            "--dns-server",
+            &dns_arg,
+            "--consume",
+            "cli-dns:1000:5",
+            "--json",
+        ],
+    );
+    assert_eq!(code(&o), 4, "{o:?}");
+    assert_eq!(json_of(&o)["failure"], "discovery");
+    dns.stop();
 }
 
 #[test]
@@ -739,41 +708,39 @@ fn empty_request_grants_locally() {
 
 #[test]
 fn report_batches_count_datagrams_per_endpoint() {
-    both_drivers(|| {
-        let a = responder(COOKIE_KEY, 11 << 23, Faults::default());
-        let b = responder(COOKIE_KEY, 12 << 23, Faults::default());
-        let (ea, eb) = (endpoint_arg(&a), endpoint_arg(&b));
-        // 40 entries: two datagrams in cookie mode (at most 34 entries each)
-        let mut args = vec![
-            "report".to_string(),
-            "--endpoint".into(),
-            ea,
-            "--endpoint".into(),
-            eb,
-            "--json".into(),
-        ];
-        for i in 0..40 {
-            args.extend([
-                "--tracker".into(),
-                format!("cli-batch-{i}:60000:10:2"),
-                "--observed".into(),
-                format!("{}", 10 + i),
-            ]);
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let o = rlctl(Some(COOKIE_KEY), &args);
-        assert_eq!(code(&o), 0, "{o:?}");
-        assert_eq!(
-            json_of(&o),
-            serde_json::json!({"datagrams": 4, "endpoints": 2, "error": null})
+    let a = responder(COOKIE_KEY, 11 << 23, Faults::default());
+    let b = responder(COOKIE_KEY, 12 << 23, Faults::default());
+    let (ea, eb) = (endpoint_arg(&a), endpoint_arg(&b));
+    // 40 entries: two datagrams in cookie mode (at most 34 entries each)
+    let mut args = vec![
+        "report".to_string(),
+        "--endpoint".into(),
+        ea,
+        "--endpoint".into(),
+        eb,
+        "--json".into(),
+    ];
+    for i in 0..40 {
+        args.extend([
+            "--tracker".into(),
+            format!("cli-batch-{i}:60000:10:2"),
+            "--observed".into(),
+            format!("{}", 10 + i),
+        ]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = rlctl(Some(COOKIE_KEY), &args);
+    assert_eq!(code(&o), 0, "{o:?}");
+    assert_eq!(
+        json_of(&o),
+        serde_json::json!({"datagrams": 4, "endpoints": 2, "error": null})
+    );
+    for r in [&a, &b] {
+        assert!(
+            eventually(|| r.counters().report_entries >= 40),
+            "reports not received"
         );
-        for r in [&a, &b] {
-            assert!(
-                eventually(|| r.counters().report_entries >= 40),
-                "reports not received"
-            );
-            let c = r.counters();
-            assert_eq!((c.reports, c.report_entries), (2, 40));
-        }
-    });
+        let c = r.counters();
+        assert_eq!((c.reports, c.report_entries), (2, 40));
+    }
 }

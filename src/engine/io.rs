@@ -129,77 +129,84 @@ impl UdpIo {
     /// Receives up to one batch of datagrams without blocking. Returns how many
     /// arrived (0 when none is queued).
     pub fn recv_batch(&self, batch: &mut RecvBatch) -> io::Result<usize> {
-        batch.prepare();
-        // SAFETY: the mmsghdr array points into buffers owned by `batch`, all valid for
-        // the lengths given; the kernel writes at most those lengths.
-        let n = unsafe {
-            libc::recvmmsg(
-                self.sock.as_raw_fd(),
-                batch.hdrs.as_mut_ptr(),
-                batch.hdrs.len() as u32,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-                // ICMP errors (port unreachable) surface here on Linux; not fatal.
-                io::ErrorKind::ConnectionRefused => Ok(0),
-                _ => Err(e),
-            };
-        }
-        batch.len = n as usize;
-        Ok(n as usize)
+        recv_batch_on(self.sock.as_raw_fd(), batch)
     }
 
     /// Sends every queued datagram of `batch` (one `sendmmsg` per run of successes),
     /// calling `failed(tag)` for each datagram that could not be sent, then clears it.
     /// Returns the number sent.
-    pub fn send_batch(&self, batch: &mut SendBatch, mut failed: impl FnMut(u64)) -> usize {
-        let mut sent = 0;
-        let mut at = 0;
-        let mut again = 0;
-        while at < batch.len {
-            batch.prepare(at);
-            // SAFETY: headers at..len point into buffers and addresses owned by `batch`.
-            let n = unsafe {
-                libc::sendmmsg(
-                    self.sock.as_raw_fd(),
-                    batch.hdrs.as_mut_ptr().add(at),
-                    (batch.len - at) as u32,
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if n > 0 {
-                sent += n as usize;
-                at += n as usize;
-                again = 0;
-                continue;
+    pub fn send_batch(&self, batch: &mut SendBatch, failed: impl FnMut(u64)) -> usize {
+        send_batch_on(self.sock.as_raw_fd(), batch, failed)
+    }
+}
+
+/// [`UdpIo::recv_batch`] on any non-blocking UDP socket `fd` (the responder and the
+/// load generator's raw client share these batches with the engine).
+pub fn recv_batch_on(fd: RawFd, batch: &mut RecvBatch) -> io::Result<usize> {
+    batch.prepare();
+    // SAFETY: the mmsghdr array points into buffers owned by `batch`, all valid for
+    // the lengths given; the kernel writes at most those lengths.
+    let n = unsafe {
+        libc::recvmmsg(
+            fd,
+            batch.hdrs.as_mut_ptr(),
+            batch.hdrs.len() as u32,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+            // ICMP errors (port unreachable) surface here on Linux; not fatal.
+            io::ErrorKind::ConnectionRefused => Ok(0),
+            _ => Err(e),
+        };
+    }
+    batch.len = n as usize;
+    Ok(n as usize)
+}
+
+/// [`UdpIo::send_batch`] on any non-blocking UDP socket `fd`.
+pub fn send_batch_on(fd: RawFd, batch: &mut SendBatch, mut failed: impl FnMut(u64)) -> usize {
+    let mut sent = 0;
+    let mut at = 0;
+    let mut again = 0;
+    while at < batch.len {
+        batch.prepare(at);
+        // SAFETY: headers at..len point into buffers and addresses owned by `batch`.
+        let n = unsafe {
+            libc::sendmmsg(
+                fd,
+                batch.hdrs.as_mut_ptr().add(at),
+                (batch.len - at) as u32,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n > 0 {
+            sent += n as usize;
+            at += n as usize;
+            again = 0;
+            continue;
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock if again < 3 => {
+                // Send buffer full: wait briefly for room, then retry.
+                again += 1;
+                let _ = wait_fds(&[fd], libc::POLLOUT, Some(Duration::from_millis(1)));
             }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock if again < 3 => {
-                    // Send buffer full: wait briefly for room, then retry.
-                    again += 1;
-                    let _ = wait_fds(
-                        &[self.sock.as_raw_fd()],
-                        libc::POLLOUT,
-                        Some(Duration::from_millis(1)),
-                    );
-                }
-                _ => {
-                    failed(batch.tags[at]);
-                    at += 1;
-                    again = 0;
-                }
+            _ => {
+                failed(batch.tags[at]);
+                at += 1;
+                again = 0;
             }
         }
-        batch.len = 0;
-        sent
     }
+    batch.len = 0;
+    sent
 }
 
 impl AsRawFd for UdpIo {
