@@ -293,6 +293,27 @@ impl Core {
 
     // ---------------------------------------------------------------- submissions
 
+    /// A queued message other than a request: a latency report entry, a statistics
+    /// request, or a report flush (answered with the statistics after the flush).
+    fn handle_control(&mut self, msg: Msg, now: Instant) {
+        match msg {
+            Msg::Report(e) => {
+                self.stats.report_entries += 1;
+                if self.reports.push(e, now) {
+                    self.flush_reports();
+                }
+            }
+            Msg::Stats(tx) => {
+                let _ = tx.try_send(self.stats.clone());
+            }
+            Msg::FlushReports(tx) => {
+                self.flush_reports();
+                let _ = tx.try_send(self.stats.clone());
+            }
+            Msg::Request { .. } => unreachable!("requests are started or failed by the caller"),
+        }
+    }
+
     fn drain_queue(&mut self, now: Instant) -> bool {
         let mut n = 0;
         while n < DRAIN {
@@ -307,19 +328,7 @@ impl Core {
                     slot,
                     submitted,
                 } => self.start(now, &pdu, slot, submitted),
-                Msg::Report(e) => {
-                    self.stats.report_entries += 1;
-                    if self.reports.push(e, now) {
-                        self.flush_reports();
-                    }
-                }
-                Msg::Stats(tx) => {
-                    let _ = tx.try_send(self.stats.clone());
-                }
-                Msg::FlushReports(tx) => {
-                    self.flush_reports();
-                    let _ = tx.try_send(self.stats.clone());
-                }
+                other => self.handle_control(other, now),
             }
         }
         n > 0
@@ -653,18 +662,7 @@ impl Core {
                     self.stats.shutdown_failures += 1;
                     self.complete(slot, Err(Failure::Shutdown));
                 }
-                Msg::Report(e) => {
-                    if self.reports.push(e, now) {
-                        self.flush_reports();
-                    }
-                }
-                Msg::Stats(tx) => {
-                    let _ = tx.try_send(self.stats.clone());
-                }
-                Msg::FlushReports(tx) => {
-                    self.flush_reports();
-                    let _ = tx.try_send(self.stats.clone());
-                }
+                other => self.handle_control(other, now),
             }
         }
         self.flush_reports();
