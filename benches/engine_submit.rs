@@ -26,10 +26,11 @@ use ratelimitly_engine::engine::{Cores, Engine, EngineHandle};
 use ratelimitly_engine::ids::Resource;
 use ratelimitly_engine::key::ApiKey;
 use ratelimitly_engine::machine::Endpoint;
-use ratelimitly_engine::wire::{
-    self, Auth, RateRequestView, ResourceResultSpec, TenantFields, encode_rate_response_pdu,
-};
+use ratelimitly_engine::wire::Auth;
 use rl_responder::ResponderConfig;
+
+#[path = "../tests/engine_common/grant_peer.rs"]
+mod grant_peer;
 
 const COOKIE: &str =
     "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
@@ -79,58 +80,6 @@ fn engine_one_core(c: &mut Criterion) {
     e.shutdown();
 }
 
-/// A raw std-socket server: grants every rate request; for requests on `probe` bucket it
-/// sends the arrival instant to the bench thread.
-fn probe_server(
-    auth: Auth,
-    sock: UdpSocket,
-    probe: [u8; 16],
-    arrivals: crossbeam_channel::Sender<Instant>,
-    stop: Arc<AtomicBool>,
-) {
-    let mut buf = [0u8; 2048];
-    let mut out = [0u8; 1200];
-    sock.set_read_timeout(Some(Duration::from_millis(20)))
-        .unwrap();
-    while !stop.load(Ordering::Relaxed) {
-        let Ok((n, from)) = sock.recv_from(&mut buf) else {
-            continue;
-        };
-        let at = Instant::now();
-        let Ok(o) = wire::open(&auth, &mut buf[..n]) else {
-            continue;
-        };
-        let Ok(req) = RateRequestView::parse(o.pdu) else {
-            continue;
-        };
-        let Some(r) = req.resources().next() else {
-            continue;
-        };
-        if r.bucket_id() == probe {
-            let _ = arrivals.try_send(at);
-        }
-        let res = [ResourceResultSpec {
-            bucket_id: r.bucket_id(),
-            window_ms: r.window_ms(),
-            actual_rate: 0,
-            deficit: 0,
-        }];
-        let p = auth.pdu_offset();
-        let Ok(len) = encode_rate_response_pdu(&mut out[p..], &[], &res) else {
-            continue;
-        };
-        let t = TenantFields {
-            id: 1,
-            unique_id: o.tenant.unique_id(),
-            timestamp_ms: 0,
-            steering: 1,
-        };
-        if let Ok(total) = wire::seal(&auth, &t, [0; 12], &mut out, len) {
-            let _ = sock.send_to(&out[..total], from);
-        }
-    }
-}
-
 /// Total submit-to-arrival time of `iters` probe requests.
 fn probe(
     h: &EngineHandle,
@@ -160,7 +109,13 @@ fn submit_to_send(c: &mut Criterion) {
     let (tx, rx) = crossbeam_channel::bounded(1024);
     let stop = Arc::new(AtomicBool::new(false));
     let (auth, st, id) = (Auth::new(&key), stop.clone(), probe_res.id());
-    let server = std::thread::spawn(move || probe_server(auth, sock, id, tx, st));
+    let server = std::thread::spawn(move || {
+        grant_peer::grant_all(auth, sock, 1, st, |at, bucket| {
+            if bucket == id {
+                let _ = tx.try_send(at);
+            }
+        })
+    });
     let e = Engine::builder(key)
         .cores(Cores::Count(1))
         .endpoints(vec![Endpoint { server_id: 1, addr }])

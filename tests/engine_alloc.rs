@@ -16,9 +16,10 @@ use ratelimitly_engine::ids::Resource;
 use ratelimitly_engine::key::ApiKey;
 use ratelimitly_engine::machine::Endpoint;
 use ratelimitly_engine::outcome::Decision;
-use ratelimitly_engine::wire::{
-    self, Auth, RateRequestView, ResourceResultSpec, TenantFields, encode_rate_response_pdu,
-};
+use ratelimitly_engine::wire::Auth;
+
+#[path = "engine_common/grant_peer.rs"]
+mod grant_peer;
 
 struct Counting;
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
@@ -43,50 +44,6 @@ static GLOBAL: Counting = Counting;
 const COOKIE: &str =
     "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
 
-/// Answers every rate request with a grant, without allocating.
-fn mini_responder(auth: Auth, sock: UdpSocket, stop: Arc<AtomicBool>) {
-    let mut buf = [0u8; 2048];
-    let mut out = [0u8; 1200];
-    sock.set_read_timeout(Some(Duration::from_millis(20)))
-        .unwrap();
-    while !stop.load(Ordering::Relaxed) {
-        let Ok((n, from)) = sock.recv_from(&mut buf) else {
-            continue;
-        };
-        let Ok(o) = wire::open(&auth, &mut buf[..n]) else {
-            continue;
-        };
-        let Ok(req) = RateRequestView::parse(o.pdu) else {
-            continue;
-        };
-        let mut res = [ResourceResultSpec {
-            bucket_id: [0; 16],
-            window_ms: 0,
-            actual_rate: 0,
-            deficit: 0,
-        }; 1];
-        let Some(r) = req.resources().next() else {
-            continue;
-        };
-        res[0].bucket_id = r.bucket_id();
-        res[0].window_ms = r.window_ms();
-        let p = auth.pdu_offset();
-        let Ok(len) = encode_rate_response_pdu(&mut out[p..], &[], &res) else {
-            continue;
-        };
-        let t = TenantFields {
-            id: 42,
-            unique_id: o.tenant.unique_id(),
-            timestamp_ms: 0,
-            steering: 1,
-        };
-        let Ok(total) = wire::seal(&auth, &t, [0; 12], &mut out, len) else {
-            continue;
-        };
-        let _ = sock.send_to(&out[..total], from);
-    }
-}
-
 fn run(h: &EngineHandle, res: &Resource, n: usize) {
     for _ in 0..n {
         let o = h.request().consume(res, 1).wait().expect("decided");
@@ -102,7 +59,7 @@ fn zero_allocations_per_request_in_steady_state() {
     let stop = Arc::new(AtomicBool::new(false));
     let auth = Auth::new(&key);
     let st = stop.clone();
-    let peer = std::thread::spawn(move || mini_responder(auth, sock, st));
+    let peer = std::thread::spawn(move || grant_peer::grant_all(auth, sock, 42, st, |_, _| {}));
     let e = Engine::builder(key)
         .cores(Cores::Count(1))
         .endpoints(vec![Endpoint {
