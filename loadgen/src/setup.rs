@@ -116,10 +116,8 @@ impl Servers {
 fn embedded_server_id(index: usize) -> u64 {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(1_735_689_600);
-    let secs = now.saturating_sub(1_735_689_600).max(1);
-    (secs << 23) | (index as u64 + 1)
+        .map_or(0, |d| d.as_secs());
+    rl_responder::decide::default_server_id(now, index as u64 + 1)
 }
 
 /// Starts (or resolves) the servers for `args`. `responder_cores` are where the

@@ -11,6 +11,7 @@
 //! cores of one responder enforce one set of limits; the lock is held only for the
 //! evaluation, never for crypto. Counters are per [`Responder`] (one writer).
 
+use ratelimitly_engine::discovery::SERVER_ID_EPOCH_UNIX_S;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -182,7 +183,7 @@ impl Shared {
 /// Default server id per wire.md §7: start time in seconds since 2025-01-01 in the upper
 /// 41 bits, `low` (23 bits) below; never 0.
 pub fn default_server_id(unix_s: u64, low: u64) -> u64 {
-    let id = (unix_s.saturating_sub(1_735_689_600) << 23) | (low & 0x7F_FFFF);
+    let id = (unix_s.saturating_sub(SERVER_ID_EPOCH_UNIX_S) << 23) | (low & 0x7F_FFFF);
     id.max(1)
 }
 
