@@ -16,16 +16,18 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
-use std::mem::{size_of, zeroed};
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
+use ratelimitly_engine::engine::io::{
+    RECV_BUF, RecvBatch, SEND_BUF, SendBatch, recv_batch_on, send_batch_on,
+};
 use ratelimitly_engine::key::ApiKey;
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 use crate::decide::{
     Capacities, CounterSet, Counters, DecideError, Responder, Shared, default_server_id,
@@ -34,7 +36,6 @@ use crate::faults::{FaultRng, Faults};
 
 /// Datagrams per `recvmmsg`/`sendmmsg` call.
 pub const BATCH: usize = 32;
-const BUF: usize = 2048;
 const MAX_DELAYED: usize = 65_536;
 
 /// Configuration of [`spawn`].
@@ -275,135 +276,32 @@ impl Drop for ResponderHandle {
     }
 }
 
-/// Raw batch buffers for recvmmsg/sendmmsg (allocated once per core).
-struct Batch {
-    bufs: Vec<[u8; BUF]>,
-    lens: [usize; BATCH],
-    addrs: [libc::sockaddr_storage; BATCH],
-    iovs: [libc::iovec; BATCH],
-    hdrs: [libc::mmsghdr; BATCH],
+/// Queues `data` for `to` in `tx`, sending the batch first when it is full. A datagram
+/// longer than the batch slots (only the "more entries" broken reply can be) goes out
+/// on its own.
+fn queue(fd: RawFd, tx: &mut SendBatch, data: &[u8], to: SocketAddr, c: &CounterSet) {
+    if data.len() > SEND_BUF {
+        // SAFETY: `fd` is the core's socket, open for the whole core loop.
+        let sock = unsafe { BorrowedFd::borrow_raw(fd) };
+        let sent = SockRef::from(&sock).send_to_with_flags(data, &to.into(), libc::MSG_DONTWAIT);
+        if sent.is_err() {
+            c.send_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        return;
+    }
+    if tx.is_full() {
+        flush(fd, tx, c);
+    }
+    tx.push(data, to, 0);
 }
 
-impl Batch {
-    fn new() -> Box<Self> {
-        // SAFETY: all-zero is a valid value of these plain C structs and arrays.
-        let mut b: Box<Self> = Box::new(Self {
-            bufs: vec![[0u8; BUF]; BATCH],
-            lens: [0; BATCH],
-            addrs: unsafe { zeroed() },
-            iovs: unsafe { zeroed() },
-            hdrs: unsafe { zeroed() },
-        });
-        for i in 0..BATCH {
-            b.iovs[i].iov_base = b.bufs[i].as_mut_ptr().cast();
-            b.iovs[i].iov_len = BUF;
-        }
-        b
+/// Sends everything queued in `tx`, counting the datagrams that could not be sent.
+fn flush(fd: RawFd, tx: &mut SendBatch, c: &CounterSet) {
+    let mut failed = 0;
+    send_batch_on(fd, tx, |_| failed += 1);
+    if failed > 0 {
+        c.send_errors.fetch_add(failed, Ordering::Relaxed);
     }
-
-    fn addr(&self, i: usize) -> Option<SocketAddr> {
-        let len = self.hdrs[i].msg_hdr.msg_namelen;
-        // SAFETY: the kernel filled addrs[i] with a sockaddr of msg_namelen bytes.
-        let sa = unsafe { SockAddr::new(self.addrs[i], len) };
-        sa.as_socket()
-    }
-
-    fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
-        for i in 0..BATCH {
-            self.iovs[i].iov_len = BUF;
-            let h = &mut self.hdrs[i].msg_hdr;
-            h.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
-            h.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
-            h.msg_iov = &mut self.iovs[i];
-            h.msg_iovlen = 1;
-            h.msg_control = std::ptr::null_mut();
-            h.msg_controllen = 0;
-            h.msg_flags = 0;
-            self.hdrs[i].msg_len = 0;
-        }
-        // SAFETY: hdrs point at live buffers owned by self for the duration of the call.
-        let n = unsafe {
-            libc::recvmmsg(
-                fd,
-                self.hdrs.as_mut_ptr(),
-                BATCH as u32,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        for i in 0..n as usize {
-            self.lens[i] = self.hdrs[i].msg_len as usize;
-        }
-        Ok(n as usize)
-    }
-
-    /// Queues buffer `i` (already filled with `len` bytes) for `to` at slot `slot`.
-    fn set_out(&mut self, slot: usize, len: usize, to: SocketAddr) {
-        let sa = SockAddr::from(to);
-        // SAFETY: copying sa.len() bytes of a sockaddr into a sockaddr_storage.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                sa.as_ptr().cast::<u8>(),
-                (&mut self.addrs[slot] as *mut libc::sockaddr_storage).cast::<u8>(),
-                sa.len() as usize,
-            );
-        }
-        self.iovs[slot].iov_len = len;
-        let h = &mut self.hdrs[slot].msg_hdr;
-        h.msg_name = (&mut self.addrs[slot] as *mut libc::sockaddr_storage).cast();
-        h.msg_namelen = sa.len();
-        h.msg_iov = &mut self.iovs[slot];
-        h.msg_iovlen = 1;
-        h.msg_control = std::ptr::null_mut();
-        h.msg_controllen = 0;
-        h.msg_flags = 0;
-    }
-
-    /// Sends slots 0..n; returns how many datagrams failed.
-    fn send(&mut self, fd: RawFd, n: usize) -> u64 {
-        let mut done = 0;
-        let mut failed = 0;
-        let mut tries = 0;
-        while done < n && tries < 4 * BATCH {
-            tries += 1;
-            // SAFETY: hdrs[done..n] point at live buffers owned by self.
-            let r = unsafe {
-                libc::sendmmsg(
-                    fd,
-                    self.hdrs[done..].as_mut_ptr(),
-                    (n - done) as u32,
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if r < 0 {
-                // skip the datagram that failed
-                failed += 1;
-                done += 1;
-            } else {
-                done += r as usize;
-            }
-        }
-        failed + (n - done) as u64
-    }
-}
-
-fn send_one(fd: RawFd, buf: &[u8], to: SocketAddr) -> bool {
-    let sa = SockAddr::from(to);
-    // SAFETY: buf and sa are valid for the call.
-    let r = unsafe {
-        libc::sendto(
-            fd,
-            buf.as_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-            sa.as_ptr().cast(),
-            sa.len(),
-        )
-    };
-    r >= 0
 }
 
 struct Delayed {
@@ -448,16 +346,15 @@ impl Delayed {
         self.heap.peek().map(|r| r.0.0)
     }
 
-    fn flush(&mut self, fd: RawFd, now: Instant, c: &CounterSet) {
+    /// Hands every datagram due by `now` to `send`.
+    fn take_due(&mut self, now: Instant, mut send: impl FnMut(&[u8], SocketAddr)) {
         while let Some(&Reverse((due, _, slot))) = self.heap.peek() {
             if due > now {
                 break;
             }
             self.heap.pop();
             let (data, to) = &self.slots[slot];
-            if !send_one(fd, data, *to) {
-                c.send_errors.fetch_add(1, Ordering::Relaxed);
-            }
+            send(data, *to);
             self.free.push(slot);
         }
     }
@@ -472,11 +369,18 @@ async fn core_loop(
 ) {
     let counters = responder.counter_set();
     let c = &*counters;
+    let v6 = sock
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .is_some_and(|a| a.is_ipv6());
     // SAFETY: the fd comes from a socket we own and hand over here.
     let gsock = unsafe { glommio::net::UdpSocket::from_raw_fd(sock.into_raw_fd()) };
     let fd = gsock.as_raw_fd();
-    let mut rx = Batch::new();
-    let mut tx = Batch::new();
+    let mut rx = RecvBatch::new(BATCH);
+    let mut tx = SendBatch::new(BATCH);
+    tx.set_v6_socket(v6);
+    let mut out = vec![0u8; RECV_BUF].into_boxed_slice();
     let mut delayed = Delayed::new();
     let mut faults_seen = 0u64;
     let mut faults = Faults::default();
@@ -501,17 +405,16 @@ async fn core_loop(
         }
         let io_faults = faults.has_io_faults();
         let now = Instant::now();
-        delayed.flush(fd, now, c);
-        let n = match rx.recv(fd) {
-            Ok(n) => n,
-            Err(e) => {
-                if e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted {
-                    c.recv_errors.fetch_add(1, Ordering::Relaxed);
-                }
-                0
-            }
-        };
+        delayed.take_due(now, |data, to| queue(fd, &mut tx, data, to, c));
+        // WouldBlock and Interrupted read as Ok(0)
+        let n = recv_batch_on(fd, &mut rx).unwrap_or_else(|_| {
+            c.recv_errors.fetch_add(1, Ordering::Relaxed);
+            0
+        });
         if n == 0 {
+            if !tx.is_empty() {
+                flush(fd, &mut tx, c);
+            }
             let mut wait = Duration::from_millis(20);
             if let Some(due) = delayed.next_due() {
                 wait = wait.min(due.saturating_duration_since(Instant::now()));
@@ -521,9 +424,8 @@ async fn core_loop(
             let _ = gsock.peek_from(&mut peek).await;
             continue;
         }
-        let mut out_n = 0;
         for i in 0..n {
-            let Some(from) = rx.addr(i) else { continue };
+            let Some(from) = rx.source(i) else { continue };
             if io_faults {
                 // `received` counts every datagram, also those dropped by faults here
                 if faults.silent {
@@ -537,12 +439,16 @@ async fn core_loop(
                     continue;
                 }
             }
-            let len = rx.lens[i];
-            let Some(resp_len) =
-                responder.handle(&mut rx.bufs[i][..len], from, now, &mut tx.bufs[out_n])
-            else {
+            let Some(datagram) = rx.datagram(i) else {
+                // truncated: longer than the receive buffer, so too long for the wire
+                c.received.fetch_add(1, Ordering::Relaxed);
+                c.drop_too_long.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
+            let Some(resp_len) = responder.handle(datagram, from, now, &mut out) else {
+                continue;
+            };
+            let resp = &out[..resp_len];
             if io_faults {
                 if rng.chance(faults.drop_out) {
                     c.fault_drop_out.fetch_add(1, Ordering::Relaxed);
@@ -558,24 +464,20 @@ async fn core_loop(
                 if !delay.is_zero() {
                     c.fault_delayed.fetch_add(1, Ordering::Relaxed);
                     for _ in 0..copies {
-                        if !delayed.push(now + delay, &tx.bufs[out_n][..resp_len], from) {
+                        if !delayed.push(now + delay, resp, from) {
                             c.delay_queue_full.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                     continue;
                 }
-                if copies == 2 && !send_one(fd, &tx.bufs[out_n][..resp_len], from) {
-                    c.send_errors.fetch_add(1, Ordering::Relaxed);
+                if copies == 2 {
+                    queue(fd, &mut tx, resp, from, c);
                 }
             }
-            tx.set_out(out_n, resp_len, from);
-            out_n += 1;
+            queue(fd, &mut tx, resp, from, c);
         }
-        if out_n > 0 {
-            let failed = tx.send(fd, out_n);
-            if failed > 0 {
-                c.send_errors.fetch_add(failed, Ordering::Relaxed);
-            }
+        if !tx.is_empty() {
+            flush(fd, &mut tx, c);
         }
     }
 }
