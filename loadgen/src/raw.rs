@@ -8,17 +8,16 @@
 //! generated (the raw client measures decisions only). Must not touch the engine.
 
 use std::collections::VecDeque;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ratelimitly_engine::engine::io::{RecvBatch, SendBatch, UdpIo};
 use ratelimitly_engine::wire::{self, Auth, GuardSpec, ResourceSpec, TenantFields};
 
 use crate::stats::{Kind, Phase};
 use crate::workload::{self, Workload};
-
-const BUF: usize = 2048;
 
 /// What every raw thread shares.
 pub struct RawConfig {
@@ -111,8 +110,9 @@ impl RawConfig {
         for t in 0..resources.len() as u64 {
             specs.clear();
             specs.extend(work.buckets_of(t).map(|b| resources[b % resources.len()]));
+            // Bounded so every sealed request fits one datagram.
             let n = wire::encode_rate_request_pdu(
-                &mut out,
+                &mut out[..auth.max_pdu_len()],
                 horizon.as_millis() as u32,
                 &guards,
                 &specs,
@@ -148,47 +148,23 @@ struct Slot {
     live: bool,
 }
 
-fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
-            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in6.
-            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_addr.s6_addr = a.ip().octets();
-            sin6.sin6_flowinfo = a.flowinfo();
-            sin6.sin6_scope_id = a.scope_id();
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
+/// The ring of requests in flight, indexed by sequence number.
+struct InFlight {
+    phase: Arc<Phase>,
+    slots: Vec<Slot>,
+    mask: u64,
+    outstanding: usize,
 }
 
-fn set_buffers(sock: &UdpSocket, bytes: usize) {
-    if bytes == 0 {
-        return;
-    }
-    let v = bytes.min(i32::MAX as usize) as libc::c_int;
-    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
-        // SAFETY: valid fd, option value is a c_int of the given size.
-        unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                &v as *const _ as *const libc::c_void,
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
+impl InFlight {
+    /// Completes request `seq` with `kind` if it is still in flight.
+    fn complete(&mut self, seq: u64, now: Instant, kind: Kind) {
+        let idx = (seq & self.mask) as usize;
+        let s = self.slots[idx];
+        if s.live && s.seq == seq {
+            self.slots[idx].live = false;
+            self.outstanding -= 1;
+            self.phase.record(s.intended, now, kind, Some(1));
         }
     }
 }
@@ -196,22 +172,17 @@ fn set_buffers(sock: &UdpSocket, bytes: usize) {
 /// One raw client thread's state.
 struct RawThread {
     cfg: Arc<RawConfig>,
-    phase: Arc<Phase>,
-    sock: UdpSocket,
-    addrs: Vec<(libc::sockaddr_storage, libc::socklen_t)>,
+    sock: UdpIo,
     prefix: [u8; 9],
     nonce_prefix: [u8; 4],
     next_seq: u64,
-    slots: Vec<Slot>,
-    mask: u64,
-    outstanding: usize,
+    flight: InFlight,
     timeouts: VecDeque<(u64, Instant)>,
-    // send batch
-    sbufs: Vec<[u8; BUF]>,
-    slens: Vec<usize>,
-    sdest: Vec<usize>,
-    pending: usize,
-    rbufs: Vec<[u8; BUF]>,
+    /// Where one request is sealed before it is queued.
+    scratch: [u8; wire::MAX_DATAGRAM],
+    /// Queued requests, tagged with their sequence number.
+    send: SendBatch,
+    recv: RecvBatch,
 }
 
 impl RawThread {
@@ -222,9 +193,7 @@ impl RawThread {
             SocketAddr::V6(a) if a.ip().is_loopback() => "[::1]:0".parse().expect("static"),
             SocketAddr::V6(_) => "[::]:0".parse().expect("static"),
         };
-        let sock = UdpSocket::bind(bind)?;
-        set_buffers(&sock, cfg.socket_buffer);
-        let addrs = cfg.targets.iter().map(sockaddr).collect();
+        let sock = UdpIo::bind(bind, cfg.socket_buffer, cfg.socket_buffer)?;
         let r = wire::new_unique_id().map_err(|e| std::io::Error::other(format!("{e:?}")))?;
         let mut prefix = [0u8; 9];
         prefix.copy_from_slice(&r[..9]);
@@ -233,39 +202,40 @@ impl RawThread {
         let n = wire::new_nonce().map_err(|e| std::io::Error::other(format!("{e:?}")))?;
         let cap = capacity.next_power_of_two().max(64);
         let now = Instant::now();
-        let b = cfg.batch;
+        let mut send = SendBatch::new(cfg.batch);
+        send.set_v6_socket(bind.is_ipv6());
         Ok(RawThread {
             sock,
-            addrs,
             prefix,
             nonce_prefix: [n[0], n[1], n[2], n[3]],
             next_seq: 0,
-            slots: vec![
-                Slot {
-                    seq: u64::MAX,
-                    intended: now,
-                    live: false
-                };
-                cap
-            ],
-            mask: cap as u64 - 1,
-            outstanding: 0,
+            flight: InFlight {
+                phase,
+                slots: vec![
+                    Slot {
+                        seq: u64::MAX,
+                        intended: now,
+                        live: false
+                    };
+                    cap
+                ],
+                mask: cap as u64 - 1,
+                outstanding: 0,
+            },
             timeouts: VecDeque::with_capacity(cap),
-            sbufs: vec![[0u8; BUF]; b],
-            slens: vec![0; b],
-            sdest: vec![0; b],
-            pending: 0,
-            rbufs: vec![[0u8; BUF]; b],
+            scratch: [0u8; wire::MAX_DATAGRAM],
+            send,
+            recv: RecvBatch::new(cfg.batch),
             cfg,
-            phase,
         })
     }
 
     /// Seals one request into the send batch. False when its slot is still busy.
+    /// The caller flushes when the batch is full.
     fn prepare(&mut self, intended: Instant, now: Instant, wall_ms: u64) -> bool {
         let seq = self.next_seq;
-        let idx = (seq & self.mask) as usize;
-        if self.slots[idx].live {
+        let idx = (seq & self.flight.mask) as usize;
+        if self.flight.slots[idx].live {
             return false;
         }
         self.next_seq += 1;
@@ -277,7 +247,7 @@ impl RawThread {
         nonce[4..].copy_from_slice(&seq.to_le_bytes());
         let tpl = &self.cfg.templates[(seq % self.cfg.templates.len() as u64) as usize];
         let off = self.cfg.auth.pdu_offset();
-        let buf = &mut self.sbufs[self.pending];
+        let buf = &mut self.scratch;
         buf[off..off + tpl.len()].copy_from_slice(tpl);
         let tenant = TenantFields {
             id: self.cfg.key_id,
@@ -285,161 +255,53 @@ impl RawThread {
             timestamp_ms: wall_ms,
             steering: 0,
         };
-        self.phase.submit();
+        self.flight.phase.submit();
+        let to = self.cfg.targets[(seq % self.cfg.targets.len() as u64) as usize];
         match wire::seal(&self.cfg.auth, &tenant, nonce, &mut buf[..], tpl.len()) {
-            Ok(n) => {
-                self.slens[self.pending] = n;
-                self.sdest[self.pending] = (seq % self.addrs.len() as u64) as usize;
-                self.pending += 1;
-                self.slots[idx] = Slot {
+            Ok(n) if self.send.push(&buf[..n], to, seq) => {
+                self.flight.slots[idx] = Slot {
                     seq,
                     intended,
                     live: true,
                 };
-                self.outstanding += 1;
+                self.flight.outstanding += 1;
                 self.timeouts.push_back((seq, now + self.cfg.horizon));
             }
-            Err(_) => self
+            _ => self
+                .flight
                 .phase
                 .record(intended, now, Kind::Configuration, Some(0)),
         }
         true
     }
 
+    /// Sends the queued batch; a datagram that cannot be sent is a communication failure.
     fn flush(&mut self) {
-        let mut sent = 0;
-        while sent < self.pending {
-            let n = self.pending - sent;
-            let mut iov: Vec<libc::iovec> = Vec::with_capacity(n);
-            let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(n);
-            for i in sent..self.pending {
-                iov.push(libc::iovec {
-                    iov_base: self.sbufs[i].as_mut_ptr() as *mut libc::c_void,
-                    iov_len: self.slens[i],
-                });
-            }
-            for (k, i) in (sent..self.pending).enumerate() {
-                let (ss, len) = &mut self.addrs[self.sdest[i]];
-                // SAFETY: mmsghdr is plain old data; zero is valid.
-                let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                h.msg_hdr.msg_name = ss as *mut _ as *mut libc::c_void;
-                h.msg_hdr.msg_namelen = *len;
-                h.msg_hdr.msg_iov = &mut iov[k] as *mut libc::iovec;
-                h.msg_hdr.msg_iovlen = 1;
-                hdrs.push(h);
-            }
-            // SAFETY: hdrs/iov point at live buffers for the duration of the call.
-            let r = unsafe {
-                libc::sendmmsg(
-                    self.sock.as_raw_fd(),
-                    hdrs.as_mut_ptr(),
-                    n as libc::c_uint,
-                    0,
-                )
-            };
-            if r <= 0 {
-                // The first datagram could not be sent: it is a communication failure.
-                let seq = self.seq_of_buf(sent);
-                self.fail(seq, Kind::Communication);
-                sent += 1;
-            } else {
-                sent += r as usize;
-            }
-        }
-        self.pending = 0;
+        let flight = &mut self.flight;
+        self.sock.send_batch(&mut self.send, |seq| {
+            flight.complete(seq, Instant::now(), Kind::Communication)
+        });
     }
 
-    fn seq_of_buf(&self, i: usize) -> u64 {
-        let off = 12 + 9;
-        let mut b = [0u8; 8];
-        b[..7].copy_from_slice(&self.sbufs[i][off..off + 7]);
-        u64::from_le_bytes(b)
-    }
-
-    fn fail(&mut self, seq: u64, kind: Kind) {
-        let idx = (seq & self.mask) as usize;
-        let s = self.slots[idx];
-        if s.live && s.seq == seq {
-            self.slots[idx].live = false;
-            self.outstanding -= 1;
-            self.phase.record(s.intended, Instant::now(), kind, Some(1));
-        }
-    }
-
+    /// Drains the socket, completing every request whose response authenticates.
     fn receive(&mut self) {
         loop {
-            let n = self.rbufs.len();
-            let mut iov: Vec<libc::iovec> = self
-                .rbufs
-                .iter_mut()
-                .map(|b| libc::iovec {
-                    iov_base: b.as_mut_ptr() as *mut libc::c_void,
-                    iov_len: BUF,
-                })
-                .collect();
-            let mut hdrs: Vec<libc::mmsghdr> = iov
-                .iter_mut()
-                .map(|v| {
-                    // SAFETY: mmsghdr is plain old data; zero is valid.
-                    let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                    h.msg_hdr.msg_iov = v as *mut libc::iovec;
-                    h.msg_hdr.msg_iovlen = 1;
-                    h
-                })
-                .collect();
-            // SAFETY: hdrs/iov point at live buffers for the duration of the call.
-            let r = unsafe {
-                libc::recvmmsg(
-                    self.sock.as_raw_fd(),
-                    hdrs.as_mut_ptr(),
-                    n as libc::c_uint,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null_mut(),
-                )
+            let n = match self.sock.recv_batch(&mut self.recv) {
+                Ok(n) if n > 0 => n,
+                _ => return,
             };
-            if r <= 0 {
-                return;
-            }
             let now = Instant::now();
-            let lens: Vec<usize> = hdrs[..r as usize]
-                .iter()
-                .map(|h| h.msg_len as usize)
-                .collect();
-            for (i, len) in lens.into_iter().enumerate() {
-                self.handle(i, len, now);
+            for i in 0..n {
+                if let Some(dg) = self.recv.datagram(i)
+                    && let Some((seq, grant)) = decode(&self.cfg, &self.prefix, dg)
+                {
+                    let kind = if grant { Kind::Granted } else { Kind::Rejected };
+                    self.flight.complete(seq, now, kind);
+                }
             }
-            if (r as usize) < n {
-                return;
-            }
-        }
-    }
-
-    fn handle(&mut self, i: usize, len: usize, now: Instant) {
-        let len = len.min(BUF);
-        let (seq, grant) = {
-            let dg = &mut self.rbufs[i][..len];
-            let Ok(opened) = wire::open(&self.cfg.auth, dg) else {
-                return;
-            };
-            let uid = opened.tenant.unique_id();
-            let uid: &[u8] = uid.as_ref();
-            if uid.len() != 16 || uid[..9] != self.prefix {
+            if n < self.cfg.batch {
                 return;
             }
-            let mut b = [0u8; 8];
-            b[..7].copy_from_slice(&uid[9..16]);
-            let Ok(view) = wire::RateResponseView::parse(opened.pdu) else {
-                return;
-            };
-            (u64::from_le_bytes(b), view.is_grant())
-        };
-        let idx = (seq & self.mask) as usize;
-        let s = self.slots[idx];
-        if s.live && s.seq == seq {
-            self.slots[idx].live = false;
-            self.outstanding -= 1;
-            let kind = if grant { Kind::Granted } else { Kind::Rejected };
-            self.phase.record(s.intended, now, kind, Some(1));
         }
     }
 
@@ -449,10 +311,12 @@ impl RawThread {
                 break;
             }
             self.timeouts.pop_front();
-            self.fail(seq, Kind::Timeout);
+            self.flight.complete(seq, Instant::now(), Kind::Timeout);
         }
     }
 
+    /// Sleeps until a response is readable or `timeout` passes (`ppoll`: sub-millisecond
+    /// waits, which the engine's millisecond `wait_fds` would round up).
     fn wait(&self, timeout: Duration) {
         let mut pfd = libc::pollfd {
             fd: self.sock.as_raw_fd(),
@@ -468,6 +332,21 @@ impl RawThread {
             libc::ppoll(&mut pfd, 1, &ts, std::ptr::null());
         }
     }
+}
+
+/// Authenticates and decodes one response of ours: its sequence number and whether
+/// it is a grant. `None` for anything else (foreign, forged or malformed).
+fn decode(cfg: &RawConfig, prefix: &[u8; 9], dg: &mut [u8]) -> Option<(u64, bool)> {
+    let opened = wire::open(&cfg.auth, dg).ok()?;
+    let uid = opened.tenant.unique_id();
+    let uid: &[u8] = uid.as_ref();
+    if uid.len() != 16 || uid[..9] != prefix[..] {
+        return None;
+    }
+    let mut b = [0u8; 8];
+    b[..7].copy_from_slice(&uid[9..16]);
+    let view = wire::RateResponseView::parse(opened.pdu).ok()?;
+    Some((u64::from_le_bytes(b), view.is_grant()))
 }
 
 fn wall_ms() -> u64 {
@@ -494,7 +373,7 @@ pub fn run_thread(
         }
     };
     let mut t = RawThread::new(cfg, phase, capacity)?;
-    let stop_at = t.phase.window_end;
+    let stop_at = t.flight.phase.window_end;
     let hard_stop = stop_at + drain;
     let start = Instant::now();
     let mut opened: u64 = 0;
@@ -509,11 +388,11 @@ pub fn run_thread(
         if !stopping {
             match load {
                 RawLoad::Closed { in_flight } => {
-                    while t.outstanding + t.pending < in_flight {
+                    while t.flight.outstanding + t.send.len() < in_flight {
                         if !t.prepare(now, now, ms) {
                             break;
                         }
-                        if t.pending == t.cfg.batch {
+                        if t.send.is_full() {
                             t.flush();
                         }
                     }
@@ -527,17 +406,19 @@ pub fn run_thread(
                     opened += 1;
                     if !t.prepare(intended, now, ms) {
                         // Too many outstanding: counted as overload, not sent.
-                        t.phase.submit();
-                        t.phase.record(intended, now, Kind::Overloaded, Some(0));
+                        t.flight.phase.submit();
+                        t.flight
+                            .phase
+                            .record(intended, now, Kind::Overloaded, Some(0));
                     }
-                    if t.pending == t.cfg.batch {
+                    if t.send.is_full() {
                         t.flush();
                     }
                 },
             }
         }
         t.flush();
-        if stopping && t.outstanding == 0 {
+        if stopping && t.flight.outstanding == 0 {
             break;
         }
         t.receive();
@@ -553,9 +434,8 @@ pub fn run_thread(
         }
     }
     // Anything still outstanding past the drain limit is a timeout.
-    let left: Vec<u64> = t.timeouts.iter().map(|(s, _)| *s).collect();
-    for seq in left {
-        t.fail(seq, Kind::Timeout);
+    while let Some((seq, _)) = t.timeouts.pop_front() {
+        t.flight.complete(seq, Instant::now(), Kind::Timeout);
     }
     Ok(())
 }
