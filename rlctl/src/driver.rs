@@ -111,11 +111,6 @@ pub struct ReportRun {
     pub endpoints: u32,
 }
 
-/// Sends one latency report per `(tracker, observed ms)` pair once to every endpoint,
-/// coalesced up to the mode's per-datagram maximum (each datagram with a fresh unique
-/// id). Through a one-core engine whose reports are flushed once all pairs are queued;
-/// the backend is chosen as for [`request`] (`RLCTL_DRIVER`). Fails only if no datagram
-/// could be sent.
 /// Longest report flush interval the engine accepts: nothing is flushed by age while
 /// rlctl queues its few entries, so every datagram is as full as the mode allows.
 const ENGINE_REPORT_INTERVAL: Duration = Duration::from_secs(10);
