@@ -10,18 +10,13 @@
 //!   so the probe server's own wake-up is included). `parked`: the core is idle and
 //!   parked; `busy`: a background thread keeps batches of 64 requests in flight on the
 //!   same core while the probe is measured.
-//! * `loopback_echo_128`: 128 datagrams of 112 bytes client -> echo -> client on one
-//!   thread, glommio 0.9 `UdpSocket` (`send_to`/`recv_from`, one datagram per await)
-//!   versus the engine's raw non-blocking `sendmmsg`/`recvmmsg` path (`engine::io`), see
-//!   DataDog/glommio#672.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use ratelimitly_engine::engine::io::{RecvBatch, SendBatch, UdpIo};
 use ratelimitly_engine::engine::{Cores, Engine, EngineHandle};
 use ratelimitly_engine::ids::Resource;
 use ratelimitly_engine::key::ApiKey;
@@ -127,7 +122,7 @@ fn submit_to_send(c: &mut Criterion) {
     g.sample_size(20);
     g.bench_function("parked", |b| {
         b.iter_custom(|iters| {
-            // let the core park (its spin is 20 us) before each probe
+            // let the core park before each probe
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 std::thread::sleep(Duration::from_micros(200));
@@ -159,98 +154,5 @@ fn submit_to_send(c: &mut Criterion) {
     server.join().unwrap();
 }
 
-const ECHO_N: usize = 128;
-const ECHO_LEN: usize = 112;
-
-fn raw_echo(a: &UdpIo, b: &UdpIo, rb: &mut RecvBatch, sb: &mut SendBatch) {
-    let payload = [7u8; ECHO_LEN];
-    for i in 0..ECHO_N {
-        sb.push(&payload, b.local_addr(), i as u64);
-        if sb.is_full() {
-            a.send_batch(sb, |_| {});
-        }
-    }
-    a.send_batch(sb, |_| {});
-    let mut echoed = 0;
-    let mut spins = 0;
-    while echoed < ECHO_N && spins < 1_000_000 {
-        let n = b.recv_batch(rb).unwrap();
-        spins += 1;
-        for k in 0..n {
-            let from = rb.source(k).unwrap();
-            let d = rb.datagram(k).unwrap();
-            sb.push(d, from, k as u64);
-        }
-        b.send_batch(sb, |_| {});
-        echoed += n;
-    }
-    let mut back = 0;
-    spins = 0;
-    while back < ECHO_N && spins < 1_000_000 {
-        back += a.recv_batch(rb).unwrap();
-        spins += 1;
-    }
-    assert_eq!(back, ECHO_N);
-}
-
-async fn glommio_echo(a: &glommio::net::UdpSocket, b: &glommio::net::UdpSocket, to_b: SocketAddr) {
-    let payload = [7u8; ECHO_LEN];
-    let mut buf = [0u8; 2048];
-    for _ in 0..ECHO_N {
-        a.send_to(&payload, to_b).await.unwrap();
-    }
-    for _ in 0..ECHO_N {
-        let (n, from) = b.recv_from(&mut buf).await.unwrap();
-        b.send_to(&buf[..n], from).await.unwrap();
-    }
-    for _ in 0..ECHO_N {
-        a.recv_from(&mut buf).await.unwrap();
-    }
-}
-
-fn loopback_echo(c: &mut Criterion) {
-    let mut g = c.benchmark_group("loopback_echo_128");
-    g.measurement_time(Duration::from_secs(2));
-    g.sample_size(20);
-    g.throughput(Throughput::Elements(ECHO_N as u64));
-    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    {
-        let a = UdpIo::bind(any, 4 << 20, 4 << 20).unwrap();
-        let b = UdpIo::bind(any, 4 << 20, 4 << 20).unwrap();
-        let mut rb = RecvBatch::new(64);
-        let mut sb = SendBatch::new(64);
-        g.bench_function("engine_raw_mmsg", |bn| {
-            bn.iter(|| raw_echo(&a, &b, &mut rb, &mut sb))
-        });
-    }
-    let ex = glommio::LocalExecutorBuilder::default()
-        .io_memory(128 << 10)
-        .make()
-        .unwrap();
-    g.bench_function("glommio_udpsocket", |bn| {
-        bn.iter_custom(|iters| {
-            ex.run(async move {
-                let a = glommio::net::UdpSocket::bind(any).unwrap();
-                let b = glommio::net::UdpSocket::bind(any).unwrap();
-                for s in [&a, &b] {
-                    let fd = std::os::fd::AsRawFd::as_raw_fd(s);
-                    // SAFETY: the socket outlives this borrow of its descriptor.
-                    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-                    let r = socket2::SockRef::from(&fd);
-                    let _ = r.set_recv_buffer_size(4 << 20);
-                    let _ = r.set_send_buffer_size(4 << 20);
-                }
-                let to_b = b.local_addr().unwrap();
-                let t = Instant::now();
-                for _ in 0..iters {
-                    glommio_echo(&a, &b, to_b).await;
-                }
-                t.elapsed()
-            })
-        })
-    });
-    g.finish();
-}
-
-criterion_group!(benches, submit_to_send, loopback_echo, engine_one_core);
+criterion_group!(benches, submit_to_send, engine_one_core);
 criterion_main!(benches);

@@ -179,6 +179,14 @@ pub enum Failure {
     /// The engine shut down before the request was decided.
     #[error("engine shut down before a decision")]
     Shutdown,
+    /// The engine core that held the request stopped after an internal fault (a bug):
+    /// its requests fail with this, and it takes no new work. Category `Shutdown`
+    /// (the engine, or that part of it, is stopped).
+    #[error("engine core {core} failed before a decision")]
+    CoreFailed {
+        /// Index of the failed core.
+        core: usize,
+    },
 }
 
 /// The category of a [`Failure`].
@@ -194,7 +202,7 @@ pub enum FailureCategory {
     Timeout,
     /// [`Failure::Overloaded`].
     Overloaded,
-    /// [`Failure::Shutdown`].
+    /// [`Failure::Shutdown`] and [`Failure::CoreFailed`]: the engine is stopped.
     Shutdown,
 }
 
@@ -207,7 +215,7 @@ impl Failure {
             Failure::Communication(_) => FailureCategory::Communication,
             Failure::Timeout { .. } => FailureCategory::Timeout,
             Failure::Overloaded => FailureCategory::Overloaded,
-            Failure::Shutdown => FailureCategory::Shutdown,
+            Failure::Shutdown | Failure::CoreFailed { .. } => FailureCategory::Shutdown,
         }
     }
 }

@@ -55,8 +55,16 @@ fn hundred_thousand_requests_from_eight_threads_complete_once() {
     // loopback without faults: nearly everything is granted in round 0
     assert!(
         ok.load(Ordering::Relaxed) >= 99_000,
-        "granted {}",
-        ok.load(Ordering::Relaxed)
+        "granted {}: {:?}",
+        ok.load(Ordering::Relaxed),
+        (
+            s.timeouts,
+            s.comm_failures,
+            s.overloaded,
+            s.send_failures,
+            s.decisions_by_round,
+            s.decisions_final
+        )
     );
     e.shutdown();
 }

@@ -43,7 +43,7 @@ fn start_failure(e: BuildError) -> Failure {
     let kind = match e {
         BuildError::Config(c) => return Failure::Configuration(c),
         BuildError::Socket(kind) | BuildError::Executor { kind, .. } => kind,
-        BuildError::MemlockTooLow { .. } => io::ErrorKind::OutOfMemory,
+        BuildError::OutOfMemory => io::ErrorKind::OutOfMemory,
         _ => io::ErrorKind::InvalidInput,
     };
     Failure::Communication(CommError::Socket(kind))

@@ -12,7 +12,7 @@
 
 use std::cell::UnsafeCell;
 use std::future::Future;
-use std::mem::MaybeUninit;
+use std::mem::{MaybeUninit, size_of};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -51,21 +51,35 @@ pub(crate) struct SlotPool {
 }
 
 impl SlotPool {
-    pub(crate) fn new(capacity: usize) -> Arc<SlotPool> {
-        let capacity = capacity.max(1);
-        let slots: Box<[Slot]> = (0..capacity)
-            .map(|_| Slot {
-                state: AtomicU8::new(FREE),
-                staged: UnsafeCell::new(false),
-                outcome: UnsafeCell::new(MaybeUninit::uninit()),
-                waker: AtomicWaker::new(),
-            })
-            .collect();
+    /// A pool of `capacity` slots, or `None` when the memory cannot be had (the
+    /// engine reports `BuildError::OutOfMemory` instead of aborting).
+    pub(crate) fn new(capacity: usize) -> Option<Arc<SlotPool>> {
+        let capacity = capacity.clamp(1, u32::MAX as usize);
+        let mut slots = Vec::new();
+        slots.try_reserve_exact(capacity).ok()?;
+        slots.extend((0..capacity).map(|_| Slot {
+            state: AtomicU8::new(FREE),
+            staged: UnsafeCell::new(false),
+            outcome: UnsafeCell::new(MaybeUninit::uninit()),
+            waker: AtomicWaker::new(),
+        }));
+        // ArrayQueue allocates infallibly: check the same size can be had first
+        let mut probe: Vec<u64> = Vec::new();
+        probe.try_reserve_exact(capacity * 2).ok()?;
+        drop(probe);
         let free = ArrayQueue::new(capacity);
         for i in 0..capacity as u32 {
             let _ = free.push(i);
         }
-        Arc::new(SlotPool { slots, free })
+        Some(Arc::new(SlotPool {
+            slots: slots.into_boxed_slice(),
+            free,
+        }))
+    }
+
+    /// Bytes of one slot (the completion half of an in-flight request's memory).
+    pub(crate) fn slot_size() -> usize {
+        size_of::<Slot>() + 2 * size_of::<u64>()
     }
 
     /// Takes a free slot, or `None` when every slot is in use (the engine is overloaded).
@@ -234,6 +248,34 @@ impl Completion {
     }
 }
 
+impl Completion {
+    /// Blocks the calling thread until the outcome arrives or `timeout` passes; on
+    /// timeout the completion is handed back (wait again, or drop it to abandon).
+    pub fn wait_timeout(mut self, timeout: std::time::Duration) -> Result<Outcome, Completion> {
+        if let Inner::Ready(out) = &mut self.inner {
+            return Ok(out.take().expect("outcome taken once"));
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        let waker = thread_waker();
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            if let Poll::Ready(out) = Pin::new(&mut self).poll(&mut cx) {
+                return Ok(out);
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Err(self);
+            }
+            std::thread::park_timeout(deadline - now);
+        }
+    }
+
+    /// The outcome if it has arrived, without blocking; else the completion back.
+    pub fn try_take(self) -> Result<Outcome, Completion> {
+        self.wait_timeout(std::time::Duration::ZERO)
+    }
+}
+
 impl Future for Completion {
     type Output = Outcome;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
@@ -294,7 +336,7 @@ mod tests {
 
     #[test]
     fn complete_then_wait_and_reuse() {
-        let pool = SlotPool::new(2);
+        let pool = SlotPool::new(2).unwrap();
         for _ in 0..10 {
             let idx = pool.acquire().unwrap();
             let c = Completion::new(pool.clone(), idx);
@@ -306,7 +348,7 @@ mod tests {
 
     #[test]
     fn staged_response_is_replaced_dropped_or_delivered() {
-        let pool = SlotPool::new(1);
+        let pool = SlotPool::new(1).unwrap();
         for abandon in [false, true] {
             let idx = pool.acquire().unwrap();
             let c = Completion::new(pool.clone(), idx);
@@ -343,7 +385,7 @@ mod tests {
 
     #[test]
     fn wait_across_threads_and_abandon() {
-        let pool = SlotPool::new(4);
+        let pool = SlotPool::new(4).unwrap();
         let idx = pool.acquire().unwrap();
         let c = Completion::new(pool.clone(), idx);
         let p2 = pool.clone();

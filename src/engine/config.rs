@@ -2,7 +2,7 @@
 //! `EngineBuilder::build()`.
 //!
 //! Owns: [`Cores`], [`DnsConfig`], [`BuildError`], the validated [`EngineConfig`] and the
-//! locked-memory check for glommio's io_uring buffers.
+//! core selection.
 //! Must not touch: sockets, threads (build() starts them in `mod.rs` only after
 //! validation succeeded). Errors never contain the API key.
 
@@ -43,20 +43,14 @@ pub enum BuildError {
     /// An option is out of range.
     #[error("invalid engine option: {0}")]
     Option(#[from] OptionError),
-    /// RLIMIT_MEMLOCK is below what the cores' io_uring buffers need.
-    #[error(
-        "locked-memory limit (RLIMIT_MEMLOCK) is {limit} bytes, the engine needs {needed}; raise it (ulimit -l) or use fewer cores"
-    )]
-    MemlockTooLow {
-        /// The soft limit in bytes.
-        limit: u64,
-        /// Bytes needed.
-        needed: u64,
-    },
+    /// The per-core structures sized from the configured limits (completion slots,
+    /// queues) could not be allocated: lower `in_flight_per_core` or the core count.
+    #[error("not enough memory for the configured in-flight limits")]
+    OutOfMemory,
     /// A core's socket could not be created or bound.
     #[error("engine socket setup failed: {0:?}")]
     Socket(io::ErrorKind),
-    /// A core's glommio executor could not start.
+    /// A core's thread could not start.
     #[error("engine core {core} could not start: {kind:?}")]
     Executor {
         /// Core index.
@@ -89,6 +83,9 @@ pub enum OptionError {
     /// Report interval 0 or above 10 s.
     #[error("report interval must be 1 ms..=10 s")]
     BadReportInterval,
+    /// Sockets per core outside 2..=63.
+    #[error("sockets per core must be 2..=63, is {0}")]
+    BadMaxSockets(usize),
 }
 
 /// Where endpoints come from.
@@ -112,12 +109,9 @@ pub(crate) struct EngineConfig {
     pub send_buf: usize,
     pub in_flight_per_core: usize,
     pub report_interval: Duration,
+    pub max_sockets: usize,
+    pub spin: Option<Duration>,
 }
-
-/// glommio's registered I/O memory per core (it asks for at least 64 KiB).
-pub(crate) const IO_MEMORY: usize = 128 << 10;
-/// io_uring ring depth per core (the engine does its datagram I/O with batched syscalls).
-pub(crate) const RING_DEPTH: usize = 64;
 
 /// Number of CPUs this process may run on.
 pub(crate) fn available_cpus() -> usize {
@@ -168,30 +162,6 @@ pub(crate) fn check_endpoints(eps: &[Endpoint]) -> Result<(), OptionError> {
     Ok(())
 }
 
-/// Checks RLIMIT_MEMLOCK against what `cores` executors lock.
-pub(crate) fn check_memlock(cores: usize) -> Result<(), BuildError> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 {
-        return Ok(()); // cannot tell: let the executor report it
-    }
-    if lim.rlim_cur == libc::RLIM_INFINITY {
-        return Ok(());
-    }
-    // Registered buffers plus headroom for the rings.
-    let needed = (cores as u64) * (IO_MEMORY as u64 + (64 << 10));
-    if lim.rlim_cur < needed {
-        return Err(BuildError::MemlockTooLow {
-            limit: lim.rlim_cur,
-            needed,
-        });
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,6 +175,5 @@ mod tests {
         assert_eq!(resolve_cores(Some(&Cores::Count(3))).unwrap().len(), 3);
         assert!(resolve_cores(Some(&Cores::List(vec![n]))).is_err());
         assert_eq!(resolve_cores(Some(&Cores::List(vec![0]))).unwrap(), vec![0]);
-        assert!(check_memlock(1).is_ok());
     }
 }

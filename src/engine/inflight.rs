@@ -8,6 +8,7 @@
 //! Must not touch: sockets, clocks, the completion protocol; capacity is fixed at start
 //! so the steady state never allocates.
 
+use super::sockets::SockId;
 use super::wheel::TimerHandle;
 use crate::machine::{Delivery, TransmitKind};
 use crate::wire::MAX_DATAGRAM;
@@ -63,7 +64,7 @@ pub(crate) struct Entry {
     /// Its completion slot (which also holds its retained / selected response).
     pub slot: u32,
     /// The socket it sends from.
-    pub sock: u32,
+    pub sock: SockId,
     /// Microseconds from submission to t0 (saturating).
     pub queued_us: u32,
     /// Generation of the cell (set by [`InFlight::insert`]).
@@ -167,6 +168,11 @@ impl InFlight {
             big: Vec::new(),
             big_free: Vec::new(),
         }
+    }
+
+    /// Requests in the table.
+    pub(crate) fn len(&self) -> usize {
+        self.len
     }
 
     pub(crate) fn is_full(&self) -> bool {

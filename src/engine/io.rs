@@ -91,11 +91,13 @@ impl UdpIo {
     }
 
     /// Steering rebind: binds the next free port after `current` in 49152..=65535
-    /// (or from 49152 when `current` is outside the range), wrapping once and skipping
-    /// ports in use. Returns the new socket; the caller keeps the old one until drained.
+    /// (or from 49152 when `current` is outside the range), trying at most `tries`
+    /// ports (each a bind(2): never an unbounded scan on a core) and skipping ports in
+    /// use. Returns the new socket; the caller keeps the old one until drained.
     pub fn rebind_next(
         any_v6: bool,
         current: u16,
+        tries: u16,
         recv_buf: usize,
         send_buf: usize,
     ) -> io::Result<UdpIo> {
@@ -106,7 +108,7 @@ impl UdpIo {
             0
         };
         let mut last_err = io::Error::from(io::ErrorKind::AddrInUse);
-        for i in 0..span {
+        for i in 0..u32::from(tries).min(span) {
             let port = STEER_PORT_FIRST as u32 + (start + i) % span;
             let port = port as u16;
             if port == current {
@@ -132,9 +134,10 @@ impl UdpIo {
         recv_batch_on(self.sock.as_raw_fd(), batch)
     }
 
-    /// Sends every queued datagram of `batch` (one `sendmmsg` per run of successes),
-    /// calling `failed(tag)` for each datagram that could not be sent, then clears it.
-    /// Returns the number sent.
+    /// Sends the queued datagrams of `batch` (one `sendmmsg` per run of successes),
+    /// calling `failed(tag)` for each datagram that could not be sent. When the send
+    /// buffer is full the unsent datagrams stay queued (never a wait). Returns the
+    /// number sent.
     pub fn send_batch(&self, batch: &mut SendBatch, failed: impl FnMut(u64)) -> usize {
         send_batch_on(self.sock.as_raw_fd(), batch, failed)
     }
@@ -172,7 +175,6 @@ pub fn recv_batch_on(fd: RawFd, batch: &mut RecvBatch) -> io::Result<usize> {
 pub fn send_batch_on(fd: RawFd, batch: &mut SendBatch, mut failed: impl FnMut(u64)) -> usize {
     let mut sent = 0;
     let mut at = 0;
-    let mut again = 0;
     while at < batch.len {
         batch.prepare(at);
         // SAFETY: headers at..len point into buffers and addresses owned by `batch`.
@@ -187,21 +189,20 @@ pub fn send_batch_on(fd: RawFd, batch: &mut SendBatch, mut failed: impl FnMut(u6
         if n > 0 {
             sent += n as usize;
             at += n as usize;
-            again = 0;
             continue;
         }
         let e = io::Error::last_os_error();
         match e.kind() {
             io::ErrorKind::Interrupted => continue,
-            io::ErrorKind::WouldBlock if again < 3 => {
-                // Send buffer full: wait briefly for room, then retry.
-                again += 1;
-                let _ = wait_fds(&[fd], libc::POLLOUT, Some(Duration::from_millis(1)));
+            io::ErrorKind::WouldBlock => {
+                // Send buffer full: never wait; the unsent datagrams stay queued at the
+                // front of the batch for the next flush.
+                batch.keep_from(at);
+                return sent;
             }
             _ => {
                 failed(batch.tags[at]);
                 at += 1;
-                again = 0;
             }
         }
     }
@@ -395,6 +396,27 @@ impl SendBatch {
         self.len == self.bufs.len()
     }
 
+    /// Moves the datagrams `from..len` to the front (the rest were sent).
+    fn keep_from(&mut self, from: usize) {
+        let n = self.len - from;
+        for i in 0..n {
+            self.bufs.swap(i, from + i);
+            self.lens[i] = self.lens[from + i];
+            self.addrs[i] = self.addrs[from + i];
+            self.addr_lens[i] = self.addr_lens[from + i];
+            self.tags[i] = self.tags[from + i];
+        }
+        self.len = n;
+    }
+
+    /// Empties the batch, handing every queued tag to `f` (nothing is sent).
+    pub fn drain_tags(&mut self, mut f: impl FnMut(u64)) {
+        for i in 0..self.len {
+            f(self.tags[i]);
+        }
+        self.len = 0;
+    }
+
     /// Sets the address family of the socket the batch will be sent on (an IPv6 socket
     /// sends to IPv4 peers through v4-mapped addresses). Only while empty.
     pub fn set_v6_socket(&mut self, v6: bool) {
@@ -434,6 +456,9 @@ impl SendBatch {
     }
 }
 
+/// Most file descriptors [`wait_fds`] waits on (more is an error, never a silent cut).
+pub const MAX_WAIT_FDS: usize = 64;
+
 /// Blocks until one of `fds` has `events` or `timeout` passes (`None` = forever).
 /// Returns the number of ready fds (0 on timeout or interruption).
 pub fn wait_fds(fds: &[RawFd], events: i16, timeout: Option<Duration>) -> io::Result<usize> {
@@ -441,8 +466,11 @@ pub fn wait_fds(fds: &[RawFd], events: i16, timeout: Option<Duration>) -> io::Re
         fd: -1,
         events: 0,
         revents: 0,
-    }; 16];
-    let n = fds.len().min(pfds.len());
+    }; MAX_WAIT_FDS];
+    if fds.len() > MAX_WAIT_FDS {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    let n = fds.len();
     for (p, fd) in pfds.iter_mut().zip(fds.iter()) {
         p.fd = *fd;
         p.events = events;
@@ -571,10 +599,10 @@ mod tests {
 
     #[test]
     fn rebind_moves_to_steering_range_and_wakefd_works() {
-        let s = UdpIo::rebind_next(false, 1234, 0, 0).unwrap();
+        let s = UdpIo::rebind_next(false, 1234, 32, 0, 0).unwrap();
         let p = s.local_addr().port();
         assert!(p >= STEER_PORT_FIRST);
-        let s2 = UdpIo::rebind_next(false, p, 0, 0).unwrap();
+        let s2 = UdpIo::rebind_next(false, p, 32, 0, 0).unwrap();
         assert_ne!(s2.local_addr().port(), p);
         let w = WakeFd::new().unwrap();
         assert_eq!(

@@ -22,13 +22,14 @@
 
 pub mod completion;
 pub mod config;
-mod core;
+mod driver;
 pub mod inflight;
 pub mod io;
 mod membership;
 mod reports;
+pub mod sockets;
+pub mod state;
 pub mod stats;
-mod steering;
 pub mod submit;
 pub mod wheel;
 
@@ -39,7 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use glommio::{LocalExecutorBuilder, Placement};
+use std::sync::Mutex;
 
 pub use self::completion::Completion;
 use self::completion::SlotPool;
@@ -80,10 +81,64 @@ pub(crate) struct Shared {
     pub send_buf: usize,
     pub in_flight_per_core: usize,
     pub report_interval: Duration,
+    /// Most sockets one core holds open (steering).
+    pub max_sockets: usize,
+    /// Busy-poll of the queue before a core parks (`None` = park at once).
+    pub spin: Option<Duration>,
+    /// The statistics each core published last (read without asking the core).
+    published: Box<[Published]>,
     closed: AtomicBool,
     active: AtomicUsize,
     queue_full: AtomicU64,
     next_thread: AtomicUsize,
+}
+
+/// One core's published statistics.
+struct Published {
+    stats: Mutex<Stats>,
+    /// Bumped at every publication.
+    generation: AtomicU64,
+    /// A reader wants a fresh snapshot.
+    wanted: AtomicBool,
+    /// When the core published last.
+    at: Mutex<Option<Instant>>,
+}
+
+/// How often a busy core publishes its statistics unasked.
+const PUBLISH_EVERY: Duration = Duration::from_millis(100);
+
+impl Shared {
+    /// Called by core `i` once per loop: publishes when a reader asked or the last
+    /// publication is old. Never blocks the core (a held lock skips the turn).
+    pub(crate) fn publish_stats(&self, i: usize, state: &state::CoreState) {
+        let p = &self.published[i];
+        if !p.wanted.load(Ordering::Relaxed) {
+            let due = match p.at.try_lock() {
+                Ok(at) => at.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY),
+                Err(_) => false,
+            };
+            if !due {
+                return;
+            }
+        }
+        self.publish_stats_now(i, state);
+    }
+
+    /// Publishes core `i`'s statistics now (unless a reader holds the lock).
+    pub(crate) fn publish_stats_now(&self, i: usize, state: &state::CoreState) {
+        let p = &self.published[i];
+        if let Ok(mut s) = p.stats.try_lock() {
+            s.copy_from(state.stats());
+            s.in_flight = state.in_flight() as u64;
+            s.sockets = state.sockets() as u64;
+            drop(s);
+            if let Ok(mut at) = p.at.try_lock() {
+                *at = Some(Instant::now());
+            }
+            p.wanted.store(false, Ordering::Relaxed);
+            p.generation.fetch_add(1, Ordering::Release);
+        }
+    }
 }
 
 /// Builds an [`Engine`]. See docs/ARCHITECTURE.md.
@@ -97,9 +152,26 @@ pub struct EngineBuilder {
     send_buf: usize,
     in_flight: usize,
     report_interval: Duration,
+    max_sockets: usize,
+    spin: Option<Duration>,
 }
 
 impl EngineBuilder {
+    /// Most sockets one core may hold open at once: the current one plus those still
+    /// draining after steering rebinds (default 16, 2..=63). A steering hint beyond it
+    /// is refused and counted in `Stats::steering_refused`.
+    pub fn max_sockets_per_core(mut self, n: usize) -> Self {
+        self.max_sockets = n;
+        self
+    }
+
+    /// Busy-polls the submission queue for `d` before a core parks (default: off, the
+    /// core parks at once). Spinning trades CPU for wake-up latency.
+    pub fn spin_before_park(mut self, d: Option<Duration>) -> Self {
+        self.spin = d;
+        self
+    }
+
     /// Request policy (default: `RequestPolicy::default()`).
     pub fn policy(mut self, p: RequestPolicy) -> Self {
         self.policy = p;
@@ -170,7 +242,9 @@ impl EngineBuilder {
         {
             return Err(OptionError::BadReportInterval.into());
         }
-        config::check_memlock(cpus.len())?;
+        if !(2..io::MAX_WAIT_FDS).contains(&self.max_sockets) {
+            return Err(OptionError::BadMaxSockets(self.max_sockets).into());
+        }
         Ok(EngineConfig {
             key: self.key,
             policy: self.policy,
@@ -180,30 +254,41 @@ impl EngineBuilder {
             send_buf: self.send_buf,
             in_flight_per_core: self.in_flight,
             report_interval: self.report_interval,
+            max_sockets: self.max_sockets,
+            spin: self.spin,
         })
     }
 
-    /// Validates everything (before any I/O), then starts discovery and the cores.
-    pub fn build(self) -> Result<Engine, BuildError> {
-        let cfg = self.validate()?;
+    /// Validates everything and allocates every per-core structure, starting no
+    /// thread and opening no socket: the handle and the engine's shared state.
+    fn prepare(cfg: &EngineConfig) -> Result<Arc<Shared>, BuildError> {
         let auth = Auth::new(&cfg.key);
         let n = cfg.cpus.len();
         let queue_cap = cfg.in_flight_per_core.min(1 << 16);
-        let mut queues = Vec::with_capacity(n);
+        let mut queues = Vec::new();
+        queues
+            .try_reserve_exact(n)
+            .map_err(|_| BuildError::OutOfMemory)?;
         for _ in 0..n {
             queues.push(CoreQueue::new(queue_cap).map_err(|e| BuildError::Socket(e.kind()))?);
         }
-        let pool = SlotPool::new(n * (cfg.in_flight_per_core.min(1 << 20) + queue_cap));
-        let (membership, discovery) = match &cfg.source {
-            Source::Static(eps) => (Membership::new(eps.clone()), None),
-            Source::Dns { domain, server } => {
-                let m = Membership::new(Vec::new());
-                let h = membership::spawn_discovery(m.clone(), domain.clone(), *server)
-                    .map_err(|e| BuildError::Socket(e.kind()))?;
-                (m, Some(h))
-            }
+        let slots = n
+            .checked_mul(cfg.in_flight_per_core + queue_cap)
+            .ok_or(BuildError::OutOfMemory)?;
+        let pool = SlotPool::new(slots).ok_or(BuildError::OutOfMemory)?;
+        let membership = match &cfg.source {
+            Source::Static(eps) => Membership::new(eps.clone()),
+            Source::Dns { .. } => Membership::new(Vec::new()),
         };
-        let shared = Arc::new(Shared {
+        let published = (0..n)
+            .map(|_| Published {
+                stats: Mutex::new(Stats::new()),
+                generation: AtomicU64::new(0),
+                wanted: AtomicBool::new(false),
+                at: Mutex::new(None),
+            })
+            .collect();
+        Ok(Arc::new(Shared {
             queues: queues.into_boxed_slice(),
             pool,
             membership,
@@ -217,14 +302,58 @@ impl EngineBuilder {
             send_buf: cfg.send_buf,
             in_flight_per_core: cfg.in_flight_per_core,
             report_interval: cfg.report_interval,
+            max_sockets: cfg.max_sockets,
+            spin: cfg.spin,
+            published,
             closed: AtomicBool::new(false),
             active: AtomicUsize::new(0),
             queue_full: AtomicU64::new(0),
             next_thread: AtomicUsize::new(0),
-        });
+        }))
+    }
+
+    /// For deterministic simulation (tests): validates like [`EngineBuilder::build`] and
+    /// returns the handle with one sans-IO [`state::CoreState`] per configured core,
+    /// starting no thread, opening no socket and running no discovery. The caller
+    /// drives each state (see `tests/simulation.rs`); socket ids are the caller's, the
+    /// first being `SockId(0)` on `port`.
+    #[doc(hidden)]
+    pub fn build_states(
+        self,
+        now: Instant,
+        port: u16,
+        entropy: impl Fn(usize) -> state::Entropy,
+    ) -> Result<(EngineHandle, Vec<state::CoreState>), BuildError> {
+        let cfg = self.validate()?;
+        let shared = Self::prepare(&cfg)?;
+        let mut states = Vec::with_capacity(cfg.cpus.len());
+        for i in 0..cfg.cpus.len() {
+            let st =
+                state::CoreState::new(i, shared.clone(), now, sockets::SockId(0), port, entropy(i))
+                    .map_err(|_| BuildError::Socket(std::io::ErrorKind::Other))?;
+            states.push(st);
+        }
+        Ok((EngineHandle { inner: shared }, states))
+    }
+
+    /// Validates everything (before any I/O), then starts discovery and the cores.
+    /// Blocks the calling thread until every core has bound its socket (milliseconds);
+    /// from an async runtime call it through `spawn_blocking` or use
+    /// [`EngineBuilder::build_async`].
+    pub fn build(self) -> Result<Engine, BuildError> {
+        let cfg = self.validate()?;
+        let shared = Self::prepare(&cfg)?;
+        let n = cfg.cpus.len();
+        let discovery = match &cfg.source {
+            Source::Static(_) => None,
+            Source::Dns { domain, server } => Some(
+                membership::spawn_discovery(shared.membership.clone(), domain.clone(), *server)
+                    .map_err(|e| BuildError::Socket(e.kind()))?,
+            ),
+        };
         let mut engine = Engine {
             shared: shared.clone(),
-            executors: Vec::with_capacity(n),
+            threads: Vec::with_capacity(n),
             local_addrs: Vec::with_capacity(n),
             discovery,
             stopped: false,
@@ -232,15 +361,14 @@ impl EngineBuilder {
         for (i, cpu) in cfg.cpus.iter().copied().enumerate() {
             let (tx, rx) = crossbeam_channel::bounded(1);
             let sh = shared.clone();
-            let spawned = LocalExecutorBuilder::new(Placement::Fixed(cpu))
-                .name(&format!("rl-core-{i}"))
-                .io_memory(config::IO_MEMORY)
-                .ring_depth(config::RING_DEPTH)
-                .spawn(move || async move {
-                    match core::Core::new(i, sh) {
-                        Ok(c) => {
-                            let _ = tx.send(Ok(c.local_addr()));
-                            c.run().await;
+            let spawned = std::thread::Builder::new()
+                .name(format!("rl-core-{i}"))
+                .spawn(move || {
+                    let _ = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+                    match driver::Driver::new(i, sh) {
+                        Ok(d) => {
+                            let _ = tx.send(Ok(d.local_addr()));
+                            d.run();
                         }
                         Err(e) => {
                             let _ = tx.send(Err(e.kind()));
@@ -250,13 +378,15 @@ impl EngineBuilder {
             let handle = match spawned {
                 Ok(h) => h,
                 Err(e) => {
-                    let kind = std::io::Error::from(e).kind();
                     engine.shutdown_inner();
-                    return Err(BuildError::Executor { core: i, kind });
+                    return Err(BuildError::Executor {
+                        core: i,
+                        kind: e.kind(),
+                    });
                 }
             };
             let ready = rx.recv_timeout(Duration::from_secs(10));
-            engine.executors.push(handle);
+            engine.threads.push(handle);
             match ready {
                 Ok(Ok(addr)) => engine.local_addrs.push(addr),
                 Ok(Err(kind)) => {
@@ -272,14 +402,61 @@ impl EngineBuilder {
                 }
             }
         }
+        tracing::info!(cores = n, "engine started");
         Ok(engine)
+    }
+
+    /// [`EngineBuilder::build`] without blocking an async runtime: the blocking part
+    /// runs on a helper thread and the returned future completes when it is done
+    /// (runtime-agnostic).
+    pub fn build_async(self) -> impl std::future::Future<Output = Result<Engine, BuildError>> {
+        let (tx, rx) = futures_oneshot();
+        std::thread::spawn(move || tx.send(self.build()));
+        rx
+    }
+}
+
+/// A one-shot channel whose receiver is a future (no runtime needed).
+fn futures_oneshot<T: Send + 'static>() -> (OneshotTx<T>, OneshotRx<T>) {
+    let inner = Arc::new(OneshotInner {
+        value: Mutex::new(None),
+        waker: atomic_waker::AtomicWaker::new(),
+    });
+    (OneshotTx(inner.clone()), OneshotRx(inner))
+}
+
+struct OneshotInner<T> {
+    value: Mutex<Option<T>>,
+    waker: atomic_waker::AtomicWaker,
+}
+
+struct OneshotTx<T>(Arc<OneshotInner<T>>);
+struct OneshotRx<T>(Arc<OneshotInner<T>>);
+
+impl<T> OneshotTx<T> {
+    fn send(self, v: T) {
+        if let Ok(mut g) = self.0.value.lock() {
+            *g = Some(v);
+        }
+        self.0.waker.wake();
+    }
+}
+
+impl<T> std::future::Future for OneshotRx<T> {
+    type Output = T;
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<T> {
+        self.0.waker.register(cx.waker());
+        match self.0.value.lock().ok().and_then(|mut g| g.take()) {
+            Some(v) => std::task::Poll::Ready(v),
+            None => std::task::Poll::Pending,
+        }
     }
 }
 
 /// The running engine. Dropping it shuts it down.
 pub struct Engine {
     shared: Arc<Shared>,
-    executors: Vec<glommio::ExecutorJoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
     local_addrs: Vec<SocketAddr>,
     discovery: Option<JoinHandle<()>>,
     stopped: bool,
@@ -298,6 +475,8 @@ impl Engine {
             send_buf: DEFAULT_SOCKET_BUFFER,
             in_flight: DEFAULT_IN_FLIGHT,
             report_interval: DEFAULT_REPORT_INTERVAL,
+            max_sockets: sockets::DEFAULT_MAX_SOCKETS,
+            spin: None,
         }
     }
 
@@ -340,15 +519,13 @@ impl Engine {
             q.stop.store(true, Ordering::SeqCst);
             q.wake_now();
         }
-        for h in self.executors.drain(..) {
+        for h in self.threads.drain(..) {
             let _ = h.join();
         }
         // anything a core could not take (it never started)
         for q in sh.queues.iter() {
             while let Ok(m) = q.rx.try_recv() {
-                if let Msg::Request { slot, .. } = m {
-                    sh.pool.complete(slot, Err(Failure::Shutdown));
-                }
+                driver::fail_msg(sh, m, &Failure::Shutdown);
             }
         }
         sh.membership.stop();
@@ -399,6 +576,9 @@ impl EngineHandle {
             Err(out) => return Completion::ready(out),
         };
         let sh = &self.inner;
+        if sh.queues[core].dead.load(Ordering::Relaxed) {
+            return Completion::ready(Err(Failure::CoreFailed { core }));
+        }
         let Some(slot) = sh.pool.acquire() else {
             sh.queue_full.fetch_add(1, Ordering::Relaxed);
             return Completion::ready(Err(Failure::Overloaded));
@@ -487,25 +667,64 @@ impl EngineHandle {
         r
     }
 
-    /// Merged statistics of every core (asks each core for a snapshot).
+    /// Merged statistics of every core. Never goes through a core's queue: each core
+    /// publishes its statistics; this asks for a fresh publication and waits up to
+    /// 100 ms for it (a dead or stuck core's last publication is used).
     pub fn stats(&self) -> Stats {
-        self.collect_stats(Msg::Stats)
+        let mut total = Stats::new();
+        for s in self.core_stats() {
+            total.merge(&s);
+        }
+        total.overloaded += self.inner.queue_full.load(Ordering::Relaxed);
+        total
+    }
+
+    /// The statistics of each core, as in [`EngineHandle::stats`] (index = core).
+    pub fn core_stats(&self) -> Vec<Stats> {
+        let sh = &self.inner;
+        let before: Vec<u64> = sh
+            .published
+            .iter()
+            .map(|p| p.generation.load(Ordering::Acquire))
+            .collect();
+        for (p, q) in sh.published.iter().zip(sh.queues.iter()) {
+            p.wanted.store(true, Ordering::Relaxed);
+            q.wake_if_parked();
+        }
+        let deadline = Instant::now() + Duration::from_millis(100);
+        for (i, p) in sh.published.iter().enumerate() {
+            let q = &sh.queues[i];
+            while p.generation.load(Ordering::Acquire) == before[i]
+                && !q.dead.load(Ordering::Relaxed)
+                && !q.stop.load(Ordering::Relaxed)
+                && Instant::now() < deadline
+            {
+                q.wake_if_parked();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        sh.published
+            .iter()
+            .zip(sh.queues.iter())
+            .map(|(p, q)| {
+                let mut s = match p.stats.lock() {
+                    Ok(g) => g.clone(),
+                    Err(e) => e.into_inner().clone(),
+                };
+                s.dead_cores = u64::from(q.dead.load(Ordering::Relaxed));
+                s
+            })
+            .collect()
     }
 
     /// Sends every latency report queued so far (by any thread, before this call) at
     /// once instead of at the flush interval, then returns the merged statistics, whose
     /// `report_datagrams` and `report_failures` include those sends.
     pub fn flush_reports(&self) -> Stats {
-        self.collect_stats(Msg::FlushReports)
-    }
-
-    /// Asks every core for a statistics snapshot with `msg` (in queue order, after what
-    /// was queued before) and merges the answers.
-    fn collect_stats(&self, msg: fn(crossbeam_channel::Sender<Stats>) -> Msg) -> Stats {
         let mut total = Stats::new();
         for q in self.inner.queues.iter() {
             let (tx, rx) = crossbeam_channel::bounded(1);
-            if q.push(msg(tx)).is_ok() {
+            if q.push(Msg::FlushReports(tx)).is_ok() {
                 q.wake_now();
                 if let Ok(s) = rx.recv_timeout(Duration::from_secs(2)) {
                     total.merge(&s);
@@ -514,6 +733,23 @@ impl EngineHandle {
         }
         total.overloaded += self.inner.queue_full.load(Ordering::Relaxed);
         total
+    }
+
+    /// Test-only fault hook: makes core `core` panic when it takes the message, as a
+    /// bug inside it would. Its requests then fail with `Failure::CoreFailed`.
+    #[doc(hidden)]
+    pub fn inject_core_fault(&self, core: usize) {
+        if let Some(q) = self.inner.queues.get(core) {
+            let _ = q.push(Msg::Fault);
+            q.wake_now();
+        }
+    }
+
+    /// Replaces the endpoint set (as a DNS refresh would). For simulation and tests
+    /// with static endpoints.
+    #[doc(hidden)]
+    pub fn set_endpoints(&self, eps: Vec<Endpoint>) {
+        self.inner.membership.store(eps);
     }
 
     /// Successful DNS refreshes so far (0 with static endpoints).
@@ -537,6 +773,13 @@ impl EngineHandle {
     /// Memory per in-flight request (bytes of one slab entry).
     pub fn entry_size() -> usize {
         inflight::entry_size()
+    }
+
+    /// Memory per in-flight request counting every structure sized by the in-flight
+    /// limit: its slab entry, its completion slot (the pool holds one per in-flight
+    /// request plus one per queue place) and its queue place (a submission message).
+    pub fn bytes_per_in_flight() -> usize {
+        inflight::entry_size() + 2 * SlotPool::slot_size() + std::mem::size_of::<Msg>()
     }
 }
 

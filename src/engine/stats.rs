@@ -58,6 +58,14 @@ pub struct Stats {
     pub steering_rebinds: u64,
     /// Steering rebinds that failed (old socket kept).
     pub rebind_failures: u64,
+    /// Steering hints refused because the core already held its maximum of sockets.
+    pub steering_refused: u64,
+    /// Requests in flight when the snapshot was taken.
+    pub in_flight: u64,
+    /// Sockets open (current and draining) when the snapshot was taken.
+    pub sockets: u64,
+    /// Cores that failed (0 or 1 per core; summed when merged).
+    pub dead_cores: u64,
     /// Latency report entries accepted.
     pub report_entries: u64,
     /// Latency report datagrams sent (one per endpoint per batch).
@@ -100,6 +108,10 @@ impl Stats {
             received: 0,
             steering_rebinds: 0,
             rebind_failures: 0,
+            steering_refused: 0,
+            in_flight: 0,
+            sockets: 0,
+            dead_cores: 0,
             report_entries: 0,
             report_datagrams: 0,
             report_failures: 0,
@@ -140,6 +152,46 @@ impl Stats {
         self.granted + self.rejected
     }
 
+    /// Makes `self` a copy of `other` without allocating (the histograms keep their
+    /// storage).
+    pub fn copy_from(&mut self, other: &Stats) {
+        macro_rules! copy {
+            ($($f:ident),*) => { $( self.$f = other.$f; )* };
+        }
+        copy!(
+            decisions_by_round,
+            decisions_final,
+            granted,
+            rejected,
+            oldest_fallbacks,
+            timeouts,
+            comm_failures,
+            discovery_failures,
+            shutdown_failures,
+            overloaded,
+            sends,
+            completion_sends,
+            send_failures,
+            drops,
+            ignored_responses,
+            received,
+            steering_rebinds,
+            rebind_failures,
+            steering_refused,
+            in_flight,
+            sockets,
+            dead_cores,
+            report_entries,
+            report_datagrams,
+            report_failures,
+            completions
+        );
+        self.latency_us.reset();
+        let _ = self.latency_us.add(&other.latency_us);
+        self.latency_permille_of_h.reset();
+        let _ = self.latency_permille_of_h.add(&other.latency_permille_of_h);
+    }
+
     /// Adds `other` into `self`.
     pub fn merge(&mut self, other: &Stats) {
         for (a, b) in self
@@ -168,6 +220,10 @@ impl Stats {
         self.received += other.received;
         self.steering_rebinds += other.steering_rebinds;
         self.rebind_failures += other.rebind_failures;
+        self.steering_refused += other.steering_refused;
+        self.in_flight += other.in_flight;
+        self.sockets += other.sockets;
+        self.dead_cores += other.dead_cores;
         self.report_entries += other.report_entries;
         self.report_datagrams += other.report_datagrams;
         self.report_failures += other.report_failures;

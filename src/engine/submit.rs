@@ -52,9 +52,10 @@ pub(crate) enum Msg {
         submitted: Instant,
     },
     Report(ReportEntry),
-    Stats(Sender<Stats>),
     /// Send the pending latency reports now, then answer with the statistics.
     FlushReports(Sender<Stats>),
+    /// Test-only fault hook: the core panics when it takes this message.
+    Fault,
 }
 
 /// One core's inbound queue.
@@ -66,6 +67,8 @@ pub(crate) struct CoreQueue {
     pub parked: AtomicBool,
     /// Set once by shutdown.
     pub stop: AtomicBool,
+    /// Set once when the core failed: submitters fail at once with `CoreFailed`.
+    pub dead: AtomicBool,
 }
 
 impl CoreQueue {
@@ -77,6 +80,7 @@ impl CoreQueue {
             wake: WakeFd::new()?,
             parked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            dead: AtomicBool::new(false),
         })
     }
 

@@ -1,0 +1,623 @@
+//! The sans-IO state of one engine core.
+//!
+//! Owns, for its core: the in-flight table, the timer wheel, the socket bookkeeping
+//! (steering), report coalescing, buffered randomness for unique ids and nonces, and the
+//! core's statistics. It takes inputs — queued submissions, received datagrams
+//! `(now, socket, bytes)`, timeouts and send failures — and hands out transmits
+//! `(socket, destination, bytes, tag)` through a caller-supplied [`TransmitSink`], socket
+//! operations ([`SocketOp`]), completions (written to the requests' completion slots) and
+//! the next deadline ([`CoreState::poll_timeout`]).
+//!
+//! Must not touch: sockets, clocks (every instant is a parameter; the wall clock for the
+//! tenant timestamp is set with [`CoreState::set_wall_ms`]), threads, system calls (OS
+//! randomness comes from the injected [`Entropy`]). The decisions themselves are the
+//! request machine's (`crate::machine`).
+//!
+//! Ordering contract for drivers: hand every transmit to the network before performing
+//! the socket operations polled after it (a `Close` follows the last transmit of its
+//! socket), and handle received datagrams before timers of the same instant.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::Shared;
+use super::inflight::{Entry, InFlight, Key};
+use super::reports::Reports;
+use super::sockets::{SockId, SocketOp, SocketTable};
+use super::stats::{ROUND_BUCKETS, Stats};
+use super::submit::{Msg, PduBuf};
+use super::wheel::{TimerHandle, TimerWheel};
+use crate::machine::{Accepted, Ignored, Sends, TransmitKind};
+use crate::outcome::{CommError, Failure, GuardResult, Phase, ResourceResult, Response};
+use crate::wire::{self, DropReason, RateResponseView, RngError, TenantFields, TenantView};
+
+/// Submissions taken from the queue per call of [`CoreState::handle_queue`].
+pub const DRAIN: usize = 256;
+/// Send tag of latency reports.
+pub const REPORT_TAG: u64 = u64::MAX;
+/// Random bytes fetched from the entropy source at a time.
+const RNG_POOL: usize = 4096;
+
+/// Where a core's transmits go: the driver's send batch, or a simulated network.
+/// The datagram bytes are only borrowed: copy them.
+pub trait TransmitSink {
+    /// Sends `datagram` from socket `sock` to `to`; a failure is reported back later
+    /// with [`CoreState::handle_send_failed`] and this `tag`.
+    fn transmit(&mut self, sock: SockId, to: SocketAddr, datagram: &[u8], tag: u64);
+}
+
+/// A source of randomness (OS randomness in the driver, seeded in simulation).
+pub type Entropy = Box<dyn FnMut(&mut [u8]) -> Result<(), RngError> + Send>;
+
+/// The OS randomness source.
+pub fn os_entropy() -> Entropy {
+    Box::new(wire::fill_random)
+}
+
+/// Buffered randomness (one entropy call per ~146 requests).
+struct RandPool {
+    buf: Box<[u8; RNG_POOL]>,
+    at: usize,
+    source: Entropy,
+}
+
+impl RandPool {
+    fn fill(&mut self, out: &mut [u8]) -> Result<(), RngError> {
+        if self.at + out.len() > RNG_POOL {
+            (self.source)(&mut self.buf[..])?;
+            self.at = 0;
+        }
+        out.copy_from_slice(&self.buf[self.at..self.at + out.len()]);
+        // never hand out the same bytes twice
+        self.buf[self.at..self.at + out.len()].fill(0);
+        self.at += out.len();
+        Ok(())
+    }
+
+    /// A fresh unique id (v4-shaped) and nonce.
+    fn ids(&mut self) -> Result<([u8; 16], [u8; 12]), RngError> {
+        let mut rnd = [0u8; 28];
+        self.fill(&mut rnd)?;
+        let mut uid = [0u8; 16];
+        uid.copy_from_slice(&rnd[..16]);
+        let mut nonce = [0u8; 12];
+        nonce.copy_from_slice(&rnd[16..]);
+        Ok((uid, nonce))
+    }
+}
+
+/// The state of one engine core.
+pub struct CoreState {
+    index: usize,
+    shared: Arc<Shared>,
+    inflight: InFlight,
+    wheel: TimerWheel<u64>,
+    socks: SocketTable,
+    fired: Vec<u64>,
+    rng: RandPool,
+    stats: Stats,
+    reports: Reports,
+    scratch: Box<[u8; wire::MAX_DATAGRAM]>,
+    wall_ms: u64,
+}
+
+impl CoreState {
+    /// The state of core `index`, whose first socket `first` is bound on `port`.
+    pub(crate) fn new(
+        index: usize,
+        shared: Arc<Shared>,
+        now: Instant,
+        first: SockId,
+        port: u16,
+        entropy: Entropy,
+    ) -> Result<CoreState, RngError> {
+        let mut rng = RandPool {
+            buf: Box::new([0u8; RNG_POOL]),
+            at: RNG_POOL,
+            source: entropy,
+        };
+        let mut mask = [0u8; 5];
+        rng.fill(&mut mask)?;
+        let limit = shared.in_flight_per_core;
+        let max_reports = wire::max_report_entries(shared.auth.mode());
+        Ok(CoreState {
+            index,
+            inflight: InFlight::new(limit, mask),
+            wheel: TimerWheel::new(now, Duration::from_millis(1), 8192, limit.min(1 << 16)),
+            socks: SocketTable::new(first, port, shared.max_sockets),
+            fired: Vec::with_capacity(1024),
+            rng,
+            stats: Stats::new(),
+            reports: Reports::new(max_reports, shared.report_interval),
+            scratch: Box::new([0u8; wire::MAX_DATAGRAM]),
+            wall_ms: 0,
+            shared,
+        })
+    }
+
+    /// Index of this core.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Sets the wall clock (Unix ms) written into the tenant timestamp of new datagrams.
+    pub fn set_wall_ms(&mut self, ms: u64) {
+        self.wall_ms = ms;
+    }
+
+    /// This core's statistics so far.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Requests in flight on this core.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Sockets this core holds open (current and draining).
+    pub fn sockets(&self) -> usize {
+        self.socks.len()
+    }
+
+    /// The socket new requests use.
+    pub fn current_socket(&self) -> SockId {
+        self.socks.current()
+    }
+
+    /// The next instant at which [`CoreState::handle_timeout`] has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match (self.wheel.next_deadline(), self.reports.due_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The next socket operation for the driver (perform it after sending every
+    /// transmit handed out so far).
+    pub fn poll_socket_op(&mut self) -> Option<SocketOp> {
+        self.socks.poll_op()
+    }
+
+    /// The driver's answer to [`SocketOp::Open`]: the new socket and its port, or `None`
+    /// when no port could be bound.
+    pub fn socket_opened(&mut self, new: Option<(SockId, u16)>) {
+        if new.is_some() {
+            self.stats.steering_rebinds += 1;
+        } else {
+            self.stats.rebind_failures += 1;
+        }
+        self.socks.opened(new);
+    }
+
+    // ---------------------------------------------------------------- receive
+
+    /// One datagram arrived on socket `sock` (the bytes are decrypted in place).
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        sock: SockId,
+        buf: &mut [u8],
+        out: &mut dyn TransmitSink,
+    ) {
+        let _ = sock;
+        self.stats.received += 1;
+        let uid = match TenantView::parse(buf) {
+            Ok(t) => t.unique_id(),
+            Err(r) => return self.stats.drop(r),
+        };
+        let Some(key) = self.inflight.route(&uid) else {
+            return self.stats.drop(DropReason::UnknownRequest);
+        };
+        let opened = match wire::open(&self.shared.auth, buf) {
+            Ok(o) => o,
+            Err(r) => return self.stats.drop(r),
+        };
+        let resp = match RateResponseView::parse(opened.pdu) {
+            Ok(r) => r,
+            Err(r) => return self.stats.drop(r),
+        };
+        let Some(e) = self.inflight.get_mut(key) else {
+            return;
+        };
+        let (server_id, steering) = (opened.tenant.id(), opened.tenant.steering());
+        match e
+            .req
+            .handle_results(&self.shared.plan, now, server_id, steering)
+        {
+            Ok(v) => {
+                if v.accepted != Accepted::NotRetained {
+                    // built straight into the completion slot (replacing a retained one)
+                    let r = Response::from_results(
+                        server_id,
+                        steering,
+                        v.phase,
+                        resp.guards().map(|g| {
+                            GuardResult::new(
+                                g.tracker_id(),
+                                g.threshold_ms(),
+                                g.current_latency_ms(),
+                            )
+                        }),
+                        resp.resources().map(|r| ResourceResult {
+                            bucket_id: r.bucket_id(),
+                            actual_rate: r.actual_rate(),
+                            deficit: r.deficit(),
+                        }),
+                    );
+                    self.shared.pool.stage(e.slot, r);
+                }
+                if e.req.poll_steering() == Some(0) {
+                    let sock = e.sock;
+                    if !self.socks.hint(sock) {
+                        self.stats.steering_refused += 1;
+                    }
+                }
+            }
+            Err(Ignored::UnknownServer) => self.stats.drop(DropReason::UnknownServer),
+            Err(_) => self.stats.ignored_responses += 1,
+        }
+        self.drive(key, now, out);
+    }
+
+    // ---------------------------------------------------------------- submissions
+
+    /// Takes up to [`DRAIN`] queued messages; true when there were any.
+    pub fn handle_queue(&mut self, now: Instant, out: &mut dyn TransmitSink) -> bool {
+        let mut n = 0;
+        while n < DRAIN {
+            let msg = match self.shared.queues[self.index].rx.try_recv() {
+                Ok(m) => m,
+                Err(_) => break,
+            };
+            n += 1;
+            self.handle_msg(now, msg, out);
+        }
+        n > 0
+    }
+
+    fn handle_msg(&mut self, now: Instant, msg: Msg, out: &mut dyn TransmitSink) {
+        match msg {
+            Msg::Request {
+                pdu,
+                slot,
+                submitted,
+            } => self.start(now, &pdu, slot, submitted, out),
+            Msg::Report(e) => {
+                self.stats.report_entries += 1;
+                if self.reports.push(e, now) {
+                    self.flush_reports(out);
+                }
+            }
+            Msg::FlushReports(tx) => {
+                self.flush_reports(out);
+                let _ = tx.try_send(self.stats.clone());
+            }
+            Msg::Fault => panic!("fault injected into engine core {}", self.index),
+        }
+    }
+
+    /// A datagram longer than the receive buffer arrived (the driver truncated it).
+    pub fn count_oversized(&mut self) {
+        self.stats.received += 1;
+        self.stats.drop(DropReason::TooLong);
+    }
+
+    fn complete(&mut self, slot: u32, out: Result<Response, Failure>) {
+        self.stats.completions += 1;
+        self.shared.pool.complete(slot, out);
+    }
+
+    fn fail_early(&mut self, slot: u32, f: Failure) {
+        match &f {
+            Failure::Discovery(_) => {
+                self.stats.discovery_failures += 1;
+                self.shared.membership.request_refresh();
+            }
+            Failure::Overloaded => self.stats.overloaded += 1,
+            Failure::Communication(_) => self.stats.comm_failures += 1,
+            _ => {}
+        }
+        self.complete(slot, Err(f));
+    }
+
+    fn start(
+        &mut self,
+        now: Instant,
+        pdu: &PduBuf,
+        slot: u32,
+        submitted: Instant,
+        out: &mut dyn TransmitSink,
+    ) {
+        let Some(key) = self.inflight.reserve() else {
+            return self.fail_early(slot, Failure::Overloaded);
+        };
+        let snapshot = self.shared.membership.snapshot();
+        let req = match crate::machine::Delivery::new(&self.shared.plan, snapshot, now) {
+            Ok(m) => m,
+            Err(f) => {
+                self.inflight.unreserve(key);
+                return self.fail_early(slot, f);
+            }
+        };
+        let Ok((mut uid, nonce)) = self.rng.ids() else {
+            self.inflight.unreserve(key);
+            return self.fail_early(slot, Failure::Communication(CommError::Rng));
+        };
+        self.inflight.stamp_unique_id(key, &mut uid);
+        wire::shape_unique_id(&mut uid);
+        let tenant = TenantFields {
+            id: self.shared.auth.key_id(),
+            unique_id: uid,
+            timestamp_ms: self.wall_ms,
+            steering: 0,
+        };
+        let pdu = pdu.as_slice();
+        let p = self.shared.auth.pdu_offset();
+        let total = p + pdu.len();
+        let mut dgram = self.inflight.alloc_dgram(total);
+        let bytes = self.inflight.bytes_mut(&mut dgram);
+        let sealed = match bytes.get_mut(p..total) {
+            Some(b) => {
+                b.copy_from_slice(pdu);
+                wire::seal(&self.shared.auth, &tenant, nonce, bytes, pdu.len())
+            }
+            None => Err(wire::EncodeError::TooLarge {
+                needed: total,
+                max: wire::MAX_DATAGRAM,
+            }),
+        };
+        match sealed {
+            Ok(n) => dgram.set_len(n),
+            Err(_) => {
+                // the size was checked when the request was built
+                self.inflight.recycle(dgram);
+                self.inflight.unreserve(key);
+                let e = crate::error::RequestError::TooLarge {
+                    needed: total,
+                    max: wire::MAX_DATAGRAM,
+                };
+                return self.fail_early(slot, Failure::Configuration(e.into()));
+            }
+        }
+        let sock = self.socks.current();
+        self.socks.acquire(sock);
+        self.inflight.insert(
+            key,
+            Entry {
+                req,
+                timer: TimerHandle::NONE,
+                slot,
+                sock,
+                queued_us: now
+                    .saturating_duration_since(submitted)
+                    .as_micros()
+                    .min(u128::from(u32::MAX)) as u32,
+                generation: 0,
+                dgram,
+            },
+        );
+        self.drive(key, now, out);
+    }
+
+    // ---------------------------------------------------------------- driving
+
+    /// Hands out what the machine queued, finishes it if it has an outcome, else
+    /// re-arms its timer.
+    fn drive(&mut self, key: Key, now: Instant, out: &mut dyn TransmitSink) {
+        loop {
+            let Some(e) = self.inflight.get_mut(key) else {
+                return;
+            };
+            let Some(t) = e.req.poll_transmit() else {
+                break;
+            };
+            let sock = e.sock;
+            let dgram = self.inflight.datagram(key).expect("entry present");
+            out.transmit(sock, t.addr, dgram, key.tag(t.endpoint, t.kind));
+            self.stats.sends += 1;
+            if t.kind == TransmitKind::Completion {
+                self.stats.completion_sends += 1;
+            }
+        }
+        let Some(e) = self.inflight.get_mut(key) else {
+            return;
+        };
+        if let Some(res) = e.req.poll_outcome(&self.shared.plan) {
+            self.finish(key, res, now);
+            return;
+        }
+        let next = e.req.poll_timeout();
+        let cur = e.timer;
+        match next {
+            Some(n) if self.wheel.is_armed_at(cur, n) => {}
+            _ => {
+                self.wheel.cancel(cur);
+                let timer = match next {
+                    Some(n) => self.wheel.insert(n, key.pack()),
+                    None => TimerHandle::NONE,
+                };
+                if let Some(e) = self.inflight.get_mut(key) {
+                    e.timer = timer;
+                }
+            }
+        }
+    }
+
+    /// Removes a finished request and delivers its outcome: `Ok` = the response staged
+    /// in its completion slot, with these send counts.
+    fn finish(&mut self, key: Key, res: Result<Sends, Failure>, now: Instant) {
+        let Some(e) = self.inflight.remove(key) else {
+            return;
+        };
+        self.wheel.cancel(e.timer);
+        self.socks.release(e.sock);
+        let pool = &self.shared.pool;
+        let s = &mut self.stats;
+        let delivered = match &res {
+            Ok(n) => pool.complete_staged(e.slot, |r| {
+                r.sends = n.sends;
+                r.completion_sends = n.completion_sends;
+                if r.is_granted() {
+                    s.granted += 1;
+                } else {
+                    s.rejected += 1;
+                }
+                match r.phase {
+                    Phase::Round(k) => {
+                        s.decisions_by_round[(k as usize).min(ROUND_BUCKETS - 1)] += 1;
+                        if k == 0 {
+                            let oldest = e.req.snapshot().iter().map(|x| x.server_id).min();
+                            if r.server_id != oldest {
+                                s.oldest_fallbacks += 1;
+                            }
+                        }
+                    }
+                    Phase::Final => s.decisions_final += 1,
+                    Phase::Local => {}
+                }
+            }),
+            Err(f) => {
+                match f {
+                    Failure::Timeout { .. } => s.timeouts += 1,
+                    Failure::Communication(_) => s.comm_failures += 1,
+                    Failure::Shutdown => s.shutdown_failures += 1,
+                    _ => {}
+                }
+                None
+            }
+        };
+        let latency = now.saturating_duration_since(e.req.started())
+            + Duration::from_micros(u64::from(e.queued_us));
+        s.record_latency(latency, self.shared.policy.horizon());
+        s.completions += 1;
+        if delivered.is_none() {
+            // a failure (a staged response, if any, is dropped); a decision always has
+            // its response staged, so `Shutdown` here is only a guard
+            let f = res.err().unwrap_or(Failure::Shutdown);
+            self.shared.pool.complete(e.slot, Err(f));
+        }
+        self.inflight.recycle(e.dgram);
+    }
+
+    /// Fires due timers and flushes due reports; true when anything fired.
+    pub fn handle_timeout(&mut self, now: Instant, out: &mut dyn TransmitSink) -> bool {
+        let mut fired = std::mem::take(&mut self.fired);
+        self.wheel.expire(now, |v| fired.push(v));
+        let mut any = !fired.is_empty();
+        for v in fired.drain(..) {
+            let key = Key::unpack(v);
+            if let Some(e) = self.inflight.get_mut(key) {
+                e.timer = TimerHandle::NONE;
+                e.req.handle_timeout(&self.shared.plan, now);
+                self.drive(key, now, out);
+            }
+        }
+        self.fired = fired;
+        if self.reports.is_due(now) {
+            self.flush_reports(out);
+            any = true;
+        }
+        any
+    }
+
+    // ---------------------------------------------------------------- sending
+
+    /// A transmit handed out with `tag` could not be sent.
+    pub fn handle_send_failed(&mut self, now: Instant, tag: u64, out: &mut dyn TransmitSink) {
+        self.stats.send_failures += 1;
+        if tag == REPORT_TAG {
+            self.stats.report_datagrams = self.stats.report_datagrams.saturating_sub(1);
+            return;
+        }
+        let (key, ep, kind) = Key::from_tag(tag);
+        // the tag may name a request that has finished since (its slab cell is reused
+        // only with a new generation, so this check is exact)
+        if let Some(e) = self.inflight.get_mut(key) {
+            self.stats.sends = self.stats.sends.saturating_sub(1);
+            if kind == TransmitKind::Completion {
+                self.stats.completion_sends = self.stats.completion_sends.saturating_sub(1);
+            }
+            e.req.transmit_failed(ep, kind);
+            self.drive(key, now, out);
+        } else {
+            self.stats.sends = self.stats.sends.saturating_sub(1);
+        }
+    }
+
+    fn flush_reports(&mut self, out: &mut dyn TransmitSink) {
+        if self.reports.is_empty() {
+            return;
+        }
+        let snapshot = self.shared.membership.snapshot();
+        let ids = self.rng.ids();
+        let (Ok((mut uid, nonce)), false) = (ids, snapshot.is_empty()) else {
+            self.stats.report_failures += 1;
+            self.reports.clear();
+            return;
+        };
+        wire::shape_unique_id(&mut uid);
+        let tenant = TenantFields {
+            id: self.shared.auth.key_id(),
+            unique_id: uid,
+            timestamp_ms: self.wall_ms,
+            steering: 0,
+        };
+        let encoded = wire::encode_report(
+            &self.shared.auth,
+            &tenant,
+            nonce,
+            &mut self.scratch[..],
+            self.reports.entries(),
+        );
+        self.reports.clear();
+        let Ok(n) = encoded else {
+            self.stats.report_failures += 1;
+            return;
+        };
+        let sock = self.socks.current();
+        for ep in snapshot.iter() {
+            out.transmit(sock, ep.addr, &self.scratch[..n], REPORT_TAG);
+            self.stats.report_datagrams += 1;
+        }
+    }
+
+    // ---------------------------------------------------------------- shutdown
+
+    /// Completes every queued and in-flight request with `Failure::Shutdown` (exactly
+    /// once), after sending the pending reports. Control messages still queued are
+    /// answered.
+    pub fn shutdown(&mut self, now: Instant, out: &mut dyn TransmitSink) {
+        while let Ok(msg) = self.shared.queues[self.index].rx.try_recv() {
+            match msg {
+                Msg::Request { slot, .. } => {
+                    self.stats.shutdown_failures += 1;
+                    self.complete(slot, Err(Failure::Shutdown));
+                }
+                other => self.handle_msg(now, other, out),
+            }
+        }
+        self.flush_reports(out);
+        for key in self.inflight.keys() {
+            self.finish(key, Err(Failure::Shutdown), now);
+        }
+    }
+
+    /// After a fault inside this core: completes every in-flight request with `f`
+    /// without touching the network (queued requests are the driver's to fail).
+    pub(crate) fn fail_in_flight(&mut self, f: &Failure) {
+        for key in self.inflight.keys() {
+            if let Some(e) = self.inflight.remove(key) {
+                self.stats.completions += 1;
+                self.shared.pool.complete(e.slot, Err(f.clone()));
+                self.inflight.recycle(e.dgram);
+            }
+        }
+    }
+
+    /// Every socket still open (the driver closes them at shutdown).
+    pub fn socket_ids(&self) -> impl Iterator<Item = SockId> + '_ {
+        self.socks.ids()
+    }
+}
