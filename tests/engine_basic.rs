@@ -261,3 +261,107 @@ fn latency_report_goes_once_to_each_server() {
     assert!(h.report(&t, Duration::from_micros(1500)).is_err());
     e.shutdown();
 }
+
+/// A panic inside a core (test-only fault hook) fails its in-flight and queued requests
+/// with `CoreFailed`, new work fails at once, and stats report the dead core.
+#[test]
+fn a_failed_core_fails_its_requests_and_refuses_new_work() {
+    let _serial = serial();
+    let r = responder(
+        COOKIE,
+        1,
+        Faults {
+            silent: true,
+            ..Faults::default()
+        },
+    );
+    let e = engine(COOKIE, vec![ep(&r)], RequestPolicy::default());
+    let h = e.handle();
+    let res = resource("fault", u32::MAX);
+    let pending: Vec<_> = (0..10)
+        .map(|_| h.request().consume(&res, 1).send())
+        .collect();
+    h.inject_core_fault(0);
+    let queued: Vec<_> = (0..10)
+        .map(|_| h.request().consume(&res, 1).send())
+        .collect();
+    for c in pending.into_iter().chain(queued) {
+        let out = c
+            .wait_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|_| panic!("a waiter of a failed core hangs"));
+        assert!(
+            matches!(out, Err(Failure::CoreFailed { core: 0 })),
+            "{out:?}"
+        );
+    }
+    let out = h.request().consume(&res, 1).wait();
+    assert!(matches!(out, Err(Failure::CoreFailed { core: 0 })));
+    assert_eq!(h.stats().dead_cores, 1);
+    e.shutdown();
+}
+
+#[test]
+fn wait_timeout_hands_the_completion_back() {
+    let _serial = serial();
+    let r = responder(
+        COOKIE,
+        1,
+        Faults {
+            silent: true,
+            ..Faults::default()
+        },
+    );
+    let e = engine(COOKIE, vec![ep(&r)], RequestPolicy::default());
+    let h = e.handle();
+    let res = resource("wt", u32::MAX);
+    let c = h.request().consume(&res, 1).send();
+    let c = c.wait_timeout(Duration::from_millis(1)).unwrap_err();
+    assert!(matches!(c.wait(), Err(Failure::Timeout { .. })));
+    e.shutdown();
+}
+
+/// Defect 1 of the engine-core issue on real sockets: answers that ask for a new port
+/// under continuous load, from two and three servers, so several old sockets drain at
+/// once. On the previous core this panicked the core thread and hung its waiters.
+#[test]
+fn overlapping_steering_drains_under_load_complete_every_request() {
+    let _serial = serial();
+    for servers in [2u64, 3] {
+        let rs: Vec<_> = (0..servers)
+            .map(|i| {
+                responder(
+                    COOKIE,
+                    10 + i,
+                    Faults {
+                        steer_every: 3,
+                        jitter: ms(4),
+                        seed: i,
+                        ..Faults::default()
+                    },
+                )
+            })
+            .collect();
+        let e = engine(
+            COOKIE,
+            rs.iter().map(ep).collect(),
+            RequestPolicy::default(),
+        );
+        let h = e.handle();
+        let res = resource("drains", u32::MAX);
+        for _ in 0..40 {
+            let b: Vec<_> = (0..25)
+                .map(|_| h.request().consume(&res, 1).build())
+                .collect();
+            let outs = h
+                .submit_batch(b)
+                .wait_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|_| panic!("waiters hang"));
+            assert_eq!(outs.len(), 25);
+        }
+        let s = h.stats();
+        assert_eq!(s.completions, 1000);
+        assert!(s.steering_rebinds >= 2, "{}", s.steering_rebinds);
+        assert_eq!(s.dead_cores, 0);
+        e.shutdown();
+    }
+}

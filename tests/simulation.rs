@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ratelimitly_engine::outcome::{Decision, Failure, Phase};
 use ratelimitly_engine::policy::RequestPolicy;
-use rl_responder::{FixedDecision, Faults};
+use rl_responder::{Faults, FixedDecision};
 use sim::*;
 
 /// Seeds per property test.
@@ -23,7 +23,13 @@ fn steer_every(n: u32) -> Faults {
 }
 
 /// Continuous load: `batches` batches of `n`, one every `gap`.
-fn load(s: &mut Sim, res: &ratelimitly_engine::ids::Resource, batches: usize, n: usize, gap: Duration) {
+fn load(
+    s: &mut Sim,
+    res: &ratelimitly_engine::ids::Resource,
+    batches: usize,
+    n: usize,
+    gap: Duration,
+) {
     for _ in 0..batches {
         s.submit(res, n);
         s.run_for(gap);
@@ -176,10 +182,7 @@ fn every_send_failing_is_a_communication_failure() {
     let res = resource("a", u32::MAX);
     s.submit(&res, 10);
     s.finish(ms(500));
-    assert_eq!(
-        s.count(|o| matches!(o, Err(Failure::Communication(_)))),
-        10
-    );
+    assert_eq!(s.count(|o| matches!(o, Err(Failure::Communication(_)))), 10);
     assert_eq!(s.core(0).stats().sends, 0);
 }
 
@@ -258,8 +261,8 @@ fn shutdown_with_requests_in_flight_completes_each_once() {
 #[test]
 fn latency_reports_reach_every_endpoint() {
     let mut s = Sim::new(SimConfig::new(13, 3));
-    let t = ratelimitly_engine::ids::LatencyTracker::new("t", Duration::from_secs(60), 100, 1)
-        .unwrap();
+    let t =
+        ratelimitly_engine::ids::LatencyTracker::new("t", Duration::from_secs(60), 100, 1).unwrap();
     for _ in 0..5 {
         s.handle.report(&t, ms(12)).unwrap();
     }
@@ -285,7 +288,11 @@ fn overlapping_drains(servers: usize, seed: u64) {
     s.finish(ms(1000));
     assert_eq!(s.count(granted), 400, "seed {seed}");
     let st = s.core(0).stats();
-    assert!(st.steering_rebinds >= 3, "seed {seed}: {}", st.steering_rebinds);
+    assert!(
+        st.steering_rebinds >= 3,
+        "seed {seed}: {}",
+        st.steering_rebinds
+    );
     assert!(s.max_open(0) >= 3, "drains overlapped: {}", s.max_open(0));
     assert!(s.closed_sockets(0) >= 2);
 }
@@ -386,9 +393,8 @@ fn property_everything_at_once() {
         }
         load(&mut s, &res, 10, 15, ms(2));
         s.finish(ms(2000));
-        let ok = s.count(|o| {
-            granted(o) || timed_out(o) || matches!(o, Err(Failure::Communication(_)))
-        });
+        let ok =
+            s.count(|o| granted(o) || timed_out(o) || matches!(o, Err(Failure::Communication(_))));
         assert_eq!(ok, 450, "seed {seed}");
         assert!(s.count(granted) >= 400, "seed {seed}: {}", s.count(granted));
     }

@@ -309,6 +309,27 @@ impl Batch {
     pub fn wait(self) -> Vec<Outcome> {
         self.pending.into_iter().map(Completion::wait).collect()
     }
+
+    /// Blocks until every outcome is known or `timeout` passes; on timeout the batch is
+    /// handed back (the outcomes known so far kept in it).
+    pub fn wait_timeout(self, timeout: Duration) -> Result<Vec<Outcome>, Batch> {
+        let deadline = Instant::now() + timeout;
+        let mut outs = Vec::with_capacity(self.pending.len());
+        let mut rest = self.pending.into_iter();
+        while let Some(c) = rest.next() {
+            match c.wait_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(o) => outs.push(o),
+                Err(c) => {
+                    let mut pending: Vec<Completion> =
+                        outs.into_iter().map(Completion::ready).collect();
+                    pending.push(c);
+                    pending.extend(rest);
+                    return Err(Batch::new(pending));
+                }
+            }
+        }
+        Ok(outs)
+    }
 }
 
 impl Future for Batch {

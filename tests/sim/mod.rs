@@ -91,8 +91,16 @@ pub struct Server {
 }
 
 enum Packet {
-    ToServer { server: usize, from: SocketAddr, bytes: Vec<u8> },
-    ToClient { core: usize, sock: SockId, bytes: Vec<u8> },
+    ToServer {
+        server: usize,
+        from: SocketAddr,
+        bytes: Vec<u8>,
+    },
+    ToClient {
+        core: usize,
+        sock: SockId,
+        bytes: Vec<u8>,
+    },
 }
 
 /// One transmit handed out by a core.
@@ -368,7 +376,11 @@ impl Sim {
             };
             let port = self.cores[c].open[&h.sock];
             let from = client_addr(c, port);
-            let copies = if self.rng.chance(self.faults.duplicate) { 2 } else { 1 };
+            let copies = if self.rng.chance(self.faults.duplicate) {
+                2
+            } else {
+                1
+            };
             for _ in 0..copies {
                 if self.rng.chance(self.faults.loss) {
                     continue;
@@ -416,7 +428,11 @@ impl Sim {
                     .find(|(_, p)| **p == from.port())
                     .expect("open")
                     .0;
-                let copies = if self.rng.chance(self.faults.duplicate) { 2 } else { 1 };
+                let copies = if self.rng.chance(self.faults.duplicate) {
+                    2
+                } else {
+                    1
+                };
                 for _ in 0..copies {
                     if self.rng.chance(self.faults.loss) {
                         continue;
@@ -498,7 +514,11 @@ impl Sim {
                     core.state.socket_opened(Some((id, port)));
                 }
                 SocketOp::Close(id) => {
-                    assert_ne!(id, core.state.current_socket(), "closing the current socket");
+                    assert_ne!(
+                        id,
+                        core.state.current_socket(),
+                        "closing the current socket"
+                    );
                     assert!(core.open.remove(&id).is_some(), "closing {id:?} twice");
                     core.closed.insert(id);
                 }
@@ -509,7 +529,11 @@ impl Sim {
     /// The next instant anything happens.
     fn next_event(&self) -> Option<Instant> {
         let net = self.net.peek().map(|Reverse((t, _, _))| *t);
-        let timers = self.cores.iter().filter_map(|c| c.state.poll_timeout()).min();
+        let timers = self
+            .cores
+            .iter()
+            .filter_map(|c| c.state.poll_timeout())
+            .min();
         match (net, timers) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -582,7 +606,10 @@ impl Sim {
         assert_eq!(self.outcomes.len() as u64, self.next_req);
         let completions: u64 = self.cores.iter().map(|c| c.state.stats().completions).sum();
         let local = self.outcomes.len() as u64;
-        assert!(completions <= local, "a core completed more than was submitted");
+        assert!(
+            completions <= local,
+            "a core completed more than was submitted"
+        );
     }
 
     pub fn core(&self, c: usize) -> &CoreState {
