@@ -775,11 +775,47 @@ impl EngineHandle {
         inflight::entry_size()
     }
 
+    /// Bytes one core preallocates at build for an in-flight limit of `in_flight`:
+    /// slab cells (preallocated up to 65,536; beyond, the slab grows on demand up to the
+    /// limit), completion slots (one per in-flight request and one per queue place),
+    /// the submission queue, and the timer wheel. Excludes fixed per-core buffers
+    /// (receive/send batches, about 200 KiB).
+    pub fn memory_per_core(in_flight: usize) -> usize {
+        let prealloc = in_flight.min(1 << 16);
+        let queue = in_flight.min(1 << 16);
+        prealloc * inflight::entry_size()
+            + (in_flight + queue) * SlotPool::slot_size()
+            + queue * (std::mem::size_of::<Msg>() + 8)
+            + wheel::TimerWheel::<u64>::footprint(8192, prealloc)
+    }
+
     /// Memory per in-flight request counting every structure sized by the in-flight
     /// limit: its slab entry, its completion slot (the pool holds one per in-flight
     /// request plus one per queue place) and its queue place (a submission message).
     pub fn bytes_per_in_flight() -> usize {
         inflight::entry_size() + 2 * SlotPool::slot_size() + std::mem::size_of::<Msg>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_figures_at_defaults() {
+        let per = EngineHandle::bytes_per_in_flight();
+        let core = EngineHandle::memory_per_core(DEFAULT_IN_FLIGHT);
+        println!(
+            "bytes per in-flight request: {per} (slab cell {}, 2 completion slots of {}, \
+             queue message {}); memory per core at the default limit of {DEFAULT_IN_FLIGHT}: \
+             {core} bytes ({:.1} MiB)",
+            inflight::entry_size(),
+            SlotPool::slot_size(),
+            std::mem::size_of::<Msg>(),
+            core as f64 / (1 << 20) as f64
+        );
+        assert!(per <= 1024, "{per}");
+        assert!(core <= 64 << 20, "{core}");
     }
 }
 

@@ -78,6 +78,12 @@ impl<T: Copy> TimerWheel<T> {
         }
     }
 
+    /// Bytes preallocated for `slots` slots and `capacity` timers.
+    pub fn footprint(slots: usize, capacity: usize) -> usize {
+        let slots = slots.max(64).next_power_of_two();
+        slots * 4 + slots / 8 + capacity * std::mem::size_of::<Node<T>>()
+    }
+
     /// Number of pending timers.
     pub fn len(&self) -> usize {
         self.len
