@@ -34,7 +34,58 @@ struct Slot {
     /// Core side only: `outcome` holds a staged `Ok(Response)` not yet published.
     staged: UnsafeCell<bool>,
     outcome: UnsafeCell<MaybeUninit<Outcome>>,
+    /// When the core decided (for the completion-wake measurement).
+    decided: UnsafeCell<Option<std::time::Instant>>,
     waker: AtomicWaker,
+}
+
+/// A lock-free histogram of microsecond values (log-linear, 8 sub-buckets per power of
+/// two: about 12% resolution), recorded by caller threads without a lock.
+pub(crate) struct AtomicHist {
+    buckets: Box<[std::sync::atomic::AtomicU64]>,
+}
+
+const HIST_BUCKETS: usize = 8 + 34 * 8;
+
+impl AtomicHist {
+    fn new() -> AtomicHist {
+        AtomicHist {
+            buckets: (0..HIST_BUCKETS)
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
+        }
+    }
+
+    fn index(v: u64) -> usize {
+        let v = v.min((1 << 37) - 1);
+        if v < 8 {
+            return v as usize;
+        }
+        let e = 63 - v.leading_zeros() as usize; // >= 3
+        8 + (e - 3) * 8 + ((v >> (e - 3)) & 7) as usize
+    }
+
+    fn value(i: usize) -> u64 {
+        if i < 8 {
+            return i as u64;
+        }
+        let (e, sub) = ((i - 8) / 8 + 3, ((i - 8) % 8) as u64);
+        (8 | sub) << (e - 3)
+    }
+
+    pub(crate) fn record(&self, us: u64) {
+        self.buckets[Self::index(us)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds the recorded values into `h` (each at its bucket's lower bound, at least 1).
+    pub(crate) fn add_to(&self, h: &mut hdrhistogram::Histogram<u64>) {
+        for (i, b) in self.buckets.iter().enumerate() {
+            let n = b.load(Ordering::Relaxed);
+            if n > 0 {
+                let _ = h.record_n(Self::value(i).max(1), n);
+            }
+        }
+    }
 }
 
 // SAFETY: `outcome` and `staged` are written only by the completing core while the state
@@ -48,6 +99,8 @@ unsafe impl Send for Slot {}
 pub(crate) struct SlotPool {
     slots: Box<[Slot]>,
     free: ArrayQueue<u32>,
+    /// Decision to caller-running times (µs), recorded by the callers.
+    pub(crate) wake_us: AtomicHist,
 }
 
 impl SlotPool {
@@ -61,6 +114,7 @@ impl SlotPool {
             state: AtomicU8::new(FREE),
             staged: UnsafeCell::new(false),
             outcome: UnsafeCell::new(MaybeUninit::uninit()),
+            decided: UnsafeCell::new(None),
             waker: AtomicWaker::new(),
         }));
         // ArrayQueue allocates infallibly: check the same size can be had first
@@ -74,6 +128,7 @@ impl SlotPool {
         Some(Arc::new(SlotPool {
             slots: slots.into_boxed_slice(),
             free,
+            wake_us: AtomicHist::new(),
         }))
     }
 
@@ -157,6 +212,15 @@ impl SlotPool {
         Some(r)
     }
 
+    /// Core side: records when the decision was made (`now`, the core's clock), for the
+    /// completion-wake measurement; call before completing.
+    pub(crate) fn mark_decided(&self, idx: u32, now: std::time::Instant) {
+        let slot = &self.slots[idx as usize];
+        // SAFETY: only the owning core writes while PENDING/ABANDONED; the caller reads
+        // it after observing READY (Acquire).
+        unsafe { *slot.decided.get() = Some(now) };
+    }
+
     /// Marks the written outcome READY and wakes the caller (or frees an abandoned slot).
     fn publish(&self, slot: &Slot, idx: u32) {
         match slot.state.swap(READY, Ordering::AcqRel) {
@@ -182,6 +246,10 @@ impl SlotPool {
         // SAFETY: READY observed with Acquire: the core wrote the outcome and no longer
         // touches the cell; the caller takes it exactly once (the handle is consumed).
         let out = unsafe { (*slot.outcome.get()).assume_init_read() };
+        // SAFETY: as above; reset for the slot's next use.
+        if let Some(t) = unsafe { (*slot.decided.get()).take() } {
+            self.wake_us.record(t.elapsed().as_micros() as u64);
+        }
         self.release(idx);
         Poll::Ready(out)
     }

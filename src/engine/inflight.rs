@@ -67,6 +67,9 @@ pub(crate) struct Entry {
     pub sock: SockId,
     /// Microseconds from submission to t0 (saturating).
     pub queued_us: u32,
+    /// Microseconds from t0 to the arrival of the response kept as the decision so far
+    /// (`u32::MAX`: none yet).
+    pub answered_us: u32,
     /// Generation of the cell (set by [`InFlight::insert`]).
     pub generation: u32,
     /// The sealed datagram.

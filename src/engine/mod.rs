@@ -676,6 +676,10 @@ impl EngineHandle {
             total.merge(&s);
         }
         total.overloaded += self.inner.queue_full.load(Ordering::Relaxed);
+        self.inner
+            .pool
+            .wake_us
+            .add_to(&mut total.completion_wake_us);
         total
     }
 

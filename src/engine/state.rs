@@ -87,6 +87,11 @@ impl RandPool {
     }
 }
 
+/// Whole microseconds of `d`, saturating at `u32::MAX - 1`.
+fn micros(d: Duration) -> u32 {
+    d.as_micros().min(u128::from(u32::MAX - 1)) as u32
+}
+
 /// The state of one engine core.
 pub struct CoreState {
     index: usize,
@@ -247,6 +252,7 @@ impl CoreState {
                         }),
                     );
                     self.shared.pool.stage(e.slot, r);
+                    e.answered_us = micros(now.saturating_duration_since(e.req.started()));
                 }
                 if e.req.poll_steering() == Some(0) {
                     let sock = e.sock;
@@ -390,10 +396,8 @@ impl CoreState {
                 timer: TimerHandle::NONE,
                 slot,
                 sock,
-                queued_us: now
-                    .saturating_duration_since(submitted)
-                    .as_micros()
-                    .min(u128::from(u32::MAX)) as u32,
+                queued_us: micros(now.saturating_duration_since(submitted)),
+                answered_us: u32::MAX,
                 generation: 0,
                 dgram,
             },
@@ -454,7 +458,16 @@ impl CoreState {
         self.wheel.cancel(e.timer);
         self.socks.release(e.sock);
         let pool = &self.shared.pool;
+        pool.mark_decided(e.slot, now);
         let s = &mut self.stats;
+        let elapsed = micros(now.saturating_duration_since(e.req.started()));
+        if res.is_ok() && e.answered_us != u32::MAX {
+            s.record_breakdown(
+                u64::from(e.queued_us),
+                u64::from(e.answered_us),
+                u64::from(elapsed.saturating_sub(e.answered_us)),
+            );
+        }
         let delivered = match &res {
             Ok(n) => pool.complete_staged(e.slot, |r| {
                 r.sends = n.sends;

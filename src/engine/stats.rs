@@ -78,6 +78,21 @@ pub struct Stats {
     pub latency_us: Histogram<u64>,
     /// Decision latency as a fraction of the horizon H, in per-mille (1000 = H).
     pub latency_permille_of_h: Histogram<u64>,
+    /// Breakdown, queue wait: from submit until the core took the request (µs).
+    pub queue_wait_us: Histogram<u64>,
+    /// Breakdown, wire time: from the first send until the deciding answer arrived (µs).
+    pub wire_us: Histogram<u64>,
+    /// Breakdown, decision time: from the deciding answer until the decision (µs; the
+    /// wait for the oldest server until the round ends shows here).
+    pub decision_us: Histogram<u64>,
+    /// Breakdown, completion wake: from the decision until the caller ran (µs; measured
+    /// by the callers, engine-wide: filled in by `EngineHandle::stats`).
+    pub completion_wake_us: Histogram<u64>,
+}
+
+/// A µs histogram (1 µs .. 1 h, 2 significant digits: recording never allocates).
+fn us_hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("valid bounds")
 }
 
 impl Default for Stats {
@@ -120,6 +135,10 @@ impl Stats {
             latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
             latency_permille_of_h: Histogram::new_with_bounds(1, 1_000_000, 3)
                 .expect("valid bounds"),
+            queue_wait_us: us_hist(),
+            wire_us: us_hist(),
+            decision_us: us_hist(),
+            completion_wake_us: us_hist(),
         }
     }
 
@@ -190,6 +209,22 @@ impl Stats {
         let _ = self.latency_us.add(&other.latency_us);
         self.latency_permille_of_h.reset();
         let _ = self.latency_permille_of_h.add(&other.latency_permille_of_h);
+        for (a, b) in [
+            (&mut self.queue_wait_us, &other.queue_wait_us),
+            (&mut self.wire_us, &other.wire_us),
+            (&mut self.decision_us, &other.decision_us),
+            (&mut self.completion_wake_us, &other.completion_wake_us),
+        ] {
+            a.reset();
+            let _ = a.add(b);
+        }
+    }
+
+    /// Records the stages of one decision (µs each).
+    pub(crate) fn record_breakdown(&mut self, queue: u64, wire: u64, decision: u64) {
+        self.queue_wait_us.saturating_record(queue.max(1));
+        self.wire_us.saturating_record(wire.max(1));
+        self.decision_us.saturating_record(decision.max(1));
     }
 
     /// Adds `other` into `self`.
@@ -230,6 +265,10 @@ impl Stats {
         self.completions += other.completions;
         let _ = self.latency_us.add(&other.latency_us);
         let _ = self.latency_permille_of_h.add(&other.latency_permille_of_h);
+        let _ = self.queue_wait_us.add(&other.queue_wait_us);
+        let _ = self.wire_us.add(&other.wire_us);
+        let _ = self.decision_us.add(&other.decision_us);
+        let _ = self.completion_wake_us.add(&other.completion_wake_us);
     }
 }
 
