@@ -83,7 +83,6 @@ pub enum KeyError {
     BadDedupCode,
 }
 
-
 /// Authentication mode of a key (and of every datagram sent with it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AuthMode {
@@ -408,5 +407,47 @@ mod tests {
             Err(KeyError::InvalidCharacter)
         );
         assert_eq!("rl-none1qq".parse::<ApiKey>(), Err(KeyError::TooShort));
+    }
+
+    const COOKIE_2: &str =
+        "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
+    const AES_2: &str =
+        "rl-aes1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqghjmu4scddmk3";
+
+    #[test]
+    fn equality_compares_every_field() {
+        let k: ApiKey = COOKIE_2.parse().unwrap();
+        assert_eq!(k, COOKIE_2.parse::<ApiKey>().unwrap());
+        assert_eq!(k, COOKIE_2.to_ascii_uppercase().parse::<ApiKey>().unwrap());
+        assert_eq!(k, k.clone());
+        // same id and secret, other mode
+        assert_ne!(k, AES_2.parse::<ApiKey>().unwrap());
+        for i in [0, 17, 31] {
+            let mut other = k.clone();
+            other.secret[i] ^= 1;
+            assert_ne!(k, other);
+        }
+        let mut other = k.clone();
+        other.key_id += 1;
+        assert_ne!(k, other);
+        let mut other = k.clone();
+        other.quotas.dedup_ttl_ms_max += 10;
+        assert_ne!(k, other);
+    }
+
+    #[test]
+    fn secret_is_wiped_on_drop() {
+        let key: ApiKey = AES_2.parse().unwrap();
+        assert_eq!(key.secret(), &[2u8; SECRET_LEN]);
+        let mut slot = std::mem::ManuallyDrop::new(key);
+        let p: *mut ApiKey = &mut *slot;
+        // SAFETY: `p` points to a live key that is dropped exactly once here and never
+        // used as a key again; afterwards only its plain bytes (still allocated inside
+        // `slot`, which is never dropped) are read.
+        let secret = unsafe {
+            std::ptr::drop_in_place(p);
+            std::ptr::read(std::ptr::addr_of!((*p).secret))
+        };
+        assert_eq!(secret, [0u8; SECRET_LEN]);
     }
 }

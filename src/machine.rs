@@ -723,3 +723,22 @@ impl RequestMachine {
 fn all_mask(n: usize) -> u64 {
     if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ignored_responses_are_classified_once() {
+        assert_eq!(
+            Ignored::UnknownServer.drop_reason(),
+            Some(DropReason::UnknownServer)
+        );
+        assert_eq!(Ignored::Late.drop_reason(), Some(DropReason::NotExpected));
+        assert_eq!(
+            Ignored::Finished.drop_reason(),
+            Some(DropReason::NotExpected)
+        );
+        assert_eq!(Ignored::Duplicate.drop_reason(), None);
+    }
+}

@@ -218,3 +218,31 @@ pub fn open<'b>(auth: &Auth, datagram: &'b mut [u8]) -> Result<Opened<'b>, DropR
         pdu: body,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookie_is_wiped_on_drop() {
+        let key: ApiKey =
+            "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p"
+                .parse()
+                .unwrap();
+        let auth = Auth::new(&key);
+        let mut slot = std::mem::ManuallyDrop::new(auth.prepared.clone());
+        let p: *mut Prepared = &mut *slot;
+        // SAFETY: `p` points to a live value that is dropped exactly once here and never
+        // used again; afterwards only the plain cookie bytes (still allocated inside
+        // `slot`, which is never dropped) are read.
+        let cookie = unsafe {
+            std::ptr::drop_in_place(p);
+            match &*p {
+                Prepared::Cookie(c) => std::ptr::read(c),
+                _ => unreachable!("a cookie key prepares a cookie"),
+            }
+        };
+        assert_eq!(cookie, [0u8; SECRET_LEN]);
+        assert!(matches!(&auth.prepared, Prepared::Cookie(c) if c == &[2u8; SECRET_LEN]));
+    }
+}

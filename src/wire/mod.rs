@@ -37,16 +37,16 @@ pub use report::{
     max_report_entries, report_pdu_len,
 };
 pub use request::{
-    RateRequestView, ResourceSpec, ResourceView, encode_rate_request_pdu,
-    encode_request, rate_request_pdu_len,
+    RateRequestView, ResourceSpec, ResourceView, encode_rate_request_pdu, encode_request,
+    rate_request_pdu_len,
 };
 pub use response::{
     RateResponseView, ResourceResultSpec, ResourceResultView, encode_rate_response_pdu,
     rate_response_pdu_len,
 };
 pub use rng::{
-    DATAGRAM_RANDOM_LEN, RngError, fill_random, new_nonce, new_unique_id,
-    new_unique_id_and_nonce, shape_unique_id, unique_id_and_nonce,
+    DATAGRAM_RANDOM_LEN, RngError, fill_random, new_nonce, new_unique_id, new_unique_id_and_nonce,
+    shape_unique_id, unique_id_and_nonce,
 };
 pub use tenant::{TenantFields, TenantView, request_tenant};
 

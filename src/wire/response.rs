@@ -5,9 +5,9 @@
 
 use super::blocks::{GuardSpec, GuardView, grants, put_guard, resource};
 use super::{
-    DropReason, EncodeError, GUARD_BLOCK_LEN, Opened, PDU_HEADER_LEN,
-    RESOURCE_BLOCK_LEN, check_room, count_u16, get_id, get_u16, get_u32, parse_pdu, put_pdu_header,
-    put_u16, put_u32, types,
+    DropReason, EncodeError, GUARD_BLOCK_LEN, Opened, PDU_HEADER_LEN, RESOURCE_BLOCK_LEN,
+    check_room, count_u16, get_id, get_u16, get_u32, parse_pdu, put_pdu_header, put_u16, put_u32,
+    types,
 };
 
 /// Resource result block offsets (after id and window, shared with the request).

@@ -3,9 +3,7 @@
 //! of a datagram a client sends ([`request_tenant`]); nothing else.
 
 use super::rng::{DATAGRAM_RANDOM_LEN, unique_id_and_nonce};
-use super::{
-    DropReason, NONCE_LEN, TENANT_LEN, get_id, get_u16, get_u64, put_u16, put_u64, types,
-};
+use super::{DropReason, NONCE_LEN, TENANT_LEN, get_id, get_u16, get_u64, put_u16, put_u64, types};
 
 /// Tenant TLV field offsets.
 pub(crate) mod off {
