@@ -16,7 +16,8 @@
 //! ```
 //!
 //! Owns: byte layouts, field offsets, TLV / PDU validation, AES-GCM and cookie checks, the
-//! RNG for unique ids and nonces. Must not touch: sockets, clocks, request state or policy
+//! RNG for unique ids and nonces, the setup of a sent datagram's tenant and nonce
+//! ([`request_tenant`]) and the grant rule over result blocks ([`grants`]). Must not touch: sockets, clocks, request state or policy
 //! (the caller supplies timestamps, nonces and unique ids), heap allocation on the hot path.
 //! Untrusted input never panics: every view checks lengths before it reads.
 
