@@ -13,8 +13,7 @@
 //! passed in; nothing is cached.
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -71,54 +70,7 @@ impl Discovery {
     }
 }
 
-/// Why a discovery produced no server.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DiscoveryError {
-    /// The domain is empty or not a valid DNS name.
-    InvalidDomain,
-    /// No DNS server was given and /etc/resolv.conf names none.
-    NoDnsServer,
-    /// A socket operation failed (bind, connect, send, receive) — not a timeout.
-    Io(io::ErrorKind),
-    /// The DNS server did not answer within the timeout, on every attempt.
-    Timeout,
-    /// The DNS answer could not be decoded, or an encoded query could not be built.
-    Malformed,
-    /// The DNS server says the SRV name does not exist.
-    NxDomain,
-    /// The DNS server answered with another error code (SERVFAIL, REFUSED, ...).
-    ServerError(u16),
-    /// The SRV answer holds no target named `s-<id>` with at least one address.
-    NoServer,
-}
-
-impl fmt::Display for DiscoveryError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::InvalidDomain => f.write_str("invalid discovery domain"),
-            Self::NoDnsServer => f.write_str("no DNS server given and none in /etc/resolv.conf"),
-            Self::Io(kind) => write!(f, "DNS socket error: {kind}"),
-            Self::Timeout => f.write_str("DNS server did not answer in time"),
-            Self::Malformed => f.write_str("malformed DNS message"),
-            Self::NxDomain => f.write_str("SRV name does not exist (NXDOMAIN)"),
-            Self::ServerError(code) => write!(f, "DNS server returned error code {code}"),
-            Self::NoServer => {
-                f.write_str("no Ratelimitly server (s-<id> target with an address) found")
-            }
-        }
-    }
-}
-
-impl std::error::Error for DiscoveryError {}
-
-impl From<io::Error> for DiscoveryError {
-    fn from(e: io::Error) -> Self {
-        match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Self::Timeout,
-            kind => Self::Io(kind),
-        }
-    }
-}
+pub use crate::error::DiscoveryError;
 
 /// Start time of a server, Unix seconds: `(id >> 23) + 1735689600`.
 pub fn server_start_unix_s(server_id: u64) -> u64 {

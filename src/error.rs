@@ -1,77 +1,21 @@
-//! Configuration errors shared by the whole crate: API keys ([`KeyError`]), resource and
-//! tracker definitions ([`ResourceError`], [`TrackerError`]), request shape
-//! ([`RequestError`]) and the umbrella [`ConfigError`] that every "found before any send"
-//! failure is reported as.
+//! Errors shared by the whole crate: resource and tracker definitions ([`ResourceError`],
+//! [`TrackerError`]), request shape ([`RequestError`]), the umbrella [`ConfigError`] that
+//! every "found before any send" failure is reported as, and [`DiscoveryError`] (why no
+//! server is known; defined here so the request machine and outcomes need not depend on
+//! the DNS exchange). [`KeyError`] and [`PolicyError`] are defined by the modules whose
+//! rules they name (key, policy) and only wrapped here, so this module depends on them
+//! and never the other way round.
 //!
 //! Owns: the error enums only. Must not touch: I/O, policy logic, wire encoding. No variant
 //! ever carries an API key string, its secret, or any bytes of it (only key ids, lengths and
 //! limits), so every error is safe to log.
 
+use std::{fmt, io};
+
 use thiserror::Error;
 
-use crate::key::AuthMode;
+pub use crate::key::KeyError;
 use crate::policy::PolicyError;
-
-/// Why an API key string was rejected. Each variant names the rule that failed; none
-/// carries any part of the key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Error)]
-pub enum KeyError {
-    /// The string is empty.
-    #[error("API key is empty")]
-    Empty,
-    /// A character is outside printable ASCII, or outside the Bech32 alphabet in the data part.
-    #[error("API key contains a character outside printable ASCII / the Bech32 alphabet")]
-    InvalidCharacter,
-    /// Upper- and lower-case letters are mixed.
-    #[error("API key mixes upper and lower case")]
-    MixedCase,
-    /// No `1` separator between the human-readable part and the data.
-    #[error("API key has no '1' separator")]
-    MissingSeparator,
-    /// The human-readable part is empty or longer than 83 characters.
-    #[error("API key human-readable part is empty or too long")]
-    BadHrp,
-    /// The human-readable part is not `rl-aes`, `rl-cookie` or `rl-none`.
-    #[error("API key method is not rl-aes, rl-cookie or rl-none")]
-    UnknownMethod,
-    /// The data part is shorter than the 6-character checksum.
-    #[error("API key data part is shorter than its checksum")]
-    TooShort,
-    /// The whole string is longer than a Bech32 code allows (1023 characters).
-    #[error("API key is longer than 1023 characters")]
-    TooLong,
-    /// The Bech32 (BIP-173, constant 1) checksum does not verify.
-    #[error("API key checksum does not verify")]
-    BadChecksum,
-    /// The 5-to-8-bit regrouping leaves 5 or more bits, or non-zero leftover bits.
-    #[error("API key payload has invalid padding bits")]
-    BadPadding,
-    /// The payload has the wrong length for its method (45 bytes aes/cookie, 13 none).
-    #[error("API key payload is {actual} bytes, {mode:?} keys have {expected}")]
-    BadLength {
-        /// The key's method.
-        mode: AuthMode,
-        /// Required payload length.
-        expected: usize,
-        /// Decoded payload length.
-        actual: usize,
-    },
-    /// The format version byte is not 0x01.
-    #[error("API key format version {found} is not supported (only 1)")]
-    BadVersion {
-        /// The version byte found.
-        found: u8,
-    },
-    /// Quota word: rate-bucket exponent above 24.
-    #[error("API key quota word has a reserved rate-bucket exponent")]
-    ReservedRateExponent,
-    /// Quota word: latency-tracker exponent above 24.
-    #[error("API key quota word has a reserved latency-tracker exponent")]
-    ReservedLatencyExponent,
-    /// Quota word: dedup code outside 1..=200.
-    #[error("API key quota word has a dedup code outside 1..=200")]
-    BadDedupCode,
-}
 
 /// Why a [`crate::ids::Resource`] definition was rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Error)]
@@ -177,4 +121,53 @@ pub enum ConfigError {
     /// The request policy is invalid (or too long for the key).
     #[error("invalid request policy: {0}")]
     Policy(#[from] PolicyError),
+}
+
+/// Why a discovery produced no server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DiscoveryError {
+    /// The domain is empty or not a valid DNS name.
+    InvalidDomain,
+    /// No DNS server was given and /etc/resolv.conf names none.
+    NoDnsServer,
+    /// A socket operation failed (bind, connect, send, receive) — not a timeout.
+    Io(io::ErrorKind),
+    /// The DNS server did not answer within the timeout, on every attempt.
+    Timeout,
+    /// The DNS answer could not be decoded, or an encoded query could not be built.
+    Malformed,
+    /// The DNS server says the SRV name does not exist.
+    NxDomain,
+    /// The DNS server answered with another error code (SERVFAIL, REFUSED, ...).
+    ServerError(u16),
+    /// The SRV answer holds no target named `s-<id>` with at least one address.
+    NoServer,
+}
+
+impl fmt::Display for DiscoveryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidDomain => f.write_str("invalid discovery domain"),
+            Self::NoDnsServer => f.write_str("no DNS server given and none in /etc/resolv.conf"),
+            Self::Io(kind) => write!(f, "DNS socket error: {kind}"),
+            Self::Timeout => f.write_str("DNS server did not answer in time"),
+            Self::Malformed => f.write_str("malformed DNS message"),
+            Self::NxDomain => f.write_str("SRV name does not exist (NXDOMAIN)"),
+            Self::ServerError(code) => write!(f, "DNS server returned error code {code}"),
+            Self::NoServer => {
+                f.write_str("no Ratelimitly server (s-<id> target with an address) found")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DiscoveryError {}
+
+impl From<io::Error> for DiscoveryError {
+    fn from(e: io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Self::Timeout,
+            kind => Self::Io(kind),
+        }
+    }
 }

@@ -3,14 +3,16 @@
 //! Also the validated definitions that carry them: [`Resource`] (a rate bucket) and
 //! [`LatencyTracker`], whose id is computed once at construction.
 //!
-//! Owns: id derivation and definition validation. Must not touch: I/O, keys, wire framing,
-//! per-request state.
+//! Owns: id derivation, definition validation, and the one conversion of a duration the
+//! wire carries (window, sample lifetime, guard threshold, observed latency) to whole
+//! milliseconds ([`latency_ms`] for the latency values). Must not touch: I/O, keys, wire
+//! framing, per-request state.
 
 use std::time::Duration;
 
 use blake2::{Blake2s256, Digest};
 
-use crate::error::{ConfigError, ResourceError, TrackerError};
+use crate::error::{ConfigError, RequestError, ResourceError, TrackerError};
 
 /// Hash domain of bucket ids (NUL included).
 const BUCKET_DOMAIN: &[u8] = b"ratelimitly.resource.v1\0";
@@ -58,6 +60,29 @@ fn whole_ms(d: Duration) -> Result<u32, MsError> {
         return Err(MsError::NotWhole);
     }
     u32::try_from(d.as_millis()).map_err(|_| MsError::TooLong)
+}
+
+/// Which latency value a duration is converted for ([`latency_ms`]); the rules differ only
+/// for zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LatencyField {
+    /// A guard's latency threshold: zero is refused (a guard passes only when the current
+    /// latency is strictly below it, so a zero threshold could never pass; the official
+    /// client refuses it too).
+    GuardThreshold,
+    /// An observed latency in a latency report: zero is a real measurement and accepted.
+    Observed,
+}
+
+/// A latency as whole milliseconds for the wire: a whole number of milliseconds that
+/// fits u32, and non-zero for a guard threshold. Anything else, a sub-millisecond part
+/// included, is [`RequestError::BadLatency`] (never rounded, as the official client does).
+pub fn latency_ms(d: Duration, field: LatencyField) -> Result<u32, RequestError> {
+    match (whole_ms(d), field) {
+        (Ok(ms), _) => Ok(ms),
+        (Err(MsError::Zero), LatencyField::Observed) => Ok(0),
+        (Err(_), _) => Err(RequestError::BadLatency),
+    }
 }
 
 /// A rate bucket definition: name, window and rate limit (tokens per window).
@@ -232,6 +257,24 @@ mod tests {
             LatencyTracker::new("", ms(10), 1, 1),
             Err(TrackerError::EmptyName.into())
         );
+    }
+
+    #[test]
+    fn latency_ms_rules() {
+        use LatencyField::{GuardThreshold, Observed};
+        let ms = Duration::from_millis;
+        let bad = Err(RequestError::BadLatency);
+        assert_eq!(latency_ms(ms(250), GuardThreshold), Ok(250));
+        assert_eq!(latency_ms(ms(250), Observed), Ok(250));
+        assert_eq!(latency_ms(Duration::ZERO, GuardThreshold), bad);
+        assert_eq!(latency_ms(Duration::ZERO, Observed), Ok(0));
+        for field in [GuardThreshold, Observed] {
+            assert_eq!(latency_ms(Duration::from_micros(1500), field), bad);
+            assert_eq!(latency_ms(Duration::from_micros(500), field), bad);
+            assert_eq!(latency_ms(ms(u64::from(u32::MAX)), field), Ok(u32::MAX));
+            assert_eq!(latency_ms(ms(u64::from(u32::MAX) + 1), field), bad);
+            assert_eq!(latency_ms(Duration::MAX, field), bad);
+        }
     }
 
     #[test]

@@ -2,9 +2,13 @@
 //! `rl-none1…`, wire.md §6) into an [`ApiKey`] holding the key id, the auth mode, the
 //! 32-byte secret and the decoded [`Quotas`].
 //!
-//! Owns: key text decoding and the quota word. Must not touch: I/O, wire framing, the
+//! Owns: key text decoding, the quota word and [`KeyError`] (re-exported by `error`, which
+//! depends on this module, never the reverse). Must not touch: I/O, wire framing, the
 //! cipher (see `wire::Auth`). The key string and the secret are credentials: no `Debug`,
 //! `Display` or error output of this module ever contains them — only the key id and mode.
+//! The secret is wiped when an [`ApiKey`] (or the parser's scratch copy) is dropped, and
+//! [`ApiKey`] equality runs in constant time over it. The caller owns the key text and
+//! wipes it if it must.
 
 use std::fmt;
 use std::str::FromStr;
@@ -14,8 +18,70 @@ use bech32::primitives::decode::{
     CharError, CheckedHrpstring, ChecksumError, PaddingError, UncheckedHrpstring,
     UncheckedHrpstringError,
 };
+use subtle::ConstantTimeEq;
+use thiserror::Error;
+use zeroize::{Zeroize, ZeroizeOnDrop};
 
-pub use crate::error::KeyError;
+/// Why an API key string was rejected. Each variant names the rule that failed; none
+/// carries any part of the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Error)]
+pub enum KeyError {
+    /// The string is empty.
+    #[error("API key is empty")]
+    Empty,
+    /// A character is outside printable ASCII, or outside the Bech32 alphabet in the data part.
+    #[error("API key contains a character outside printable ASCII / the Bech32 alphabet")]
+    InvalidCharacter,
+    /// Upper- and lower-case letters are mixed.
+    #[error("API key mixes upper and lower case")]
+    MixedCase,
+    /// No `1` separator between the human-readable part and the data.
+    #[error("API key has no '1' separator")]
+    MissingSeparator,
+    /// The human-readable part is empty or longer than 83 characters.
+    #[error("API key human-readable part is empty or too long")]
+    BadHrp,
+    /// The human-readable part is not `rl-aes`, `rl-cookie` or `rl-none`.
+    #[error("API key method is not rl-aes, rl-cookie or rl-none")]
+    UnknownMethod,
+    /// The data part is shorter than the 6-character checksum.
+    #[error("API key data part is shorter than its checksum")]
+    TooShort,
+    /// The whole string is longer than a Bech32 code allows (1023 characters).
+    #[error("API key is longer than 1023 characters")]
+    TooLong,
+    /// The Bech32 (BIP-173, constant 1) checksum does not verify.
+    #[error("API key checksum does not verify")]
+    BadChecksum,
+    /// The 5-to-8-bit regrouping leaves 5 or more bits, or non-zero leftover bits.
+    #[error("API key payload has invalid padding bits")]
+    BadPadding,
+    /// The payload has the wrong length for its method (45 bytes aes/cookie, 13 none).
+    #[error("API key payload is {actual} bytes, {mode:?} keys have {expected}")]
+    BadLength {
+        /// The key's method.
+        mode: AuthMode,
+        /// Required payload length.
+        expected: usize,
+        /// Decoded payload length.
+        actual: usize,
+    },
+    /// The format version byte is not 0x01.
+    #[error("API key format version {found} is not supported (only 1)")]
+    BadVersion {
+        /// The version byte found.
+        found: u8,
+    },
+    /// Quota word: rate-bucket exponent above 24.
+    #[error("API key quota word has a reserved rate-bucket exponent")]
+    ReservedRateExponent,
+    /// Quota word: latency-tracker exponent above 24.
+    #[error("API key quota word has a reserved latency-tracker exponent")]
+    ReservedLatencyExponent,
+    /// Quota word: dedup code outside 1..=200.
+    #[error("API key quota word has a dedup code outside 1..=200")]
+    BadDedupCode,
+}
 
 /// Authentication mode of a key (and of every datagram sent with it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -130,8 +196,9 @@ impl Quotas {
 }
 
 /// A validated API key. Cheap to clone (no heap). Its `Debug` and `Display` show
-/// `ApiKey { id: N, mode: .. }` only.
-#[derive(Clone, PartialEq, Eq)]
+/// `ApiKey { id: N, mode: .. }` only. The secret is wiped (zeroized) when a key is
+/// dropped, and keys compare in constant time over the secret.
+#[derive(Clone)]
 pub struct ApiKey {
     mode: AuthMode,
     key_id: u64,
@@ -165,6 +232,28 @@ impl ApiKey {
         &self.secret
     }
 }
+
+impl Drop for ApiKey {
+    fn drop(&mut self) {
+        self.secret.zeroize();
+    }
+}
+
+impl ZeroizeOnDrop for ApiKey {}
+
+impl PartialEq for ApiKey {
+    /// Constant time in the secret: every byte is compared whatever the others hold (the
+    /// public fields, mode, key id and quotas, are compared as usual).
+    fn eq(&self, other: &ApiKey) -> bool {
+        let secret_eq: bool = self.secret.ct_eq(&other.secret).into();
+        secret_eq
+            & (self.mode == other.mode)
+            & (self.key_id == other.key_id)
+            & (self.quotas == other.quotas)
+    }
+}
+
+impl Eq for ApiKey {}
 
 impl fmt::Debug for ApiKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -248,7 +337,9 @@ impl FromStr for ApiKey {
                 actual,
             });
         }
-        let mut payload = [0u8; SECRET_PAYLOAD_LEN];
+        // The payload holds the secret: a wiped-on-drop buffer, and the secret is copied
+        // straight into the key (no other stack copy).
+        let mut payload = zeroize::Zeroizing::new([0u8; SECRET_PAYLOAD_LEN]);
         for (dst, b) in payload.iter_mut().zip(bytes) {
             *dst = b;
         }
@@ -260,20 +351,23 @@ impl FromStr for ApiKey {
             });
         }
         let key_id = u64::from_le_bytes(le_array(&payload[OFF_KEY_ID..]));
-        let mut secret = [0u8; SECRET_LEN];
         let quota_off = if mode == AuthMode::None {
             OFF_SECRET
         } else {
-            secret.copy_from_slice(&payload[OFF_SECRET..OFF_SECRET + SECRET_LEN]);
             OFF_SECRET + SECRET_LEN
         };
         let quotas = Quotas::from_word(u32::from_le_bytes(le_array(&payload[quota_off..])))?;
-        Ok(ApiKey {
+        let mut key = ApiKey {
             mode,
             key_id,
-            secret,
+            secret: [0u8; SECRET_LEN],
             quotas,
-        })
+        };
+        if mode != AuthMode::None {
+            key.secret
+                .copy_from_slice(&payload[OFF_SECRET..OFF_SECRET + SECRET_LEN]);
+        }
+        Ok(key)
     }
 }
 
@@ -313,5 +407,47 @@ mod tests {
             Err(KeyError::InvalidCharacter)
         );
         assert_eq!("rl-none1qq".parse::<ApiKey>(), Err(KeyError::TooShort));
+    }
+
+    const COOKIE_2: &str =
+        "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
+    const AES_2: &str =
+        "rl-aes1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqghjmu4scddmk3";
+
+    #[test]
+    fn equality_compares_every_field() {
+        let k: ApiKey = COOKIE_2.parse().unwrap();
+        assert_eq!(k, COOKIE_2.parse::<ApiKey>().unwrap());
+        assert_eq!(k, COOKIE_2.to_ascii_uppercase().parse::<ApiKey>().unwrap());
+        assert_eq!(k, k.clone());
+        // same id and secret, other mode
+        assert_ne!(k, AES_2.parse::<ApiKey>().unwrap());
+        for i in [0, 17, 31] {
+            let mut other = k.clone();
+            other.secret[i] ^= 1;
+            assert_ne!(k, other);
+        }
+        let mut other = k.clone();
+        other.key_id += 1;
+        assert_ne!(k, other);
+        let mut other = k.clone();
+        other.quotas.dedup_ttl_ms_max += 10;
+        assert_ne!(k, other);
+    }
+
+    #[test]
+    fn secret_is_wiped_on_drop() {
+        let key: ApiKey = AES_2.parse().unwrap();
+        assert_eq!(key.secret(), &[2u8; SECRET_LEN]);
+        let mut slot = std::mem::ManuallyDrop::new(key);
+        let p: *mut ApiKey = &mut *slot;
+        // SAFETY: `p` points to a live key that is dropped exactly once here and never
+        // used as a key again; afterwards only its plain bytes (still allocated inside
+        // `slot`, which is never dropped) are read.
+        let secret = unsafe {
+            std::ptr::drop_in_place(p);
+            std::ptr::read(std::ptr::addr_of!((*p).secret))
+        };
+        assert_eq!(secret, [0u8; SECRET_LEN]);
     }
 }

@@ -42,8 +42,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::discovery::DiscoveryError;
-use crate::error::ConfigError;
+use crate::error::{ConfigError, DiscoveryError};
 use crate::outcome::{CommError, Failure, GuardResult, Outcome, Phase, ResourceResult, Response};
 use crate::policy::{PolicyError, RequestPolicy, Schedule};
 use crate::wire::{Auth, DropReason, RateResponseView, open};
@@ -97,6 +96,23 @@ pub enum Ignored {
     Late,
     /// The request is already decided or failed.
     Finished,
+}
+
+impl Ignored {
+    /// How a driver accounts for a response that took no part in selection: the one
+    /// classification of unknown-server, late and after-the-decision responses.
+    /// * `UnknownServer` → `Some(DropReason::UnknownServer)`: an invalid response.
+    /// * `Late` (after D) and `Finished` (after the decision or failure) →
+    ///   `Some(DropReason::NotExpected)`: valid, but too late to take part.
+    /// * `Duplicate` → `None`: a valid second answer of a server that already answered;
+    ///   unused, not a drop.
+    pub fn drop_reason(self) -> Option<DropReason> {
+        match self {
+            Ignored::UnknownServer => Some(DropReason::UnknownServer),
+            Ignored::Late | Ignored::Finished => Some(DropReason::NotExpected),
+            Ignored::Duplicate => None,
+        }
+    }
 }
 
 /// What a valid, in-time response did.
@@ -167,6 +183,14 @@ pub struct Verdict {
     pub accepted: Accepted,
     /// The phase to record in the [`Response`].
     pub phase: Phase,
+}
+
+impl Verdict {
+    /// Build the [`Response`] and keep it (replacing a retained one): the response was
+    /// selected or retained, not dropped as a younger round-0 candidate.
+    pub fn keeps_response(&self) -> bool {
+        self.accepted != Accepted::NotRetained
+    }
 }
 
 /// Send counts of a decided request, to fill into its [`Response`].
@@ -623,7 +647,7 @@ impl RequestMachine {
         let v = self
             .core
             .handle_results(&self.plan, now, server_id, steering)?;
-        if v.accepted != Accepted::NotRetained {
+        if v.keeps_response() {
             self.response = Some(Response::from_results(
                 server_id, steering, v.phase, guards, resources,
             ));
@@ -659,18 +683,17 @@ impl RequestMachine {
         steering: u8,
         resp: &RateResponseView<'_>,
     ) -> Result<(), DropReason> {
-        let guards = resp
-            .guards()
-            .map(|g| GuardResult::new(g.tracker_id(), g.threshold_ms(), g.current_latency_ms()));
-        let resources = resp.resources().map(|r| ResourceResult {
-            bucket_id: r.bucket_id(),
-            actual_rate: r.actual_rate(),
-            deficit: r.deficit(),
-        });
-        match self.handle_results(now, server_id, steering, guards, resources) {
-            Ok(_) | Err(Ignored::Duplicate) => Ok(()),
-            Err(Ignored::UnknownServer) => Err(DropReason::UnknownServer),
-            Err(Ignored::Late | Ignored::Finished) => Err(DropReason::NotExpected),
+        match self
+            .core
+            .handle_results(&self.plan, now, server_id, steering)
+        {
+            Ok(v) => {
+                if v.keeps_response() {
+                    self.response = Some(Response::from_view(server_id, steering, v.phase, resp));
+                }
+                Ok(())
+            }
+            Err(ignored) => ignored.drop_reason().map_or(Ok(()), Err),
         }
     }
 
@@ -699,4 +722,23 @@ impl RequestMachine {
 
 fn all_mask(n: usize) -> u64 {
     if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ignored_responses_are_classified_once() {
+        assert_eq!(
+            Ignored::UnknownServer.drop_reason(),
+            Some(DropReason::UnknownServer)
+        );
+        assert_eq!(Ignored::Late.drop_reason(), Some(DropReason::NotExpected));
+        assert_eq!(
+            Ignored::Finished.drop_reason(),
+            Some(DropReason::NotExpected)
+        );
+        assert_eq!(Ignored::Duplicate.drop_reason(), None);
+    }
 }

@@ -3,15 +3,19 @@
 //!
 //! Owns: [`Decision`], [`Response`] with its per-resource and per-guard results,
 //! [`Phase`], [`Failure`] with its [`FailureCategory`], [`CommError`] and the [`Outcome`]
-//! alias; the rule "grant exactly when every guard's current latency < threshold and every
-//! deficit is 0" (wire.md §3).
-//! Must not touch: sockets, clocks, wire parsing (callers hand in decoded results), the
-//! API key. No error here is string-typed or ever carries key material.
+//! alias; building a [`Response`] from a validated response view
+//! ([`Response::from_view`], the one place that does). The grant rule itself, "grant
+//! exactly when every guard's current latency < threshold and every deficit is 0"
+//! (wire.md §3), is stated once in `wire` ([`wire::grants`], [`wire::guard_passes`]) and
+//! applied here.
+//! Must not touch: sockets, clocks, wire parsing (callers hand in views that already
+//! passed the wire checks, or decoded results), the API key. No error here is string-typed
+//! or ever carries key material.
 
 use smallvec::SmallVec;
 
-use crate::discovery::DiscoveryError;
-use crate::error::ConfigError;
+use crate::error::{ConfigError, DiscoveryError};
+use crate::wire::{self, GuardView, RateResponseView, ResourceResultView};
 
 /// What Ratelimitly decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -31,6 +35,17 @@ pub struct ResourceResult {
     pub actual_rate: u32,
     /// 0 if the tokens were available, else the shortfall.
     pub deficit: u16,
+}
+
+impl ResourceResult {
+    /// The result of one resource result block.
+    pub fn from_view(r: &ResourceResultView<'_>) -> Self {
+        ResourceResult {
+            bucket_id: r.bucket_id(),
+            actual_rate: r.actual_rate(),
+            deficit: r.deficit(),
+        }
+    }
 }
 
 /// One latency guard's result, in the server's order.
@@ -53,8 +68,13 @@ impl GuardResult {
             tracker_id,
             threshold_ms,
             current_latency_ms,
-            passed: current_latency_ms < threshold_ms,
+            passed: wire::guard_passes(threshold_ms, current_latency_ms),
         }
+    }
+
+    /// The result of one guard result block (`passed` by the strict rule).
+    pub fn from_view(g: &GuardView<'_>) -> Self {
+        GuardResult::new(g.tracker_id(), g.threshold_ms(), g.current_latency_ms())
     }
 }
 
@@ -120,7 +140,10 @@ impl Response {
     ) -> Self {
         let guards: SmallVec<[GuardResult; 2]> = guards.into_iter().collect();
         let resources: SmallVec<[ResourceResult; 2]> = resources.into_iter().collect();
-        let granted = guards.iter().all(|g| g.passed) && resources.iter().all(|r| r.deficit == 0);
+        let granted = wire::grants(
+            guards.iter().map(|g| g.passed),
+            resources.iter().map(|r| r.deficit),
+        );
         Response {
             decision: if granted {
                 Decision::Granted
@@ -135,6 +158,25 @@ impl Response {
             completion_sends: 0,
             steering_keep: steering != 0,
         }
+    }
+
+    /// The response a server sent, from its validated rate response view: server id and
+    /// steering byte from its tenant TLV, `phase` from the request machine's verdict.
+    /// Results keep the server's order; the decision follows the grant rule. `sends` and
+    /// `completion_sends` start at 0. The one place a view becomes a [`Response`].
+    pub fn from_view(
+        server_id: u64,
+        steering: u8,
+        phase: Phase,
+        view: &RateResponseView<'_>,
+    ) -> Self {
+        Response::from_results(
+            server_id,
+            steering,
+            phase,
+            view.guards().map(|g| GuardResult::from_view(&g)),
+            view.resources().map(|r| ResourceResult::from_view(&r)),
+        )
     }
 
     /// `decision == Granted`.

@@ -6,8 +6,9 @@ use proptest::prelude::*;
 
 use ratelimitly_engine::error::KeyError;
 use ratelimitly_engine::key::{ApiKey, AuthMode, Quotas};
+use ratelimitly_engine::outcome::{Decision, Phase, Response};
 use ratelimitly_engine::wire::{
-    self, Auth, DropReason, EncodeError, GuardSpec, MAX_DATAGRAM, RateRequestView,
+    self, Auth, DropReason, EncodeError, GuardSpec, GuardView, MAX_DATAGRAM, RateRequestView,
     RateResponseView, ReportEntry, ReportView, ResourceResultSpec, ResourceSpec, TenantFields,
     TenantView,
 };
@@ -55,10 +56,91 @@ fn tenant() -> impl Strategy<Value = TenantFields> {
     })
 }
 
-/// Runs every datagram / PDU decoder over `bytes`; none may panic.
+/// Calls every accessor of a guard block view.
+fn touch_guard(g: &GuardView<'_>) {
+    let spec = g.spec();
+    assert_eq!(spec.tracker_id, g.tracker_id());
+    assert_eq!(
+        (spec.ttl_ms, spec.max_samples, spec.min_samples),
+        (g.ttl_ms(), g.max_samples(), g.min_samples())
+    );
+    assert_eq!(
+        (spec.threshold_ms, spec.current_latency_ms),
+        (g.threshold_ms(), g.current_latency_ms())
+    );
+    assert_eq!(
+        g.passed(),
+        wire::guard_passes(spec.threshold_ms, spec.current_latency_ms)
+    );
+}
+
+/// Calls every accessor of a tenant view.
+fn touch_tenant(t: &TenantView<'_>) {
+    let f = t.fields();
+    assert_eq!((f.id, f.unique_id), (t.id(), t.unique_id()));
+    assert_eq!(
+        (f.timestamp_ms, f.steering),
+        (t.timestamp_ms(), t.steering())
+    );
+    assert!(t.size() >= wire::TENANT_LEN);
+    assert_eq!(t.as_bytes().len(), t.size());
+}
+
+/// Calls every accessor of a request view.
+fn touch_request(v: &RateRequestView<'_>) {
+    let _ = v.dedup_ttl_ms();
+    assert_eq!(v.guards().len(), v.guard_count());
+    assert_eq!(v.resources().len(), v.resource_count());
+    v.guards().for_each(|g| touch_guard(&g));
+    for r in v.resources() {
+        let spec = r.spec();
+        assert_eq!(
+            (spec.bucket_id, spec.window_ms),
+            (r.bucket_id(), r.window_ms())
+        );
+        assert_eq!((spec.rate_limit, spec.tokens), (r.rate_limit(), r.tokens()));
+    }
+    assert_eq!(v.label(), v.label_str().map(str::as_bytes));
+}
+
+/// Calls every accessor of a response view.
+fn touch_response(v: &RateResponseView<'_>) {
+    assert_eq!(v.guards().len(), v.guard_count());
+    assert_eq!(v.resources().len(), v.resource_count());
+    v.guards().for_each(|g| touch_guard(&g));
+    for r in v.resources() {
+        let spec = r.spec();
+        assert_eq!(
+            (spec.bucket_id, spec.window_ms),
+            (r.bucket_id(), r.window_ms())
+        );
+        assert_eq!(
+            (spec.actual_rate, spec.deficit),
+            (r.actual_rate(), r.deficit())
+        );
+    }
+    assert_eq!(
+        v.is_grant(),
+        v.guards().all(|g| g.passed()) && v.resources().all(|r| r.deficit() == 0)
+    );
+}
+
+/// Calls every accessor of a report view.
+fn touch_report(v: &ReportView<'_>) {
+    assert_eq!(v.entries().len(), v.len());
+    assert_eq!(v.is_empty(), v.entries().next().is_none());
+    let _ = v.entries().count();
+}
+
+/// Runs every datagram / PDU decoder over `bytes`, and every accessor of what they
+/// accept; none may panic.
 fn decode_everything(bytes: &[u8]) {
-    let _ = TenantView::parse(bytes);
-    let _ = RateRequestView::parse(bytes);
+    if let Ok(t) = TenantView::parse(bytes) {
+        touch_tenant(&t);
+    }
+    if let Ok(r) = RateRequestView::parse(bytes) {
+        touch_request(&r);
+    }
     if let Ok(r) = RateResponseView::parse(bytes) {
         let _ = r.is_grant();
         for g in r.guards() {
@@ -67,20 +149,46 @@ fn decode_everything(bytes: &[u8]) {
         for x in r.resources() {
             let _ = x.spec();
         }
+        touch_response(&r);
     }
     if let Ok(r) = ReportView::parse(bytes) {
         let _ = r.entries().count();
+        touch_report(&r);
     }
     let _ = wire::decode_label_tlv(bytes);
     for auth in auths() {
         let mut buf = bytes.to_vec();
         if let Ok(o) = wire::open(&auth, &mut buf) {
             let _ = o.tenant.fields();
+            touch_tenant(&o.tenant);
             let _ = RateResponseView::parse(o.pdu);
             let _ = RateRequestView::parse(o.pdu);
             let _ = ReportView::parse(o.pdu);
+            if let Ok(r) = RateRequestView::from_opened(&o) {
+                touch_request(&r);
+            }
+            if let Ok(r) = RateResponseView::from_opened(&o) {
+                touch_response(&r);
+            }
+            if let Ok(r) = ReportView::parse(o.pdu) {
+                touch_report(&r);
+            }
         }
     }
+}
+
+/// A PDU of type `ty` whose header size says `declared` (clamped to u16) over a body of
+/// counts `g`, `r` and `rest` bytes: parsers get far enough to build views.
+fn framed_pdu(ty: u16, g: u16, r: u16, rest: &[u8], size_delta: i32) -> Vec<u8> {
+    let mut pdu = Vec::with_capacity(12 + rest.len());
+    pdu.extend_from_slice(&ty.to_le_bytes());
+    pdu.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    pdu.extend_from_slice(&g.to_le_bytes());
+    pdu.extend_from_slice(&r.to_le_bytes());
+    pdu.extend_from_slice(rest);
+    let size = (pdu.len() as i32 + size_delta).clamp(0, i32::from(u16::MAX)) as u16;
+    pdu[2..4].copy_from_slice(&size.to_le_bytes());
+    pdu
 }
 
 proptest! {
@@ -307,6 +415,168 @@ proptest! {
         // Bech32m is not accepted.
         let m = bech32::encode::<bech32::Bech32m>(bech32::Hrp::parse(hrp).unwrap(), &payload).unwrap();
         prop_assert_eq!(m.parse::<ApiKey>().err(), Some(KeyError::BadChecksum));
+    }
+}
+
+// Parsers reached with well-framed input, so that views are built and every accessor runs
+// (random bytes rarely pass the header checks), plus the helpers that own one rule each.
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Request, response and report PDUs with right type, small counts, random blocks and
+    /// a size near the bytes present: never a panic; an accepted view's counts match.
+    #[test]
+    fn framed_pdus_never_panic(
+        ty in prop_oneof![Just(0x5452u16), Just(0x5252u16), Just(0x524Cu16), any::<u16>()],
+        g in prop_oneof![0u16..4, any::<u16>()],
+        r in prop_oneof![0u16..4, any::<u16>()],
+        rest in proptest::collection::vec(any::<u8>(), 0..400),
+        size_delta in prop_oneof![Just(0i32), -8i32..8, any::<i32>()],
+        label in proptest::option::of("\\PC{0,20}"),
+    ) {
+        let mut body = rest;
+        if let Some(label) = label {
+            // a label TLV after the blocks the counts declare, when they fit
+            let blocks = usize::from(g) * 36 + usize::from(r) * 28;
+            if blocks <= body.len() {
+                body.truncate(blocks);
+                let mut tlv = vec![0u8; wire::label_tlv_len(label.len()).unwrap()];
+                wire::encode_label_tlv(&mut tlv, &label).unwrap();
+                body.extend_from_slice(&tlv);
+            }
+        }
+        let pdu = framed_pdu(ty, g, r, &body, size_delta);
+        decode_everything(&pdu);
+        if let Ok(v) = RateRequestView::parse(&pdu) {
+            prop_assert_eq!(v.guard_count(), usize::from(g));
+            prop_assert_eq!(v.resource_count(), usize::from(r));
+        }
+        if let Ok(v) = RateResponseView::parse(&pdu) {
+            prop_assert_eq!(v.guard_count(), usize::from(g));
+            prop_assert_eq!(v.resource_count(), usize::from(r));
+        }
+        if let Ok(v) = ReportView::parse(&pdu) {
+            prop_assert_eq!(v.len(), usize::from(g));
+        }
+    }
+
+    /// Tenant TLVs of any declared size: accepted exactly when 40 <= size <= length.
+    #[test]
+    fn tenant_views_never_panic(
+        size in prop_oneof![Just(40u16), 0u16..100, any::<u16>()],
+        rest in proptest::collection::vec(any::<u8>(), 0..120),
+    ) {
+        let mut d = vec![0x52, 0x4C];
+        d.extend_from_slice(&size.to_le_bytes());
+        d.extend_from_slice(&rest);
+        let ok = d.len() >= 40 && usize::from(size) >= 40 && usize::from(size) <= d.len();
+        match TenantView::parse(&d) {
+            Ok(t) => {
+                prop_assert!(ok);
+                touch_tenant(&t);
+                prop_assert_eq!(t.size(), usize::from(size));
+            }
+            Err(_) => prop_assert!(!ok),
+        }
+    }
+
+    /// Label TLVs with the right type and size but any length field, padding and bytes.
+    #[test]
+    fn framed_label_tlvs_never_panic(
+        len in prop_oneof![0u16..64, any::<u16>()],
+        rest in proptest::collection::vec(any::<u8>(), 0..80),
+    ) {
+        let mut tlv = vec![0x4D, 0x4C, 0, 0];
+        tlv.extend_from_slice(&len.to_le_bytes());
+        tlv.extend_from_slice(&rest);
+        let n = tlv.len() as u16;
+        tlv[2..4].copy_from_slice(&n.to_le_bytes());
+        if let Ok(label) = wire::decode_label_tlv(&tlv) {
+            prop_assert_eq!(label.len(), usize::from(len));
+            prop_assert_eq!(tlv.len() % 4, 0);
+        }
+    }
+
+    /// The quota word parser: any u32 decodes exactly when its exponents and dedup code
+    /// are in range, to the values of wire.md §6.
+    #[test]
+    fn quota_words_decode_by_the_rules(word in any::<u32>()) {
+        let field = |shift: u32, width: u32| (word >> shift) & ((1 << width) - 1);
+        let (r, l, d, w) = (field(0, 5), field(5, 5), field(19, 8), field(27, 5));
+        match Quotas::from_word(word) {
+            Ok(q) => {
+                prop_assert!(r <= 24 && l <= 24 && (1..=200).contains(&d));
+                prop_assert_eq!(q.rate_buckets_max, 1u64 << r);
+                prop_assert_eq!(q.latency_services_max, 1u64 << l);
+                prop_assert_eq!(q.metrics_labels_max, 1u64 << field(10, 5));
+                prop_assert_eq!(q.latency_buffer_size_max, 1u64 << field(15, 4));
+                prop_assert_eq!(q.dedup_ttl_ms_max, 10 * d);
+                prop_assert_eq!(q.rate_window_size_ms_max, if w == 31 { u32::MAX } else { 1 << w });
+            }
+            Err(KeyError::ReservedRateExponent) => prop_assert!(r > 24),
+            Err(KeyError::ReservedLatencyExponent) => prop_assert!(r <= 24 && l > 24),
+            Err(KeyError::BadDedupCode) => prop_assert!(r <= 24 && l <= 24 && !(1..=200).contains(&d)),
+            Err(e) => prop_assert!(false, "unexpected {:?}", e),
+        }
+    }
+
+    /// The one tenant / unique id / nonce setup of datagrams we send.
+    #[test]
+    fn request_tenants_are_shaped(
+        key_id in any::<u64>(),
+        random in any::<[u8; 28]>(),
+        wall_ms in any::<u64>(),
+    ) {
+        let (t, nonce) = wire::request_tenant(key_id, &random, wall_ms);
+        prop_assert_eq!((t.id, t.timestamp_ms, t.steering), (key_id, wall_ms, 0));
+        prop_assert_eq!(&nonce[..], &random[16..]);
+        prop_assert_eq!(t.unique_id[6] >> 4, 4);
+        prop_assert_eq!(t.unique_id[8] >> 6, 2);
+        for i in (0..16).filter(|&i| i != 6 && i != 8) {
+            prop_assert_eq!(t.unique_id[i], random[i]);
+        }
+        prop_assert_eq!(t.unique_id[6] & 0x0F, random[6] & 0x0F);
+        prop_assert_eq!(t.unique_id[8] & 0x3F, random[8] & 0x3F);
+        prop_assert_eq!(wire::unique_id_and_nonce(&random), (t.unique_id, nonce));
+    }
+
+    /// A response view becomes a `Response` with the same results, in the server's order,
+    /// and the view's decision.
+    #[test]
+    fn responses_from_views_keep_results_and_decision(
+        server_id in any::<u64>(),
+        steering in any::<u8>(),
+        round in any::<u16>(),
+        guards in proptest::collection::vec(guard(), 0..5),
+        resources in proptest::collection::vec(
+            (any::<[u8; 16]>(), any::<u32>(), any::<u32>(), prop_oneof![Just(0u16), any::<u16>()]),
+            0..5,
+        ),
+    ) {
+        let resources: Vec<ResourceResultSpec> = resources
+            .into_iter()
+            .map(|(id, w, a, d)| ResourceResultSpec { bucket_id: id, window_ms: w, actual_rate: a, deficit: d })
+            .collect();
+        let mut buf = [0u8; 1200];
+        let n = wire::encode_rate_response_pdu(&mut buf, &guards, &resources).unwrap();
+        let v = RateResponseView::parse(&buf[..n]).unwrap();
+        let resp = Response::from_view(server_id, steering, Phase::Round(round), &v);
+        prop_assert_eq!(resp.server_id, Some(server_id));
+        prop_assert_eq!(resp.steering_keep, steering != 0);
+        prop_assert_eq!(resp.phase, Phase::Round(round));
+        prop_assert_eq!((resp.sends, resp.completion_sends), (0, 0));
+        prop_assert_eq!(resp.is_granted(), v.is_grant());
+        prop_assert_eq!(resp.decision == Decision::Granted, v.is_grant());
+        prop_assert_eq!(resp.guards.len(), guards.len());
+        for (got, want) in resp.guards.iter().zip(&guards) {
+            prop_assert_eq!(got.tracker_id, want.tracker_id);
+            prop_assert_eq!((got.threshold_ms, got.current_latency_ms), (want.threshold_ms, want.current_latency_ms));
+            prop_assert_eq!(got.passed, want.current_latency_ms < want.threshold_ms);
+        }
+        prop_assert_eq!(resp.resources.len(), resources.len());
+        for (got, want) in resp.resources.iter().zip(&resources) {
+            prop_assert_eq!((got.bucket_id, got.actual_rate, got.deficit), (want.bucket_id, want.actual_rate, want.deficit));
+        }
     }
 }
 

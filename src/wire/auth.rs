@@ -7,6 +7,7 @@ use std::fmt;
 use aes_gcm::aead::AeadInPlace;
 use aes_gcm::{Aes256Gcm, KeyInit, Nonce, Tag};
 use subtle::ConstantTimeEq;
+use zeroize::Zeroize;
 
 use super::tenant::TenantFields;
 use super::{
@@ -42,7 +43,10 @@ const fn auth_type(mode: AuthMode) -> u16 {
 }
 
 /// Per-key authentication state, prepared once: mode, key id, cookie, AES key schedule.
-/// `Debug` shows the key id and mode only.
+/// `Debug` shows the key id and mode only. Secret material is wiped on drop: the cookie by
+/// this type, the AES-256 round keys by the `aes` crate (its `zeroize` feature). The
+/// GHASH key H = AES_K(0) is wiped by `polyval` only where it does not pick its backend at
+/// run time (not on x86/x86-64, where polyval 0.6 keeps it in a union it never drops).
 #[derive(Clone)]
 pub struct Auth {
     mode: AuthMode,
@@ -54,10 +58,18 @@ pub struct Auth {
 #[derive(Clone)]
 enum Prepared {
     None,
-    /// The cookie (the key's secret).
+    /// The cookie (the key's secret), wiped on drop.
     Cookie([u8; SECRET_LEN]),
-    /// The expanded AES-256-GCM key.
+    /// The expanded AES-256-GCM key (wiped on drop by `aes`, see [`Auth`]).
     Aes(Box<Aes256Gcm>),
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if let Prepared::Cookie(cookie) = self {
+            cookie.zeroize();
+        }
+    }
 }
 
 impl Auth {
@@ -205,4 +217,32 @@ pub fn open<'b>(auth: &Auth, datagram: &'b mut [u8]) -> Result<Opened<'b>, DropR
         tenant: TenantView::parse(head)?,
         pdu: body,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookie_is_wiped_on_drop() {
+        let key: ApiKey =
+            "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p"
+                .parse()
+                .unwrap();
+        let auth = Auth::new(&key);
+        let mut slot = std::mem::ManuallyDrop::new(auth.prepared.clone());
+        let p: *mut Prepared = &mut *slot;
+        // SAFETY: `p` points to a live value that is dropped exactly once here and never
+        // used again; afterwards only the plain cookie bytes (still allocated inside
+        // `slot`, which is never dropped) are read.
+        let cookie = unsafe {
+            std::ptr::drop_in_place(p);
+            match &*p {
+                Prepared::Cookie(c) => std::ptr::read(c),
+                _ => unreachable!("a cookie key prepares a cookie"),
+            }
+        };
+        assert_eq!(cookie, [0u8; SECRET_LEN]);
+        assert!(matches!(&auth.prepared, Prepared::Cookie(c) if c == &[2u8; SECRET_LEN]));
+    }
 }

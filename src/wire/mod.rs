@@ -16,11 +16,13 @@
 //! ```
 //!
 //! Owns: byte layouts, field offsets, TLV / PDU validation, AES-GCM and cookie checks, the
-//! RNG for unique ids and nonces. Must not touch: sockets, clocks, request state or policy
+//! RNG for unique ids and nonces, the setup of a sent datagram's tenant and nonce
+//! ([`request_tenant`]) and the grant rule over result blocks ([`grants`]). Must not touch: sockets, clocks, request state or policy
 //! (the caller supplies timestamps, nonces and unique ids), heap allocation on the hot path.
 //! Untrusted input never panics: every view checks lengths before it reads.
 
 mod auth;
+mod blocks;
 mod label;
 mod report;
 mod request;
@@ -29,23 +31,25 @@ mod rng;
 mod tenant;
 
 pub use auth::{Auth, Opened, auth_tlv_len, open, seal};
+pub use blocks::{GuardSpec, GuardView, grants, guard_passes};
 pub use label::{decode_label_tlv, encode_label_tlv, label_tlv_len};
 pub use report::{
     MAX_REPORT_ENTRIES, ReportEntry, ReportView, encode_report, encode_report_pdu,
     max_report_entries, report_pdu_len,
 };
 pub use request::{
-    GuardSpec, RateRequestView, ResourceSpec, ResourceView, encode_rate_request_pdu,
-    encode_request, rate_request_pdu_len,
+    RateRequestView, ResourceSpec, ResourceView, encode_rate_request_pdu, encode_request,
+    rate_request_pdu_len,
 };
 pub use response::{
-    GuardView, RateResponseView, ResourceResultSpec, ResourceResultView, encode_rate_response_pdu,
+    RateResponseView, ResourceResultSpec, ResourceResultView, encode_rate_response_pdu,
     rate_response_pdu_len,
 };
 pub use rng::{
-    RngError, fill_random, new_nonce, new_unique_id, new_unique_id_and_nonce, shape_unique_id,
+    DATAGRAM_RANDOM_LEN, RngError, fill_random, new_nonce, new_unique_id, new_unique_id_and_nonce,
+    shape_unique_id, unique_id_and_nonce,
 };
-pub use tenant::{TenantFields, TenantView};
+pub use tenant::{TenantFields, TenantView, request_tenant};
 
 /// Largest datagram either side sends or accepts.
 pub const MAX_DATAGRAM: usize = 1200;

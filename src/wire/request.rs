@@ -2,7 +2,7 @@
 //! blocks (36) · R resource blocks (28) · optional metrics-label TLV ending the body.
 //! Owns the request layout, its encoder and its view.
 
-use super::response::GuardView;
+use super::blocks::{self, GuardSpec, GuardView, put_guard};
 use super::{Auth, label};
 use super::{
     DropReason, EncodeError, GUARD_BLOCK_LEN, Opened, PDU_HEADER_LEN, RESOURCE_BLOCK_LEN,
@@ -17,40 +17,12 @@ pub(crate) mod body {
     pub const BLOCKS: usize = 4;
 }
 
-/// Guard block offsets (request and response).
-pub(crate) mod guard {
-    pub const TRACKER_ID: usize = 0;
-    pub const TTL: usize = 16;
-    pub const MAX_SAMPLES: usize = 20;
-    pub const MIN_SAMPLES: usize = 24;
-    pub const THRESHOLD: usize = 28;
-    pub const CURRENT: usize = 32;
-}
-
-/// Resource block offsets (request; the response reuses id and window).
-pub(crate) mod resource {
-    pub const BUCKET_ID: usize = 0;
-    pub const WINDOW: usize = 16;
+/// Request resource block offsets (id and window are shared with the response block).
+mod resource {
+    pub(super) use super::blocks::resource::{BUCKET_ID, WINDOW};
     pub const RATE_LIMIT: usize = 20;
     pub const TOKENS: usize = 24;
     pub const RESERVED: usize = 26;
-}
-
-/// A guard block's values (request: current_latency_ms = 0; response: filled in).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct GuardSpec {
-    /// Tracker id.
-    pub tracker_id: [u8; 16],
-    /// Max sample age.
-    pub ttl_ms: u32,
-    /// Max samples considered.
-    pub max_samples: u32,
-    /// Warm-up population.
-    pub min_samples: u32,
-    /// Latency threshold in ms (grant needs current < threshold).
-    pub threshold_ms: u32,
-    /// Current latency (0 in requests).
-    pub current_latency_ms: u32,
 }
 
 /// A request resource block's values.
@@ -64,15 +36,6 @@ pub struct ResourceSpec {
     pub rate_limit: u32,
     /// Tokens requested (1..=65535 for valid requests).
     pub tokens: u16,
-}
-
-pub(crate) fn put_guard(out: &mut [u8], g: &GuardSpec) {
-    out[guard::TRACKER_ID..guard::TTL].copy_from_slice(&g.tracker_id);
-    put_u32(out, guard::TTL, g.ttl_ms);
-    put_u32(out, guard::MAX_SAMPLES, g.max_samples);
-    put_u32(out, guard::MIN_SAMPLES, g.min_samples);
-    put_u32(out, guard::THRESHOLD, g.threshold_ms);
-    put_u32(out, guard::CURRENT, g.current_latency_ms);
 }
 
 /// PDU length of a request with `guards`, `resources` and a label of `label_len` bytes, or

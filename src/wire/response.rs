@@ -1,13 +1,13 @@
 //! Rate response PDU (0x5252): body = G u16 · R u16 · G guard result blocks (36) · R
 //! resource result blocks (28: id, window echo, actual_rate at +20, deficit u16 at +24).
-//! Bytes after the declared blocks are ignored. Owns the response layout, its encoder,
-//! its view and the grant rule.
+//! Bytes after the declared blocks are ignored. Owns the response layout, its encoder and
+//! its view; the grant rule itself is stated once, in blocks.rs.
 
-use super::request::{guard, put_guard, resource};
+use super::blocks::{GuardSpec, GuardView, grants, put_guard, resource};
 use super::{
-    DropReason, EncodeError, GUARD_BLOCK_LEN, GuardSpec, Opened, PDU_HEADER_LEN,
-    RESOURCE_BLOCK_LEN, check_room, count_u16, get_id, get_u16, get_u32, parse_pdu, put_pdu_header,
-    put_u16, put_u32, types,
+    DropReason, EncodeError, GUARD_BLOCK_LEN, Opened, PDU_HEADER_LEN, RESOURCE_BLOCK_LEN,
+    check_room, count_u16, get_id, get_u16, get_u32, parse_pdu, put_pdu_header, put_u16, put_u32,
+    types,
 };
 
 /// Resource result block offsets (after id and window, shared with the request).
@@ -68,57 +68,6 @@ pub fn encode_rate_response_pdu(
         at += RESOURCE_BLOCK_LEN;
     }
     Ok(size)
-}
-
-/// A guard block (request or response).
-#[derive(Clone, Copy, Debug)]
-pub struct GuardView<'a> {
-    b: &'a [u8],
-}
-
-impl<'a> GuardView<'a> {
-    pub(crate) fn new(b: &'a [u8]) -> GuardView<'a> {
-        GuardView { b }
-    }
-    /// Tracker id.
-    pub fn tracker_id(&self) -> [u8; 16] {
-        get_id(self.b, guard::TRACKER_ID)
-    }
-    /// Max sample age.
-    pub fn ttl_ms(&self) -> u32 {
-        get_u32(self.b, guard::TTL)
-    }
-    /// Max samples.
-    pub fn max_samples(&self) -> u32 {
-        get_u32(self.b, guard::MAX_SAMPLES)
-    }
-    /// Warm-up population.
-    pub fn min_samples(&self) -> u32 {
-        get_u32(self.b, guard::MIN_SAMPLES)
-    }
-    /// Latency threshold (as echoed).
-    pub fn threshold_ms(&self) -> u32 {
-        get_u32(self.b, guard::THRESHOLD)
-    }
-    /// Current latency (0 in requests).
-    pub fn current_latency_ms(&self) -> u32 {
-        get_u32(self.b, guard::CURRENT)
-    }
-    /// current < threshold (strict).
-    pub fn passed(&self) -> bool {
-        self.current_latency_ms() < self.threshold_ms()
-    }
-    /// The values, copied out.
-    pub fn spec(&self) -> GuardSpec {
-        GuardSpec {
-            tracker_id: self.tracker_id(),
-            ttl_ms: self.ttl_ms(),
-            max_samples: self.max_samples(),
-            min_samples: self.min_samples(),
-            threshold_ms: self.threshold_ms(),
-            current_latency_ms: self.current_latency_ms(),
-        }
-    }
 }
 
 /// A resource result block.
@@ -207,6 +156,9 @@ impl<'a> RateResponseView<'a> {
     /// Grant exactly when every guard passed (current < threshold) and every deficit is 0.
     /// Zero entries = grant.
     pub fn is_grant(&self) -> bool {
-        self.guards().all(|g| g.passed()) && self.resources().all(|r| r.deficit() == 0)
+        grants(
+            self.guards().map(|g| g.passed()),
+            self.resources().map(|r| r.deficit()),
+        )
     }
 }

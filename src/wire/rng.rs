@@ -1,6 +1,7 @@
 //! Randomness for the wire: unique ids (RFC 4122 v4 shape) and AES-GCM nonces, straight
 //! from the operating system CSPRNG (getrandom), no buffering (so a fork can never repeat a
-//! nonce). Owns nothing else.
+//! nonce), and how a datagram's random bytes split into its unique id and nonce. Owns
+//! nothing else.
 
 use super::NONCE_LEN;
 
@@ -35,14 +36,23 @@ pub fn new_nonce() -> Result<[u8; NONCE_LEN], RngError> {
     Ok(n)
 }
 
-/// A fresh unique id and nonce from one system call (the per-request hot path).
-pub fn new_unique_id_and_nonce() -> Result<([u8; 16], [u8; NONCE_LEN]), RngError> {
-    let mut b = [0u8; 16 + NONCE_LEN];
-    fill_random(&mut b)?;
+/// Random bytes one datagram we send needs: 16 for its unique id, 12 for its nonce.
+pub const DATAGRAM_RANDOM_LEN: usize = 16 + NONCE_LEN;
+
+/// Splits [`DATAGRAM_RANDOM_LEN`] random bytes into a v4-shaped unique id (bytes 0..16)
+/// and a nonce (bytes 16..28). Shaping changes bytes 6 and 8 of the id only.
+pub fn unique_id_and_nonce(random: &[u8; DATAGRAM_RANDOM_LEN]) -> ([u8; 16], [u8; NONCE_LEN]) {
     let mut id = [0u8; 16];
-    id.copy_from_slice(&b[..16]);
+    id.copy_from_slice(&random[..16]);
     shape_unique_id(&mut id);
     let mut nonce = [0u8; NONCE_LEN];
-    nonce.copy_from_slice(&b[16..]);
-    Ok((id, nonce))
+    nonce.copy_from_slice(&random[16..]);
+    (id, nonce)
+}
+
+/// A fresh unique id and nonce from one system call (the per-request hot path).
+pub fn new_unique_id_and_nonce() -> Result<([u8; 16], [u8; NONCE_LEN]), RngError> {
+    let mut b = [0u8; DATAGRAM_RANDOM_LEN];
+    fill_random(&mut b)?;
+    Ok(unique_id_and_nonce(&b))
 }

@@ -1,7 +1,9 @@
 //! Tenant TLV (40 bytes sent; responses may declare a larger size): key id or server id,
-//! unique id, timestamp, steering. Owns its field offsets; nothing else.
+//! unique id, timestamp, steering. Owns its field offsets and the one setup of the tenant
+//! of a datagram a client sends ([`request_tenant`]); nothing else.
 
-use super::{DropReason, TENANT_LEN, get_id, get_u16, get_u64, put_u16, put_u64, types};
+use super::rng::{DATAGRAM_RANDOM_LEN, unique_id_and_nonce};
+use super::{DropReason, NONCE_LEN, TENANT_LEN, get_id, get_u16, get_u64, put_u16, put_u64, types};
 
 /// Tenant TLV field offsets.
 pub(crate) mod off {
@@ -38,6 +40,28 @@ impl TenantFields {
         out[off::STEERING] = self.steering;
         out[off::RESERVED..TENANT_LEN].fill(0);
     }
+}
+
+/// The tenant TLV and the AES-GCM nonce of a datagram a client sends (rate request or
+/// latency report): key id `key_id`, a unique id made of `random[..16]` shaped as an RFC
+/// 4122 v4 UUID, timestamp `wall_ms` (Unix epoch ms), steering 0; nonce `random[16..]`.
+/// `random` must be fresh CSPRNG bytes ([`super::fill_random`]), never reused.
+///
+/// Shaping changes bytes 6 and 8 of the unique id only, so a driver that routes responses
+/// by unique id may overwrite bytes 0..6 afterwards.
+pub fn request_tenant(
+    key_id: u64,
+    random: &[u8; DATAGRAM_RANDOM_LEN],
+    wall_ms: u64,
+) -> (TenantFields, [u8; NONCE_LEN]) {
+    let (unique_id, nonce) = unique_id_and_nonce(random);
+    let tenant = TenantFields {
+        id: key_id,
+        unique_id,
+        timestamp_ms: wall_ms,
+        steering: 0,
+    };
+    (tenant, nonce)
 }
 
 /// A validated view of a tenant TLV at the start of a datagram.
