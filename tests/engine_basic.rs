@@ -321,8 +321,10 @@ fn wait_timeout_hands_the_completion_back() {
 }
 
 /// Defect 1 of the engine-core issue on real sockets: answers that ask for a new port
-/// under continuous load, from two and three servers, so several old sockets drain at
-/// once. On the previous core this panicked the core thread and hung its waiters.
+/// under heavy continuous load, from two and three servers, so several old sockets drain
+/// at once and full receive batches arrive on a draining socket. On the previous core
+/// this panicked the core thread ("index out of bounds" in the socket list) and hung
+/// every waiter.
 #[test]
 fn overlapping_steering_drains_under_load_complete_every_request() {
     let _serial = serial();
@@ -333,8 +335,8 @@ fn overlapping_steering_drains_under_load_complete_every_request() {
                     COOKIE,
                     10 + i,
                     Faults {
-                        steer_every: 3,
-                        jitter: ms(4),
+                        steer_every: 40,
+                        jitter: ms(3),
                         seed: i,
                         ..Faults::default()
                     },
@@ -347,19 +349,29 @@ fn overlapping_steering_drains_under_load_complete_every_request() {
             RequestPolicy::default(),
         );
         let h = e.handle();
-        let res = resource("drains", u32::MAX);
-        for _ in 0..40 {
-            let b: Vec<_> = (0..25)
-                .map(|_| h.request().consume(&res, 1).build())
-                .collect();
-            let outs = h
-                .submit_batch(b)
-                .wait_timeout(Duration::from_secs(10))
-                .unwrap_or_else(|_| panic!("waiters hang"));
-            assert_eq!(outs.len(), 25);
+        let res = std::sync::Arc::new(resource("drains", u32::MAX));
+        let threads: Vec<_> = (0..6)
+            .map(|_| {
+                let (h, res) = (h.clone(), res.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..30 {
+                        let b: Vec<_> = (0..300)
+                            .map(|_| h.request().consume(&res, 1).build())
+                            .collect();
+                        let outs = h
+                            .submit_batch(b)
+                            .wait_timeout(Duration::from_secs(10))
+                            .unwrap_or_else(|_| panic!("waiters hang"));
+                        assert_eq!(outs.len(), 300);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
         }
         let s = h.stats();
-        assert_eq!(s.completions, 1000);
+        assert_eq!(s.completions, 54_000);
         assert!(s.steering_rebinds >= 2, "{}", s.steering_rebinds);
         assert_eq!(s.dead_cores, 0);
         e.shutdown();

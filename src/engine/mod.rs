@@ -50,7 +50,7 @@ use self::membership::Membership;
 pub use self::stats::Stats;
 pub use self::submit::{Batch, Request, RequestBuilder};
 use self::submit::{CoreQueue, Msg};
-use crate::error::{ConfigError, RequestError};
+use crate::error::ConfigError;
 use crate::ids::LatencyTracker;
 use crate::key::ApiKey;
 use crate::machine::{Endpoint, Plan};
@@ -640,11 +640,8 @@ impl EngineHandle {
     /// Reports an observed latency for `tracker` (whole ms), coalesced per core and sent
     /// once to every endpoint of the current membership.
     pub fn report(&self, tracker: &LatencyTracker, observed: Duration) -> Result<(), Failure> {
-        if !observed.subsec_nanos().is_multiple_of(1_000_000) {
-            return Err(Failure::Configuration(RequestError::BadLatency.into()));
-        }
-        let observed_ms = u32::try_from(observed.as_millis())
-            .map_err(|_| Failure::Configuration(RequestError::BadLatency.into()))?;
+        let observed_ms = crate::ids::latency_ms(observed, crate::ids::LatencyField::Observed)
+            .map_err(|e| Failure::Configuration(e.into()))?;
         if !self.enter() {
             return Err(Failure::Shutdown);
         }

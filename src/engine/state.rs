@@ -28,9 +28,9 @@ use super::sockets::{SockId, SocketOp, SocketTable};
 use super::stats::{ROUND_BUCKETS, Stats};
 use super::submit::{Msg, PduBuf};
 use super::wheel::{TimerHandle, TimerWheel};
-use crate::machine::{Accepted, Ignored, Sends, TransmitKind};
-use crate::outcome::{CommError, Failure, GuardResult, Phase, ResourceResult, Response};
-use crate::wire::{self, DropReason, RateResponseView, RngError, TenantFields, TenantView};
+use crate::machine::{Sends, TransmitKind};
+use crate::outcome::{CommError, Failure, Phase, Response};
+use crate::wire::{self, DropReason, RateResponseView, RngError, TenantView};
 
 /// Submissions taken from the queue per call of [`CoreState::handle_queue`].
 pub const DRAIN: usize = 256;
@@ -75,15 +75,11 @@ impl RandPool {
         Ok(())
     }
 
-    /// A fresh unique id (v4-shaped) and nonce.
-    fn ids(&mut self) -> Result<([u8; 16], [u8; 12]), RngError> {
-        let mut rnd = [0u8; 28];
+    /// The random bytes of one datagram's unique id and nonce.
+    fn datagram_random(&mut self) -> Result<[u8; wire::DATAGRAM_RANDOM_LEN], RngError> {
+        let mut rnd = [0u8; wire::DATAGRAM_RANDOM_LEN];
         self.fill(&mut rnd)?;
-        let mut uid = [0u8; 16];
-        uid.copy_from_slice(&rnd[..16]);
-        let mut nonce = [0u8; 12];
-        nonce.copy_from_slice(&rnd[16..]);
-        Ok((uid, nonce))
+        Ok(rnd)
     }
 }
 
@@ -232,25 +228,9 @@ impl CoreState {
             .handle_results(&self.shared.plan, now, server_id, steering)
         {
             Ok(v) => {
-                if v.accepted != Accepted::NotRetained {
+                if v.keeps_response() {
                     // built straight into the completion slot (replacing a retained one)
-                    let r = Response::from_results(
-                        server_id,
-                        steering,
-                        v.phase,
-                        resp.guards().map(|g| {
-                            GuardResult::new(
-                                g.tracker_id(),
-                                g.threshold_ms(),
-                                g.current_latency_ms(),
-                            )
-                        }),
-                        resp.resources().map(|r| ResourceResult {
-                            bucket_id: r.bucket_id(),
-                            actual_rate: r.actual_rate(),
-                            deficit: r.deficit(),
-                        }),
-                    );
+                    let r = Response::from_view(server_id, steering, v.phase, &resp);
                     self.shared.pool.stage(e.slot, r);
                     e.answered_us = micros(now.saturating_duration_since(e.req.started()));
                 }
@@ -261,8 +241,10 @@ impl CoreState {
                     }
                 }
             }
-            Err(Ignored::UnknownServer) => self.stats.drop(DropReason::UnknownServer),
-            Err(_) => self.stats.ignored_responses += 1,
+            Err(i) => match i.drop_reason() {
+                Some(r) => self.stats.drop(r),
+                None => self.stats.ignored_responses += 1,
+            },
         }
         self.drive(key, now, out);
     }
@@ -347,18 +329,14 @@ impl CoreState {
                 return self.fail_early(slot, f);
             }
         };
-        let Ok((mut uid, nonce)) = self.rng.ids() else {
+        let Ok(rnd) = self.rng.datagram_random() else {
             self.inflight.unreserve(key);
             return self.fail_early(slot, Failure::Communication(CommError::Rng));
         };
-        self.inflight.stamp_unique_id(key, &mut uid);
-        wire::shape_unique_id(&mut uid);
-        let tenant = TenantFields {
-            id: self.shared.auth.key_id(),
-            unique_id: uid,
-            timestamp_ms: self.wall_ms,
-            steering: 0,
-        };
+        let (mut tenant, nonce) =
+            wire::request_tenant(self.shared.auth.key_id(), &rnd, self.wall_ms);
+        // the routing bytes (0..5) are untouched by the id's v4 shaping (bytes 6, 8)
+        self.inflight.stamp_unique_id(key, &mut tenant.unique_id);
         let pdu = pdu.as_slice();
         let p = self.shared.auth.pdu_offset();
         let total = p + pdu.len();
@@ -564,19 +542,12 @@ impl CoreState {
             return;
         }
         let snapshot = self.shared.membership.snapshot();
-        let ids = self.rng.ids();
-        let (Ok((mut uid, nonce)), false) = (ids, snapshot.is_empty()) else {
+        let (Ok(rnd), false) = (self.rng.datagram_random(), snapshot.is_empty()) else {
             self.stats.report_failures += 1;
             self.reports.clear();
             return;
         };
-        wire::shape_unique_id(&mut uid);
-        let tenant = TenantFields {
-            id: self.shared.auth.key_id(),
-            unique_id: uid,
-            timestamp_ms: self.wall_ms,
-            steering: 0,
-        };
+        let (tenant, nonce) = wire::request_tenant(self.shared.auth.key_id(), &rnd, self.wall_ms);
         let encoded = wire::encode_report(
             &self.shared.auth,
             &tenant,

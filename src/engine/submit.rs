@@ -107,14 +107,6 @@ impl CoreQueue {
     }
 }
 
-/// Whole milliseconds of `d` as u32, or `BadLatency`.
-fn latency_ms(d: Duration) -> Result<u32, RequestError> {
-    if !d.subsec_nanos().is_multiple_of(1_000_000) {
-        return Err(RequestError::BadLatency);
-    }
-    u32::try_from(d.as_millis()).map_err(|_| RequestError::BadLatency)
-}
-
 /// Builds one resource request. Obtained from [`EngineHandle::request`].
 #[must_use = "a request does nothing until sent"]
 pub struct RequestBuilder<'a> {
@@ -166,9 +158,11 @@ impl<'a> RequestBuilder<'a> {
         self
     }
 
-    /// Requires `tracker`'s current latency to be below `threshold` (whole ms).
+    /// Requires `tracker`'s current latency to be below `threshold` (a positive whole
+    /// number of milliseconds, as the official client requires; anything else fails
+    /// the request with a configuration error).
     pub fn guard(mut self, tracker: &LatencyTracker, threshold: Duration) -> Self {
-        match latency_ms(threshold) {
+        match crate::ids::latency_ms(threshold, crate::ids::LatencyField::GuardThreshold) {
             Ok(ms) => self.guards.push(GuardSpec {
                 tracker_id: tracker.id(),
                 ttl_ms: tracker.ttl_ms(),
