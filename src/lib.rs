@@ -25,10 +25,12 @@
 //! (`rl-responder`); everything below it is tested on virtual time and test vectors.
 
 pub mod discovery;
+pub mod endpoint;
 pub mod engine;
 pub mod error;
 pub mod ids;
 pub mod key;
+pub mod key_source;
 pub mod machine;
 pub mod outcome;
 pub mod policy;
@@ -41,8 +43,8 @@ pub use crate::engine::{
 pub use crate::error::{ConfigError, KeyError};
 pub use crate::ids::{LatencyTracker, Resource};
 pub use crate::key::{ApiKey, AuthMode, Quotas};
-pub use crate::machine::Endpoint;
+pub use crate::endpoint::{Endpoint, EndpointParseError};
 pub use crate::outcome::{
     Decision, Failure, FailureCategory, GuardResult, Outcome, Phase, ResourceResult, Response,
 };
-pub use crate::policy::{PolicyError, RequestPolicy, Schedule};
+pub use crate::policy::{PolicyError, RequestPolicy, Schedule, ScheduleParseError};
