@@ -15,15 +15,9 @@ use ratelimitly_engine::wire::{
 };
 
 const KEYS: [(&str, &str); 3] = [
-    (
-        "aes",
-        "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5",
-    ),
-    (
-        "cookie",
-        "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p",
-    ),
-    ("none", "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys"),
+    ("aes", rl_testkit::keys::AES),
+    ("cookie", rl_testkit::keys::COOKIE),
+    ("none", rl_testkit::keys::NONE),
 ];
 
 const SERVER_ID: u64 = 0x1234_5678 << 23;

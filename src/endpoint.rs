@@ -57,9 +57,8 @@ pub enum EndpointParseError {
 
 /// Parses a canonical decimal server id (see the module docs).
 fn parse_server_id(text: &str) -> Option<u64> {
-    let canonical = !text.is_empty()
-        && text.bytes().all(|b| b.is_ascii_digit())
-        && !text.starts_with('0');
+    let canonical =
+        !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) && !text.starts_with('0');
     if canonical { text.parse().ok() } else { None }
 }
 

@@ -290,7 +290,7 @@ mod tests {
 
     #[test]
     fn parses_none_fixture() {
-        let k: ApiKey = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys".parse().unwrap();
+        let k: ApiKey = rl_testkit::keys::NONE.parse().unwrap();
         assert_eq!(k.mode(), AuthMode::None);
         assert_eq!(k.key_id(), 0x0102_0304_0506_0708);
         assert_eq!(k.quotas().dedup_ttl_ms_max, 300);

@@ -114,7 +114,7 @@ mod tests {
 
     #[test]
     fn file_is_trimmed_and_errors_never_echo() {
-        let none = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
+        let none = rl_testkit::keys::NONE;
         let p = key_file("ok", &format!("  {none}\n\n"));
         assert_eq!(load_key(Some(&p)).unwrap().key_id(), 72_623_859_790_382_856);
         let bad = &none[..none.len() - 1];

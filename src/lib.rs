@@ -36,6 +36,7 @@ pub mod outcome;
 pub mod policy;
 pub mod wire;
 
+pub use crate::endpoint::{Endpoint, EndpointParseError};
 pub use crate::engine::{
     Batch, BuildError, Completion, Cores, DnsConfig, Engine, EngineBuilder, EngineHandle,
     OptionError, Request, RequestBuilder, Stats,
@@ -43,7 +44,6 @@ pub use crate::engine::{
 pub use crate::error::{ConfigError, KeyError};
 pub use crate::ids::{LatencyTracker, Resource};
 pub use crate::key::{ApiKey, AuthMode, Quotas};
-pub use crate::endpoint::{Endpoint, EndpointParseError};
 pub use crate::outcome::{
     Decision, Failure, FailureCategory, GuardResult, Outcome, Phase, ResourceResult, Response,
 };

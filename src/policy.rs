@@ -151,7 +151,9 @@ impl std::str::FromStr for Schedule {
             let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
             if digits { s.parse().ok() } else { None }
         }
-        let (kind, rest) = text.split_once(':').ok_or(ScheduleParseError::UnknownKind)?;
+        let (kind, rest) = text
+            .split_once(':')
+            .ok_or(ScheduleParseError::UnknownKind)?;
         let expected = match kind {
             "fixed" => "fixed:B",
             "linear" => "linear:INIT,STEP,MAX",

@@ -12,11 +12,8 @@ use ratelimitly_engine::wire::{
     TenantView,
 };
 
-const KEYS: [&str; 3] = [
-    "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys",
-    "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p",
-    "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5",
-];
+/// None, cookie and aes fixtures (tests/data/vectors.json).
+const KEYS: [&str; 3] = rl_testkit::keys::ALL_MODES;
 
 fn auths() -> [Auth; 3] {
     KEYS.map(|k| Auth::new(&k.parse::<ApiKey>().unwrap()))

@@ -94,8 +94,7 @@ mod tests {
 
     #[test]
     fn file_text_with_comments_and_errors_without_key_text() {
-        let aes =
-            "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5";
+        let aes = rl_testkit::keys::AES;
         let text = format!("# keys\n\n{aes}  # key 3\n");
         let keys = parse_keys_text(&text, Path::new("k.txt")).unwrap();
         assert_eq!(keys[0].key_id(), 3);

@@ -4,8 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const AES_KEY: &str =
-    "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5";
+use rl_testkit::keys::AES as AES_KEY;
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rl-responder"));

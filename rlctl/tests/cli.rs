@@ -12,13 +12,7 @@ use ratelimitly_engine::key::ApiKey;
 use rl_responder::{Faults, ResponderConfig, ResponderHandle};
 use serde_json::Value;
 
-const AES_KEY: &str =
-    "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5";
-const COOKIE_KEY: &str =
-    "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
-/// vectors.json keys_invalid "bad_checksum".
-const BAD_KEY: &str =
-    "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x6";
+use rl_testkit::keys::{AES as AES_KEY, BAD_CHECKSUM as BAD_KEY, COOKIE as COOKIE_KEY};
 
 fn rlctl(key: Option<&str>, args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rlctl"));
