@@ -1,7 +1,8 @@
 //! `rl-responder` binary: runs the test/benchmark responder (not a production service).
 //!
-//! Owns: the command line, key loading from the environment / a keys file (never from
-//! the command line), the one-line JSON readiness report, and stopping on SIGINT/SIGTERM.
+//! Owns: the command line, key loading from the environment / a key file / a keys file
+//! (never from the command line; through `keys` and the engine's `key_source`), the
+//! one-line JSON readiness report, and stopping on SIGINT/SIGTERM.
 //! Must not touch: decision logic or sockets directly (it uses the embedded API).
 
 use std::net::SocketAddr;
@@ -16,17 +17,21 @@ use rl_responder::{BrokenReply, Faults, FixedDecision, ResponderConfig, dns, key
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Ratelimitly wire-v2 test and benchmark responder. The key comes from
-/// RATELIMITLY_API_KEY (and --keys-file), never from the command line.
+/// RATELIMITLY_API_KEY or --key-file (and more from --keys-file), never from the command
+/// line.
 #[derive(Parser, Debug)]
 #[command(name = "rl-responder", version)]
 struct Cli {
     /// Listen address.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
+    /// Read the API key from this file instead of RATELIMITLY_API_KEY.
+    #[arg(long, value_name = "PATH")]
+    key_file: Option<PathBuf>,
     /// More keys: a file with one key per line (# comments).
     #[arg(long)]
     keys_file: Option<PathBuf>,
-    /// Server id (default: from the start time, wire.md §7).
+    /// Server id (default: from the start time, docs/protocol.md §7).
     #[arg(long)]
     server_id: Option<u64>,
     /// Cores (one pinned executor and one SO_REUSEPORT socket each).
@@ -100,7 +105,7 @@ fn wait_signal(set: &libc::sigset_t) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let keys = match keys::load(cli.keys_file.as_deref()) {
+    let keys = match keys::load(cli.key_file.as_deref(), cli.keys_file.as_deref()) {
         Ok(k) => k,
         Err(e) => {
             eprintln!("rl-responder: {e}");
