@@ -110,6 +110,41 @@ fn embedded_server_id(index: usize) -> u64 {
     rl_responder::decide::default_server_id(now, index as u64 + 1)
 }
 
+/// Starts the `i`-th embedded responder and moves its threads onto its responder core
+/// (the responder pins executor i on CPU i itself); records its threads.
+fn spawn_responder(
+    args: &Args,
+    key: &ApiKey,
+    i: usize,
+    silent: bool,
+    responder_cores: &[usize],
+    server_threads: &mut std::collections::HashSet<u32>,
+) -> Result<ResponderHandle, SetupError> {
+    let mut cfg = ResponderConfig::new(vec![key.clone()]);
+    cfg.server_id = Some(embedded_server_id(i));
+    cfg.cores = 1;
+    cfg.faults = Faults {
+        drop_out: args.loss,
+        delay: Duration::from_millis(args.delay_ms),
+        jitter: Duration::from_millis(args.jitter_ms),
+        silent,
+        seed: 0x10ad_0000 + i as u64,
+        ..Faults::default()
+    };
+    let core = responder_cores
+        .get(i % responder_cores.len().max(1))
+        .copied();
+    let before = crate::stats::thread_ids();
+    let h = rl_responder::spawn(cfg).map_err(|e| SetupError::Responder(format!("{e}")))?;
+    for tid in crate::stats::thread_ids().difference(&before) {
+        if let Some(c) = core {
+            crate::stats::pin_thread(*tid, c);
+        }
+        server_threads.insert(*tid);
+    }
+    Ok(h)
+}
+
 /// Starts (or resolves) the servers for `args`. `responder_cores` are where the
 /// embedded responders' threads should live.
 pub fn start(args: &Args, responder_cores: &[usize]) -> Result<Servers, SetupError> {
@@ -131,31 +166,8 @@ pub fn start(args: &Args, responder_cores: &[usize]) -> Result<Servers, SetupErr
     let mut dead = Vec::new();
     let mut server_threads = std::collections::HashSet::new();
     for i in 0..count {
-        let mut cfg = ResponderConfig::new(vec![key.clone()]);
-        cfg.server_id = Some(embedded_server_id(i));
-        cfg.cores = 1;
         let silent = args.dead_oldest && i == 0;
-        cfg.faults = Faults {
-            drop_out: args.loss,
-            delay: Duration::from_millis(args.delay_ms),
-            jitter: Duration::from_millis(args.jitter_ms),
-            silent,
-            seed: 0x10ad_0000 + i as u64,
-            ..Faults::default()
-        };
-        // The responder pins its executors itself (executor i on CPU i); move its
-        // new threads onto the responder core afterwards.
-        let core = responder_cores
-            .get(i % responder_cores.len().max(1))
-            .copied();
-        let before = crate::stats::thread_ids();
-        let h = rl_responder::spawn(cfg).map_err(|e| SetupError::Responder(format!("{e}")))?;
-        for tid in crate::stats::thread_ids().difference(&before) {
-            if let Some(c) = core {
-                crate::stats::pin_thread(*tid, c);
-            }
-            server_threads.insert(*tid);
-        }
+        let h = spawn_responder(args, &key, i, silent, responder_cores, &mut server_threads)?;
         let ep = Endpoint {
             server_id: h.server_id(),
             addr: h.addr(),
