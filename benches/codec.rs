@@ -2,7 +2,7 @@
 //! mode (none, cookie, aes) request encode + seal and response open + decode.
 //!
 //! Owns nothing but measurements (sans-IO: no socket, no clock). The keys are the
-//! public synthetic fixtures of the spec's vectors.json. Run:
+//! public synthetic fixtures of tests/data/vectors.json (via rl-testkit). Run:
 //! `cargo bench --bench codec`.
 
 use std::hint::black_box;

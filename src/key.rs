@@ -1,5 +1,5 @@
 //! API keys: parsing of format-1 Bech32 key strings (`rl-aes1…`, `rl-cookie1…`,
-//! `rl-none1…`, wire.md §6) into an [`ApiKey`] holding the key id, the auth mode, the
+//! `rl-none1…`, docs/protocol.md §6) into an [`ApiKey`] holding the key id, the auth mode, the
 //! 32-byte secret and the decoded [`Quotas`].
 //!
 //! Owns: key text decoding and the quota word. Must not touch: I/O, wire framing, the

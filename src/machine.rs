@@ -1,5 +1,5 @@
 //! The request state machine: delivery and selection of one non-empty logical request
-//! (client.md §3–§4), sans-IO.
+//! (docs/protocol.md §11–§12), sans-IO.
 //!
 //! Owns: [`RequestMachine`], [`Delivery`], [`Plan`], [`Endpoint`], [`Snapshot`],
 //! [`Transmit`]; the rules for rounds, replays, the final phase, round-0 oldest-server

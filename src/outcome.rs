@@ -1,10 +1,10 @@
 //! Outcomes of one logical request: a decision ([`Response`], granted or rejected) or a
-//! [`Failure`] (no decision), as client.md §1 defines them.
+//! [`Failure`] (no decision), as docs/protocol.md §9 defines them.
 //!
 //! Owns: [`Decision`], [`Response`] with its per-resource and per-guard results,
 //! [`Phase`], [`Failure`] with its [`FailureCategory`], [`CommError`] and the [`Outcome`]
 //! alias; the rule "grant exactly when every guard's current latency < threshold and every
-//! deficit is 0" (wire.md §3).
+//! deficit is 0" (docs/protocol.md §3).
 //! Must not touch: sockets, clocks, wire parsing (callers hand in decoded results), the
 //! API key. No error here is string-typed or ever carries key material.
 

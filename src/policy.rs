@@ -1,6 +1,6 @@
 //! Request policy: the time unit U, the replay count N, the replay-gap schedule B(k), the
 //! final receive units F, completion delivery, and the horizon H = U × (B(0)+…+B(N)+F)
-//! (client.md §2).
+//! (docs/protocol.md §10).
 //!
 //! Owns: [`RequestPolicy`], its builder, [`Schedule`] and [`PolicyError`]; every check of
 //! a policy that can be made before a send (including the key's dedup-TTL limit).
@@ -49,7 +49,7 @@ pub enum ScheduleError {
 }
 
 impl Schedule {
-    /// Checks the schedule's domain (client.md §2).
+    /// Checks the schedule's domain (docs/protocol.md §10).
     pub fn validate(&self) -> Result<(), ScheduleError> {
         let (initial, max) = match *self {
             Schedule::Fixed(b) => {

@@ -1,4 +1,4 @@
-//! Conformance checklist of client.md §8 (and the rules of §2–§4) as named scenario tests
+//! Conformance checklist of docs/protocol.md §16 (and the rules of §10–§12) as named scenario tests
 //! of the sans-IO request machine, on virtual time: an `Instant` base plus `Duration`s.
 //! No sockets, no sleeping.
 

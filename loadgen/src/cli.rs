@@ -74,7 +74,7 @@ pub struct Args {
     #[serde(skip)]
     pub servers: usize,
     /// External endpoint `ID@IP:PORT` (repeatable; ID canonical decimal > 0, IPv6 as
-    /// ID@[::1]:PORT); the key comes from RATELIMITLY_API_KEY or --key-file.
+    /// `ID@[::1]:PORT`); the key comes from RATELIMITLY_API_KEY or --key-file.
     #[arg(long = "endpoint")]
     #[serde(skip)]
     pub endpoints: Vec<Endpoint>,

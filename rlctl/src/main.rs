@@ -10,6 +10,10 @@
 //! `RATELIMITLY_API_KEY` or `--key-file PATH`, never from the command line, and is never
 //! printed (not even in errors).
 
+// The doc comments of the clap structs in cli.rs are --help text written for a terminal
+// (`<DOMAIN>`, `[::1]`), not rustdoc markup.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

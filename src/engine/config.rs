@@ -1,7 +1,7 @@
 //! Engine configuration: the builder's options, their validation, and the errors of
 //! `EngineBuilder::build()`.
 //!
-//! Owns: [`Cores`], [`DnsConfig`], [`BuildError`], the validated [`EngineConfig`] and the
+//! Owns: [`Cores`], [`DnsConfig`], [`BuildError`], the validated `EngineConfig` and the
 //! locked-memory check for glommio's io_uring buffers.
 //! Must not touch: sockets, threads (build() starts them in `mod.rs` only after
 //! validation succeeded). Errors never contain the API key.
@@ -25,7 +25,7 @@ pub enum Cores {
     List(Vec<usize>),
 }
 
-/// Discovery through DNS (client.md §5).
+/// Discovery through DNS (docs/protocol.md §13).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DnsConfig {
     /// Service domain; `None` = the key's default domain.

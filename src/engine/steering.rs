@@ -1,4 +1,4 @@
-//! Source-port steering for one core (client.md §6): the set of sockets a core owns.
+//! Source-port steering for one core (docs/protocol.md §14): the set of sockets a core owns.
 //!
 //! Owns: the current socket (new requests are sent from it), older sockets still
 //! draining their in-flight requests (they keep receiving, then close), per-socket
