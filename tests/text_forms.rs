@@ -59,16 +59,31 @@ proptest! {
 
 #[test]
 fn endpoint_grammar() {
+    use EndpointParseError::*;
+    let e: Endpoint = "7@127.0.0.1:4000".parse().unwrap();
+    assert_eq!(
+        (e.server_id, e.addr),
+        (7, "127.0.0.1:4000".parse().unwrap())
+    );
     let e: Endpoint = "7@[::1]:4000".parse().unwrap();
     assert_eq!(e.server_id, 7);
     assert_eq!(e.to_string(), "7@[::1]:4000");
+    let e: Endpoint = "18446744073709551615@[::1]:5".parse().unwrap();
+    assert_eq!(e.server_id, u64::MAX);
     for (text, err) in [
-        ("+5@127.0.0.1:1", EndpointParseError::BadServerId),
-        ("05@127.0.0.1:1", EndpointParseError::BadServerId),
-        ("0@127.0.0.1:1", EndpointParseError::BadServerId),
-        ("5-127.0.0.1:1", EndpointParseError::MissingAt),
-        ("5@::1:1", EndpointParseError::BadAddress),
-        ("5@127.0.0.1:0", EndpointParseError::PortZero),
+        ("+5@127.0.0.1:1", BadServerId),
+        ("-5@127.0.0.1:1", BadServerId),
+        ("05@127.0.0.1:1", BadServerId),
+        ("0@127.0.0.1:1", BadServerId),
+        (" 5@127.0.0.1:1", BadServerId),
+        ("@127.0.0.1:1", BadServerId),
+        ("18446744073709551616@127.0.0.1:1", BadServerId),
+        ("5-127.0.0.1:1", MissingAt),
+        ("5@::1:1", BadAddress),
+        ("5@127.0.0.1", BadAddress),
+        ("5@localhost:1", BadAddress),
+        ("5@127.0.0.1:1 ", BadAddress),
+        ("5@127.0.0.1:0", PortZero),
     ] {
         assert_eq!(text.parse::<Endpoint>(), Err(err), "{text}");
     }
