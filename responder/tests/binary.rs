@@ -55,3 +55,33 @@ fn missing_or_bad_key_exits_two_without_echoing_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("qypsq"), "{err}");
 }
+
+#[test]
+fn key_file_is_read_like_the_environment() {
+    let dir = std::env::temp_dir().join(format!("rl-responder-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("key");
+    std::fs::write(&path, format!("  {AES_KEY}\n")).unwrap();
+    let mut child = bin()
+        .arg("--key-file")
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.starts_with(r#"{"event":"ready""#), "{line}");
+    let out = bin()
+        .arg("--key-file")
+        .arg(dir.join("missing"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("key file"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
