@@ -75,7 +75,7 @@ pub struct Args {
     pub servers: usize,
     /// External endpoint `ID@IP:PORT` (repeatable; ID canonical decimal > 0, IPv6 as
     /// `ID@[::1]:PORT`); the key comes from RATELIMITLY_API_KEY or --key-file.
-    #[arg(long = "endpoint")]
+    #[arg(long = "endpoint", value_name = "ID@IP:PORT")]
     #[serde(skip)]
     pub endpoints: Vec<Endpoint>,
     /// External service domain (DNS discovery); the key comes from RATELIMITLY_API_KEY or
