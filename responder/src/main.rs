@@ -40,11 +40,11 @@ struct Cli {
     /// Dedup table capacity (entries).
     #[arg(long, default_value_t = 65_536)]
     dedup_capacity: usize,
-    /// Drop inbound datagrams with this probability.
-    #[arg(long, default_value_t = 0.0)]
+    /// Drop inbound datagrams with this probability (0..=1).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
     drop_in: f64,
-    /// Drop responses with this probability.
-    #[arg(long, default_value_t = 0.0)]
+    /// Drop responses with this probability (0..=1).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
     drop_out: f64,
     /// Delay every response by this many ms.
     #[arg(long, default_value_t = 0)]
@@ -52,8 +52,8 @@ struct Cli {
     /// Add a uniform random delay of up to this many ms.
     #[arg(long, default_value_t = 0)]
     jitter_ms: u64,
-    /// Send a response twice with this probability.
-    #[arg(long, default_value_t = 0.0)]
+    /// Send a response twice with this probability (0..=1).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
     duplicate: f64,
     /// Ask for a source-port change (steering 0) every n-th response.
     #[arg(long, default_value_t = 0)]
@@ -75,11 +75,11 @@ struct Cli {
     dns_port: u16,
 }
 
-fn probability(p: f64, name: &str) -> Result<f64, String> {
-    if (0.0..=1.0).contains(&p) {
-        Ok(p)
-    } else {
-        Err(format!("--{name} must be a probability in [0, 1]"))
+/// A probability in [0, 1]; anything else is a usage error (never clamped).
+fn probability(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("{text:?} is not a probability in [0, 1]")),
     }
 }
 
@@ -112,26 +112,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let faults = (|| -> Result<Faults, String> {
-        Ok(Faults {
-            drop_in: probability(cli.drop_in, "drop-in")?,
-            drop_out: probability(cli.drop_out, "drop-out")?,
-            delay: Duration::from_millis(cli.delay_ms),
-            jitter: Duration::from_millis(cli.jitter_ms),
-            duplicate: probability(cli.duplicate, "duplicate")?,
-            steer_every: cli.steer_every,
-            fixed: cli.fixed,
-            broken: cli.broken,
-            silent: false,
-            seed: cli.seed,
-        })
-    })();
-    let faults = match faults {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("rl-responder: {e}");
-            return ExitCode::from(2);
-        }
+    let faults = Faults {
+        drop_in: cli.drop_in,
+        drop_out: cli.drop_out,
+        delay: Duration::from_millis(cli.delay_ms),
+        jitter: Duration::from_millis(cli.jitter_ms),
+        duplicate: cli.duplicate,
+        steer_every: cli.steer_every,
+        fixed: cli.fixed,
+        broken: cli.broken,
+        silent: false,
+        seed: cli.seed,
     };
     // Block the signals before any thread starts, so every thread inherits the mask
     // and only sigwait below sees them.
