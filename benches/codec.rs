@@ -2,7 +2,7 @@
 //! mode (none, cookie, aes) request encode + seal and response open + decode.
 //!
 //! Owns nothing but measurements (sans-IO: no socket, no clock). The keys are the
-//! public synthetic fixtures of the spec's vectors.json. Run:
+//! public synthetic fixtures of tests/data/vectors.json (via rl-testkit). Run:
 //! `cargo bench --bench codec`.
 
 use std::hint::black_box;
@@ -15,15 +15,9 @@ use ratelimitly_engine::wire::{
 };
 
 const KEYS: [(&str, &str); 3] = [
-    (
-        "aes",
-        "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5",
-    ),
-    (
-        "cookie",
-        "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p",
-    ),
-    ("none", "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys"),
+    ("aes", rl_testkit::keys::AES),
+    ("cookie", rl_testkit::keys::COOKIE),
+    ("none", rl_testkit::keys::NONE),
 ];
 
 const SERVER_ID: u64 = 0x1234_5678 << 23;

@@ -27,8 +27,7 @@ use rl_responder::ResponderConfig;
 #[path = "../tests/engine_common/grant_peer.rs"]
 mod grant_peer;
 
-const COOKIE: &str =
-    "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
+use rl_testkit::keys::COOKIE;
 
 fn engine_one_core(c: &mut Criterion) {
     let key: ApiKey = COOKIE.parse().unwrap();

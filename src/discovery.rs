@@ -1,4 +1,4 @@
-//! Server discovery by DNS (wire.md §7, client.md §5): a blocking SRV lookup of
+//! Server discovery by DNS (docs/protocol.md §7, §13): a blocking SRV lookup of
 //! `_ratelimitly._udp.<domain>`, then the A/AAAA addresses of every SRV target whose first
 //! label is `s-<canonical decimal server id>`.
 //!
@@ -22,9 +22,9 @@ use hickory_proto::rr::{Name, RData, Record, RecordType};
 
 use crate::machine::Endpoint;
 
-/// Unix time (seconds) of 2025-01-01T00:00:00Z, the epoch of server ids (wire.md §7).
+/// Unix time (seconds) of 2025-01-01T00:00:00Z, the epoch of server ids (docs/protocol.md §7).
 pub const SERVER_ID_EPOCH_UNIX_S: u64 = 1_735_689_600;
-/// Number of low bits of a server id below its start time (wire.md §7: `id >> 23`).
+/// Number of low bits of a server id below its start time (docs/protocol.md §7: `id >> 23`).
 pub const SERVER_ID_TIME_SHIFT: u32 = 23;
 /// The SRV service prefix put in front of the domain.
 pub const SRV_PREFIX: &str = "_ratelimitly._udp.";

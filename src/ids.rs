@@ -1,4 +1,4 @@
-//! Identities (wire.md §5): bucket ids and tracker ids are the first 16 bytes of the
+//! Identities (docs/protocol.md §5): bucket ids and tracker ids are the first 16 bytes of the
 //! unkeyed BLAKE2s-256 digest of `domain NUL · u32 name length · name · fields (u32 LE)`.
 //! Also the validated definitions that carry them: [`Resource`] (a rate bucket) and
 //! [`LatencyTracker`], whose id is computed once at construction.

@@ -1,5 +1,5 @@
 //! API keys: parsing of format-1 Bech32 key strings (`rl-aes1…`, `rl-cookie1…`,
-//! `rl-none1…`, wire.md §6) into an [`ApiKey`] holding the key id, the auth mode, the
+//! `rl-none1…`, docs/protocol.md §6) into an [`ApiKey`] holding the key id, the auth mode, the
 //! 32-byte secret and the decoded [`Quotas`].
 //!
 //! Owns: key text decoding, the quota word and [`KeyError`] (re-exported by `error`, which
@@ -384,7 +384,7 @@ mod tests {
 
     #[test]
     fn parses_none_fixture() {
-        let k: ApiKey = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys".parse().unwrap();
+        let k: ApiKey = rl_testkit::keys::NONE.parse().unwrap();
         assert_eq!(k.mode(), AuthMode::None);
         assert_eq!(k.key_id(), 0x0102_0304_0506_0708);
         assert_eq!(k.quotas().dedup_ttl_ms_max, 300);

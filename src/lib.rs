@@ -25,15 +25,18 @@
 //! (`rl-responder`); everything below it is tested on virtual time and test vectors.
 
 pub mod discovery;
+pub mod endpoint;
 pub mod engine;
 pub mod error;
 pub mod ids;
 pub mod key;
+pub mod key_source;
 pub mod machine;
 pub mod outcome;
 pub mod policy;
 pub mod wire;
 
+pub use crate::endpoint::{Endpoint, EndpointParseError};
 pub use crate::engine::{
     Batch, BuildError, Completion, Cores, DnsConfig, Engine, EngineBuilder, EngineHandle,
     OptionError, Request, RequestBuilder, Stats,
@@ -41,8 +44,7 @@ pub use crate::engine::{
 pub use crate::error::{ConfigError, KeyError};
 pub use crate::ids::{LatencyTracker, Resource};
 pub use crate::key::{ApiKey, AuthMode, Quotas};
-pub use crate::machine::Endpoint;
 pub use crate::outcome::{
     Decision, Failure, FailureCategory, GuardResult, Outcome, Phase, ResourceResult, Response,
 };
-pub use crate::policy::{PolicyError, RequestPolicy, Schedule};
+pub use crate::policy::{PolicyError, RequestPolicy, Schedule, ScheduleParseError};

@@ -1,5 +1,5 @@
 //! The request state machine: delivery and selection of one non-empty logical request
-//! (client.md §3–§4), sans-IO.
+//! (docs/protocol.md §11–§12), sans-IO.
 //!
 //! Owns: [`RequestMachine`], [`Delivery`], [`Plan`], [`Endpoint`], [`Snapshot`],
 //! [`Transmit`]; the rules for rounds, replays, the final phase, round-0 oldest-server
@@ -50,14 +50,8 @@ use crate::wire::{Auth, DropReason, RateResponseView, open};
 /// Most endpoints one snapshot may hold (the machine's endpoint sets are `u64` masks).
 pub const MAX_ENDPOINTS: usize = 64;
 
-/// One address of one server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Endpoint {
-    /// The server's id (smallest = oldest).
-    pub server_id: u64,
-    /// Where to send.
-    pub addr: SocketAddr,
-}
+/// One address of one server (owned by [`crate::endpoint`], re-exported here).
+pub use crate::endpoint::Endpoint;
 
 /// The endpoints a request was started with; a dual-stack server has several endpoints
 /// with the same id. At most [`MAX_ENDPOINTS`].

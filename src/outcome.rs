@@ -1,12 +1,12 @@
 //! Outcomes of one logical request: a decision ([`Response`], granted or rejected) or a
-//! [`Failure`] (no decision), as client.md §1 defines them.
+//! [`Failure`] (no decision), as docs/protocol.md §9 defines them.
 //!
 //! Owns: [`Decision`], [`Response`] with its per-resource and per-guard results,
 //! [`Phase`], [`Failure`] with its [`FailureCategory`], [`CommError`] and the [`Outcome`]
 //! alias; building a [`Response`] from a validated response view
 //! ([`Response::from_view`], the one place that does). The grant rule itself, "grant
 //! exactly when every guard's current latency < threshold and every deficit is 0"
-//! (wire.md §3), is stated once in `wire` ([`wire::grants`], [`wire::guard_passes`]) and
+//! (docs/protocol.md §3), is stated once in `wire` ([`wire::grants`], [`wire::guard_passes`]) and
 //! applied here.
 //! Must not touch: sockets, clocks, wire parsing (callers hand in views that already
 //! passed the wire checks, or decoded results), the API key. No error here is string-typed

@@ -1,6 +1,6 @@
 //! Request policy: the time unit U, the replay count N, the replay-gap schedule B(k), the
 //! final receive units F, completion delivery, and the horizon H = U × (B(0)+…+B(N)+F)
-//! (client.md §2).
+//! (docs/protocol.md §10).
 //!
 //! Owns: [`RequestPolicy`], its builder, [`Schedule`] and [`PolicyError`]; every check of
 //! a policy that can be made before a send (including the key's dedup-TTL limit).
@@ -49,7 +49,7 @@ pub enum ScheduleError {
 }
 
 impl Schedule {
-    /// Checks the schedule's domain (client.md §2).
+    /// Checks the schedule's domain (docs/protocol.md §10).
     pub fn validate(&self) -> Result<(), ScheduleError> {
         let (initial, max) = match *self {
             Schedule::Fixed(b) => {
@@ -113,6 +113,78 @@ impl Schedule {
             Schedule::Fixed(b) => b,
             Schedule::Linear { step, max, .. } => current.saturating_add(step).min(max),
             Schedule::Exponential { factor, max, .. } => current.saturating_mul(factor).min(max),
+        }
+    }
+}
+
+/// Why a text is not a schedule (see [`Schedule`]'s [`FromStr`](std::str::FromStr)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleParseError {
+    /// The kind before `:` is not `fixed`, `linear`, `exp` or `exponential`, or there is
+    /// no `:`.
+    #[error("expected fixed:B, linear:INIT,STEP,MAX or exp:INIT,FACTOR,MAX")]
+    UnknownKind,
+    /// The kind is known but its values are not the right count of decimal u32s.
+    #[error("{expected}: each value a decimal number 0..=4294967295")]
+    BadValues {
+        /// The form the kind needs, e.g. `linear:INIT,STEP,MAX`.
+        expected: &'static str,
+    },
+}
+
+/// The one text form of a schedule, shared by every tool:
+///
+/// ```text
+/// fixed:B | linear:INIT,STEP,MAX | exp:INIT,FACTOR,MAX   (exponential: is accepted for exp:)
+/// ```
+///
+/// Values are plain decimal `u32` (ASCII digits only: no sign, no whitespace). Parsing
+/// checks the syntax only; the domain (B >= 1, step >= 1, factor >= 2, 1 <= INIT <= MAX)
+/// is [`Schedule::validate`]'s, which the policy builder runs and which names the rule
+/// that fails. [`Display`](std::fmt::Display) writes the same form (`exp:` for
+/// exponential), so display and parse round-trip.
+impl std::str::FromStr for Schedule {
+    type Err = ScheduleParseError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        fn number(s: &str) -> Option<u32> {
+            let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+            if digits { s.parse().ok() } else { None }
+        }
+        let (kind, rest) = text
+            .split_once(':')
+            .ok_or(ScheduleParseError::UnknownKind)?;
+        let expected = match kind {
+            "fixed" => "fixed:B",
+            "linear" => "linear:INIT,STEP,MAX",
+            "exp" | "exponential" => "exp:INIT,FACTOR,MAX",
+            _ => return Err(ScheduleParseError::UnknownKind),
+        };
+        let bad = ScheduleParseError::BadValues { expected };
+        let values = rest.split(',').map(number).collect::<Option<Vec<u32>>>();
+        match (kind, values.as_deref().ok_or(bad)?) {
+            ("fixed", &[b]) => Ok(Schedule::Fixed(b)),
+            ("linear", &[initial, step, max]) => Ok(Schedule::Linear { initial, step, max }),
+            ("exp" | "exponential", &[initial, factor, max]) => Ok(Schedule::Exponential {
+                initial,
+                factor,
+                max,
+            }),
+            _ => Err(bad),
+        }
+    }
+}
+
+impl std::fmt::Display for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Schedule::Fixed(b) => write!(f, "fixed:{b}"),
+            Schedule::Linear { initial, step, max } => write!(f, "linear:{initial},{step},{max}"),
+            Schedule::Exponential {
+                initial,
+                factor,
+                max,
+            } => write!(f, "exp:{initial},{factor},{max}"),
         }
     }
 }

@@ -13,11 +13,8 @@ use ratelimitly_engine::wire::{
     TenantView,
 };
 
-const KEYS: [&str; 3] = [
-    "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys",
-    "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p",
-    "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5",
-];
+/// None, cookie and aes fixtures (tests/data/vectors.json).
+const KEYS: [&str; 3] = rl_testkit::keys::ALL_MODES;
 
 fn auths() -> [Auth; 3] {
     KEYS.map(|k| Auth::new(&k.parse::<ApiKey>().unwrap()))
@@ -498,7 +495,7 @@ proptest! {
     }
 
     /// The quota word parser: any u32 decodes exactly when its exponents and dedup code
-    /// are in range, to the values of wire.md §6.
+    /// are in range, to the values of docs/protocol.md §6.
     #[test]
     fn quota_words_decode_by_the_rules(word in any::<u32>()) {
         let field = |shift: u32, width: u32| (word >> shift) & ((1 << width) - 1);

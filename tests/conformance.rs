@@ -1,4 +1,4 @@
-//! Conformance checklist of client.md §8 (and the rules of §2–§4) as named scenario tests
+//! Conformance checklist of docs/protocol.md §16 (and the rules of §10–§12) as named scenario tests
 //! of the sans-IO request machine, on virtual time: an `Instant` base plus `Duration`s.
 //! No sockets, no sleeping.
 
@@ -46,13 +46,10 @@ fn allocs() -> u64 {
 }
 
 /// Public test fixture key (vectors.json `rust_none_fixture`): dedup_ttl_ms_max = 300.
-const KEY_300MS: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
+use rl_testkit::keys::NONE as KEY_300MS;
 /// Public test fixture keys (vectors.json `cookie_key_id_2`, `aes_key_id_3`,
 /// `free_plan_aes` = key id 2 with another secret).
-const COOKIE_KEY: &str =
-    "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
-const AES_KEY: &str =
-    "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5";
+use rl_testkit::keys::{AES as AES_KEY, COOKIE as COOKIE_KEY};
 
 const UNIQUE: [u8; 16] = [0x42; 16];
 

@@ -41,8 +41,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-const COOKIE: &str =
-    "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
+use rl_testkit::keys::COOKIE;
 
 fn run(h: &EngineHandle, res: &Resource, n: usize) {
     for _ in 0..n {

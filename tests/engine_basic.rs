@@ -1,4 +1,4 @@
-//! Engine against embedded responders on loopback: the client.md §8 checklist on real
+//! Engine against embedded responders on loopback: the docs/protocol.md §16 checklist on real
 //! sockets and time (representative scenarios; exact timing is covered on virtual time
 //! by the machine's tests).
 

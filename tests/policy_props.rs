@@ -283,7 +283,7 @@ proptest! {
     /// Random responses (from snapshot servers, dual-stack ones, and unknown servers) and
     /// random round-0 send failures, driven like a real driver (timers fired in order,
     /// responses at half-millisecond instants so they never tie with a deadline), against
-    /// an independent model of client.md §3–§4: same selected server and phase (or timeout
+    /// an independent model of docs/protocol.md §11–§12: same selected server and phase (or timeout
     /// / communication failure), completion sends exactly to unanswered endpoints and only
     /// before D, nothing sent at or after D, exactly one outcome.
     #[test]

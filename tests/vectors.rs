@@ -1,4 +1,4 @@
-//! Every entry of `shared/spec/vectors.json`: ids, label TLVs, valid and invalid keys,
+//! Every entry of `tests/data/vectors.json` (see `tests/data/README.md`): ids, label TLVs, valid and invalid keys,
 //! datagrams decoded to their fields, must-drop datagrams rejected, and our encoders
 //! reproducing the vectors' exact bytes from their inputs.
 
@@ -13,13 +13,13 @@ use ratelimitly_engine::wire::{
 };
 use serde_json::Value;
 
-const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/spec/vectors.json");
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/vectors.json");
 
 fn vectors() -> Value {
     let text = std::fs::read_to_string(VECTORS).unwrap_or_else(|e| {
         panic!(
-            "cannot read the test vectors at {VECTORS} ({e}); the repository expects a copy \
-             of shared/ beside it (shared/spec/vectors.json)"
+            "cannot read the test vectors at {VECTORS} ({e}); they are part of the \
+             repository (tests/data/vectors.json)"
         )
     });
     serde_json::from_str(&text).expect("vectors.json is valid JSON")

@@ -9,12 +9,9 @@ use libfuzzer_sys::fuzz_target;
 use ratelimitly_engine::key::ApiKey;
 use ratelimitly_engine::wire::{self, Auth, RateResponseView, TenantView};
 
-/// Public test-fixture keys from shared/spec/vectors.json (never real credentials).
-const KEYS: [&str; 3] = [
-    "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys",
-    "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p",
-    "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5",
-];
+/// Public test-fixture keys (none, cookie, aes) from tests/data/vectors.json, via
+/// rl-testkit (never real credentials).
+const KEYS: [&str; 3] = rl_testkit::keys::ALL_MODES;
 
 fn auths() -> &'static [Auth; 3] {
     static AUTHS: OnceLock<[Auth; 3]> = OnceLock::new();

@@ -1,15 +1,26 @@
 //! Command-line options of the load generator.
 //!
-//! Owns the clap definition and the parsing of small option grammars (schedules,
-//! endpoints, core lists). Must not touch sockets, responders or clients.
+//! Owns the clap definition, the range checks of numeric options (out-of-range values are
+//! rejected with the usage text, never clamped), core lists, the engine policy the options
+//! describe, and which options are recorded in the JSON report's `parameters` (derived
+//! with serde: every field not marked `skip`). Endpoints (`ID@IP:PORT`) and schedules are
+//! parsed by the engine's `FromStr` implementations. Must not touch sockets, responders
+//! or clients.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
+use clap::builder::RangedU64ValueParser;
 use clap::{Parser, ValueEnum};
+use serde::{Serialize, Serializer};
+
+use ratelimitly_engine::endpoint::Endpoint;
+use ratelimitly_engine::policy::{PolicyError, RequestPolicy, Schedule};
 
 /// Which client a run drives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ClientKind {
     /// Our thread-per-core engine (`ratelimitly_engine::engine`).
     Engine,
@@ -37,27 +48,53 @@ pub enum AuthArg {
     None,
 }
 
+const AFTER_HELP: &str = "\
+API key (only with --endpoint or --domain; embedded runs use a public test fixture):
+  read from RATELIMITLY_API_KEY, or from the file given with --key-file PATH (surrounding
+  whitespace ignored). Never on the command line; never printed.
+
+JSON output:
+  --json FILE writes the whole report (machine, parameters, every figure, per-second
+  series, ratios) as a JSON document to FILE; the human summary stays on stdout and the
+  progress on stderr. (rlctl's --json is a switch instead: rlctl answers one question per
+  run, so its JSON answer replaces its text on stdout.)
+
+Exit status: 0 every client completed what it submitted, 1 submitted != completed for a
+client, 2 usage or setup error.";
+
 /// Load generator for the Ratelimitly engine, the official client and a raw-UDP ceiling.
 ///
 /// With no arguments: two embedded loopback responders, AES key, default policy,
 /// the engine client on core 0, responders on core 1, 10 s.
-#[derive(Parser, Debug, Clone)]
-#[command(name = "loadgen", version)]
+#[derive(Parser, Debug, Clone, Serialize)]
+#[command(name = "loadgen", version, after_help = AFTER_HELP)]
 pub struct Args {
-    /// Number of embedded responders (servers).
-    #[arg(long, default_value_t = 2)]
+    /// Number of embedded responders (servers), >= 1.
+    #[arg(long, default_value_t = 2, value_parser = at_least_one())]
+    #[serde(skip)]
     pub servers: usize,
-    /// External endpoint `ID@IP:PORT` (repeatable); the key comes from RATELIMITLY_API_KEY.
-    #[arg(long = "endpoint", value_parser = parse_endpoint)]
-    pub endpoints: Vec<(u64, SocketAddr)>,
-    /// External service domain (DNS discovery); the key comes from RATELIMITLY_API_KEY.
+    /// External endpoint `ID@IP:PORT` (repeatable; ID canonical decimal > 0, IPv6 as
+    /// `ID@[::1]:PORT`); the key comes from RATELIMITLY_API_KEY or --key-file.
+    #[arg(long = "endpoint", value_name = "ID@IP:PORT")]
+    #[serde(skip)]
+    pub endpoints: Vec<Endpoint>,
+    /// External service domain (DNS discovery); the key comes from RATELIMITLY_API_KEY or
+    /// --key-file.
     #[arg(long)]
+    #[serde(skip)]
     pub domain: Option<String>,
     /// DNS server for --domain.
     #[arg(long)]
+    #[serde(skip)]
     pub dns_server: Option<SocketAddr>,
+    /// Read the API key for --endpoint/--domain from this file instead of
+    /// RATELIMITLY_API_KEY.
+    #[arg(long, value_name = "PATH")]
+    #[serde(skip)]
+    pub key_file: Option<PathBuf>,
     /// Auth mode of the embedded synthetic key.
     #[arg(long, value_enum, default_value_t = AuthArg::Aes)]
+    #[serde(skip)]
     pub auth: AuthArg,
 
     /// Policy time unit U in ms.
@@ -66,14 +103,16 @@ pub struct Args {
     /// Replay count N.
     #[arg(long, default_value_t = 1)]
     pub replays: u16,
-    /// Replay-gap schedule: fixed:B | linear:I,S,M | exp:I,F,M.
-    #[arg(long, default_value = "fixed:1", value_parser = parse_schedule)]
-    pub schedule: ScheduleArg,
+    /// Replay-gap schedule: fixed:B | linear:INIT,STEP,MAX | exp:INIT,FACTOR,MAX.
+    #[arg(long, default_value = "fixed:1")]
+    #[serde(serialize_with = "as_text")]
+    pub schedule: Schedule,
     /// Final receive units F.
     #[arg(long = "final", default_value_t = 1)]
     pub final_units: u32,
     /// Disable completion delivery.
     #[arg(long)]
+    #[serde(rename = "completion_delivery", serialize_with = "negated")]
     pub no_completion_delivery: bool,
 
     /// Resources consumed per request.
@@ -85,21 +124,21 @@ pub struct Args {
     /// Metrics label of each request (empty: none).
     #[arg(long, default_value = "")]
     pub label: String,
-    /// Fraction of operations that are latency reports instead of requests (0..1).
-    #[arg(long, default_value_t = 0.0)]
+    /// Fraction of operations that are latency reports instead of requests (0..=1).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
     pub report_share: f64,
-    /// Number of distinct buckets the requests spread over.
-    #[arg(long, default_value_t = 1024)]
+    /// Number of distinct buckets the requests spread over (>= 1).
+    #[arg(long, default_value_t = 1024, value_parser = at_least_one())]
     pub buckets: usize,
-    /// Rate limit of every bucket (tokens per window).
-    #[arg(long, default_value_t = 1_000_000_000)]
+    /// Rate limit of every bucket (tokens per window, >= 1).
+    #[arg(long, default_value_t = 1_000_000_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub rate_limit: u32,
-    /// Bucket window in ms.
-    #[arg(long, default_value_t = 1000)]
+    /// Bucket window in ms (>= 1).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     pub window_ms: u32,
 
-    /// Response loss probability injected at the embedded responders.
-    #[arg(long, default_value_t = 0.0)]
+    /// Response loss probability injected at the embedded responders (0..=1).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
     pub loss: f64,
     /// Fixed response delay (ms) at the embedded responders.
     #[arg(long, default_value_t = 0)]
@@ -113,25 +152,30 @@ pub struct Args {
 
     /// Client cores, e.g. `0` or `0,2-3` (default: 0; or all cores but the responders').
     #[arg(long, value_parser = parse_cores)]
+    #[serde(skip)]
     pub client_cores: Option<CoreList>,
     /// Responder cores (default: 1 where the machine has it).
     #[arg(long, value_parser = parse_cores)]
+    #[serde(skip)]
     pub responder_cores: Option<CoreList>,
 
-    /// Measured duration in seconds (per client).
-    #[arg(long, default_value_t = 10.0)]
+    /// Measured duration in seconds (per client, > 0).
+    #[arg(long, default_value_t = 10.0, value_parser = positive_seconds)]
+    #[serde(rename = "duration_s")]
     pub duration: f64,
-    /// Warm-up before measuring, in seconds (per client).
-    #[arg(long, default_value_t = 1.0)]
+    /// Warm-up before measuring, in seconds (per client, >= 0).
+    #[arg(long, default_value_t = 1.0, value_parser = seconds)]
+    #[serde(rename = "warmup_s")]
     pub warmup: f64,
-    /// Closed loop: requests kept in flight.
-    #[arg(long, default_value_t = 64)]
+    /// Closed loop: requests kept in flight (>= 1).
+    #[arg(long, default_value_t = 64, value_parser = at_least_one())]
     pub in_flight: usize,
-    /// Open loop at a fixed rate (requests/s); latency from intended send times.
-    #[arg(long)]
+    /// Open loop at a fixed rate (requests/s, > 0); latency from intended send times.
+    #[arg(long, value_parser = positive_rate)]
     pub rate: Option<f64>,
-    /// Batch size of the raw client's sendmmsg/recvmmsg.
-    #[arg(long, default_value_t = 32)]
+    /// Batch size of the raw client's sendmmsg/recvmmsg (1..=1024).
+    #[arg(long, default_value_t = 32,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub batch: usize,
     /// Raw client: sleep in ppoll between batches instead of busy-polling
     /// (the engine's executors busy-poll; by default the raw ceiling does too).
@@ -148,76 +192,104 @@ pub struct Args {
     #[arg(long)]
     pub compare: bool,
 
-    /// Write every figure as JSON.
-    #[arg(long)]
+    /// Write the whole report as a JSON document to FILE (see below).
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
     pub json: Option<PathBuf>,
     /// Write the HdrHistogram percentile spectrum (.hgrm).
     #[arg(long)]
+    #[serde(skip)]
     pub hgrm: Option<PathBuf>,
     /// Write an SVG plot of latency percentiles and throughput over time.
     #[arg(long)]
+    #[serde(skip)]
     pub svg: Option<PathBuf>,
     /// No live progress line.
     #[arg(long)]
+    #[serde(skip)]
     pub quiet: bool,
 }
 
-/// Replay-gap schedule as given on the command line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScheduleArg {
-    Fixed(u32),
-    Linear { initial: u32, step: u32, max: u32 },
-    Exponential { initial: u32, factor: u32, max: u32 },
-}
+impl Args {
+    /// The engine's request policy these options describe.
+    pub fn policy(&self) -> Result<RequestPolicy, PolicyError> {
+        RequestPolicy::builder()
+            .unit(Duration::from_millis(u64::from(self.unit_ms)))
+            .replays(self.replays)
+            .schedule(self.schedule)
+            .final_units(self.final_units)
+            .completion_delivery(!self.no_completion_delivery)
+            .build()
+    }
 
-impl std::fmt::Display for ScheduleArg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ScheduleArg::Fixed(b) => write!(f, "fixed:{b}"),
-            ScheduleArg::Linear { initial, step, max } => {
-                write!(f, "linear:{initial},{step},{max}")
-            }
-            ScheduleArg::Exponential {
-                initial,
-                factor,
-                max,
-            } => write!(f, "exp:{initial},{factor},{max}"),
-        }
+    /// True when the servers are external (--endpoint or --domain).
+    pub fn external(&self) -> bool {
+        !self.endpoints.is_empty() || self.domain.is_some()
     }
 }
 
-fn parse_schedule(s: &str) -> Result<ScheduleArg, String> {
-    let (kind, rest) = s
-        .split_once(':')
-        .ok_or_else(|| "expected fixed:B, linear:I,S,M or exp:I,F,M".to_string())?;
-    let nums: Vec<u32> = rest
-        .split(',')
-        .map(|n| n.trim().parse::<u32>().map_err(|e| format!("{n:?}: {e}")))
-        .collect::<Result<_, _>>()?;
-    match (kind, nums.as_slice()) {
-        ("fixed", [b]) => Ok(ScheduleArg::Fixed(*b)),
-        ("linear", [i, s, m]) => Ok(ScheduleArg::Linear {
-            initial: *i,
-            step: *s,
-            max: *m,
-        }),
-        ("exp" | "exponential", [i, f, m]) => Ok(ScheduleArg::Exponential {
-            initial: *i,
-            factor: *f,
-            max: *m,
-        }),
-        _ => Err("expected fixed:B, linear:I,S,M or exp:I,F,M".into()),
+fn as_text<S: Serializer>(v: &Schedule, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
+
+fn negated<S: Serializer>(v: &bool, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_bool(!*v)
+}
+
+/// A `usize` option that must be at least 1.
+fn at_least_one() -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::<usize>::new().range(1..)
+}
+
+fn number(text: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err(format!("{text:?} is not a finite number"))
     }
 }
 
-fn parse_endpoint(s: &str) -> Result<(u64, SocketAddr), String> {
-    let (id, addr) = s.split_once('@').ok_or("expected ID@IP:PORT")?;
-    let id: u64 = id.parse().map_err(|e| format!("server id: {e}"))?;
-    if id == 0 {
-        return Err("server id 0 is never valid".into());
+/// A probability in [0, 1].
+fn probability(text: &str) -> Result<f64, String> {
+    let v = number(text)?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not a probability in [0, 1]"))
     }
-    let addr: SocketAddr = addr.parse().map_err(|e| format!("address: {e}"))?;
-    Ok((id, addr))
+}
+
+/// Seconds >= 0.
+fn seconds(text: &str) -> Result<f64, String> {
+    let v = number(text)?;
+    if v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} s is negative"))
+    }
+}
+
+/// Seconds > 0.
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    let v = number(text)?;
+    if v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} s must be > 0"))
+    }
+}
+
+/// Requests/s > 0.
+fn positive_rate(text: &str) -> Result<f64, String> {
+    let v = number(text)?;
+    if v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} requests/s must be > 0"))
+    }
 }
 
 /// A list of CPU cores (`0,2-3`).
@@ -249,28 +321,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn schedules_parse() {
-        assert_eq!(parse_schedule("fixed:1"), Ok(ScheduleArg::Fixed(1)));
-        assert_eq!(
-            parse_schedule("exp:1,2,4"),
-            Ok(ScheduleArg::Exponential {
-                initial: 1,
-                factor: 2,
-                max: 4
-            })
-        );
-        assert!(parse_schedule("linear:1,2").is_err());
-        assert!(parse_schedule("nope").is_err());
-    }
-
-    #[test]
     fn cores_and_endpoints_parse() {
         assert_eq!(parse_cores("0,2-4"), Ok(CoreList(vec![0, 2, 3, 4])));
         assert!(parse_cores("3-1").is_err());
-        let (id, addr) = parse_endpoint("7@127.0.0.1:9000").unwrap();
-        assert_eq!(id, 7);
-        assert_eq!(addr.port(), 9000);
-        assert!(parse_endpoint("0@127.0.0.1:1").is_err());
+        let a = Args::try_parse_from(["loadgen", "--endpoint", "7@127.0.0.1:9000"]).unwrap();
+        assert_eq!(a.endpoints[0].to_string(), "7@127.0.0.1:9000");
+        for bad in ["0@127.0.0.1:1", "+5@127.0.0.1:1"] {
+            assert!(Args::try_parse_from(["loadgen", "--endpoint", bad]).is_err());
+        }
     }
 
     #[test]
@@ -279,5 +337,34 @@ mod tests {
         assert_eq!(a.servers, 2);
         assert_eq!(a.client, ClientKind::Engine);
         assert!(!a.compare);
+        assert_eq!(a.schedule, Schedule::Fixed(1));
+    }
+
+    #[test]
+    fn out_of_range_values_are_rejected_not_clamped() {
+        for args in [
+            ["--loss", "1.5"],
+            ["--loss", "-0.1"],
+            ["--loss", "NaN"],
+            ["--report-share", "2"],
+            ["--duration", "0"],
+            ["--warmup", "-1"],
+            ["--in-flight", "0"],
+            ["--servers", "0"],
+            ["--buckets", "0"],
+            ["--window-ms", "0"],
+            ["--rate-limit", "0"],
+            ["--rate", "0"],
+            ["--batch", "0"],
+            ["--batch", "1025"],
+            ["--schedule", "fixed:+1"],
+        ] {
+            let r = Args::try_parse_from(["loadgen", args[0], args[1]]);
+            assert!(r.is_err(), "{args:?} accepted");
+        }
+        let a =
+            Args::try_parse_from(["loadgen", "--loss", "1", "--schedule", "exp:1,2,4"]).unwrap();
+        assert_eq!(a.loss, 1.0);
+        assert_eq!(a.schedule.to_string(), "exp:1,2,4");
     }
 }

@@ -1,27 +1,21 @@
 //! The servers a run talks to: embedded loopback responders (plus the test DNS
 //! responder for the official client) or external endpoints / a DNS domain.
 //!
-//! Owns the synthetic test keys (public fixtures from the spec's vectors.json),
-//! responder placement on cores and fault injection. Must not drive load; the key
-//! string is never printed.
+//! Owns the choice of key (a public fixture from `rl-testkit` for embedded runs; for
+//! external servers the key from RATELIMITLY_API_KEY or --key-file, loaded by the
+//! engine's `key_source`), responder placement on cores and fault injection. Must not
+//! drive load; the key string is never printed.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use ratelimitly_engine::endpoint::Endpoint;
 use ratelimitly_engine::key::ApiKey;
-use ratelimitly_engine::machine::Endpoint;
+use ratelimitly_engine::key_source::{self, KeyLoadError, KeyText};
 use rl_responder::{Faults, ResponderConfig, ResponderHandle};
+use rl_testkit::keys;
 
 use crate::cli::{Args, AuthArg};
-
-/// `aes_key_id_3` from vectors.json (public synthetic test fixture, not a credential).
-const AES_FIXTURE: &str =
-    "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5";
-/// `cookie_key_id_2` from vectors.json (public synthetic test fixture).
-const COOKIE_FIXTURE: &str =
-    "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
-/// `rust_none_fixture` from vectors.json (public synthetic test fixture).
-const NONE_FIXTURE: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
 
 /// Domain the embedded DNS responder serves.
 /// Not under `.invalid`: hickory (the official client's resolver) answers NXDOMAIN for
@@ -31,10 +25,8 @@ pub const EMBEDDED_DOMAIN: &str = "loadgen.ratelimitly.test";
 /// Why the servers could not be set up.
 #[derive(Debug)]
 pub enum SetupError {
-    /// RATELIMITLY_API_KEY is missing with --endpoint/--domain.
-    MissingKeyEnv,
-    /// The key text does not parse (the key itself is never shown).
-    BadKey(String),
+    /// No usable key with --endpoint/--domain (the key itself is never shown).
+    Key(KeyLoadError),
     /// An embedded responder did not start.
     Responder(String),
     /// The embedded DNS responder did not start.
@@ -48,13 +40,7 @@ pub enum SetupError {
 impl std::fmt::Display for SetupError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SetupError::MissingKeyEnv => {
-                write!(
-                    f,
-                    "RATELIMITLY_API_KEY must be set with --endpoint/--domain"
-                )
-            }
-            SetupError::BadKey(e) => write!(f, "API key rejected: {e}"),
+            SetupError::Key(e) => write!(f, "with --endpoint/--domain: {e}"),
             SetupError::Responder(e) => write!(f, "embedded responder failed: {e}"),
             SetupError::Dns(e) => write!(f, "embedded DNS responder failed: {e}"),
             SetupError::Discovery(e) => write!(f, "DNS discovery failed: {e}"),
@@ -63,9 +49,15 @@ impl std::fmt::Display for SetupError {
     }
 }
 
+/// The key text of a run: a public fixture, or the loaded secret (wiped on drop).
+enum Secret {
+    Fixture(&'static str),
+    Loaded(KeyText),
+}
+
 /// The servers of one run.
 pub struct Servers {
-    key_text: String,
+    key_text: Secret,
     pub key: ApiKey,
     /// Every endpoint, oldest server first.
     pub endpoints: Vec<Endpoint>,
@@ -86,7 +78,10 @@ pub struct Servers {
 impl Servers {
     /// The API key text, for the official client's own parser. Never print it.
     pub fn key_text(&self) -> &str {
-        &self.key_text
+        match &self.key_text {
+            Secret::Fixture(t) => t,
+            Secret::Loaded(t) => t.expose(),
+        }
     }
 
     /// Datagrams received by every embedded responder so far (None when external).
@@ -94,12 +89,7 @@ impl Servers {
         if self.responders.is_empty() {
             return None;
         }
-        Some(
-            self.responders
-                .iter()
-                .map(|r| crate::adapt::responder_received(&r.counters()))
-                .sum(),
-        )
+        Some(self.responders.iter().map(|r| r.counters().received).sum())
     }
 
     pub fn stop(self) {
@@ -120,61 +110,64 @@ fn embedded_server_id(index: usize) -> u64 {
     rl_responder::decide::default_server_id(now, index as u64 + 1)
 }
 
+/// Starts the `i`-th embedded responder and moves its threads onto its responder core
+/// (the responder pins executor i on CPU i itself); records its threads.
+fn spawn_responder(
+    args: &Args,
+    key: &ApiKey,
+    i: usize,
+    silent: bool,
+    responder_cores: &[usize],
+    server_threads: &mut std::collections::HashSet<u32>,
+) -> Result<ResponderHandle, SetupError> {
+    let mut cfg = ResponderConfig::new(vec![key.clone()]);
+    cfg.server_id = Some(embedded_server_id(i));
+    cfg.cores = 1;
+    cfg.faults = Faults {
+        drop_out: args.loss,
+        delay: Duration::from_millis(args.delay_ms),
+        jitter: Duration::from_millis(args.jitter_ms),
+        silent,
+        seed: 0x10ad_0000 + i as u64,
+        ..Faults::default()
+    };
+    let core = responder_cores
+        .get(i % responder_cores.len().max(1))
+        .copied();
+    let before = crate::stats::thread_ids();
+    let h = rl_responder::spawn(cfg).map_err(|e| SetupError::Responder(format!("{e}")))?;
+    for tid in crate::stats::thread_ids().difference(&before) {
+        if let Some(c) = core {
+            crate::stats::pin_thread(*tid, c);
+        }
+        server_threads.insert(*tid);
+    }
+    Ok(h)
+}
+
 /// Starts (or resolves) the servers for `args`. `responder_cores` are where the
 /// embedded responders' threads should live.
 pub fn start(args: &Args, responder_cores: &[usize]) -> Result<Servers, SetupError> {
-    let external = !args.endpoints.is_empty() || args.domain.is_some();
-    let key_text = if external {
-        std::env::var("RATELIMITLY_API_KEY").map_err(|_| SetupError::MissingKeyEnv)?
-    } else {
-        match args.auth {
-            AuthArg::Aes => AES_FIXTURE,
-            AuthArg::Cookie => COOKIE_FIXTURE,
-            AuthArg::None => NONE_FIXTURE,
-        }
-        .to_string()
-    };
-    let key: ApiKey = key_text
-        .trim()
-        .parse()
-        .map_err(|e| SetupError::BadKey(format!("{e:?}")))?;
-    let key_text = key_text.trim().to_string();
-
-    if external {
-        return start_external(args, key_text, key);
+    if args.external() {
+        let text = key_source::read_key_text(args.key_file.as_deref()).map_err(SetupError::Key)?;
+        let key = text.parse().map_err(SetupError::Key)?;
+        return start_external(args, Secret::Loaded(text), key);
     }
-
-    let count = args.servers.max(1);
+    let fixture = match args.auth {
+        AuthArg::Aes => keys::AES,
+        AuthArg::Cookie => keys::COOKIE,
+        AuthArg::None => keys::NONE,
+    };
+    let key_text = Secret::Fixture(fixture);
+    let key = keys::key(fixture);
+    let count = args.servers;
     let mut responders = Vec::with_capacity(count);
     let mut endpoints = Vec::with_capacity(count);
     let mut dead = Vec::new();
     let mut server_threads = std::collections::HashSet::new();
     for i in 0..count {
-        let mut cfg = ResponderConfig::new(vec![key.clone()]);
-        cfg.server_id = Some(embedded_server_id(i));
-        cfg.cores = 1;
         let silent = args.dead_oldest && i == 0;
-        cfg.faults = Faults {
-            drop_out: args.loss.clamp(0.0, 1.0),
-            delay: Duration::from_millis(args.delay_ms),
-            jitter: Duration::from_millis(args.jitter_ms),
-            silent,
-            seed: 0x10ad_0000 + i as u64,
-            ..Faults::default()
-        };
-        // The responder pins its executors itself (executor i on CPU i); move its
-        // new threads onto the responder core afterwards.
-        let core = responder_cores
-            .get(i % responder_cores.len().max(1))
-            .copied();
-        let before = crate::stats::thread_ids();
-        let h = rl_responder::spawn(cfg).map_err(|e| SetupError::Responder(format!("{e}")))?;
-        for tid in crate::stats::thread_ids().difference(&before) {
-            if let Some(c) = core {
-                crate::stats::pin_thread(*tid, c);
-            }
-            server_threads.insert(*tid);
-        }
+        let h = spawn_responder(args, &key, i, silent, responder_cores, &mut server_threads)?;
         let ep = Endpoint {
             server_id: h.server_id(),
             addr: h.addr(),
@@ -213,16 +206,9 @@ pub fn start(args: &Args, responder_cores: &[usize]) -> Result<Servers, SetupErr
     })
 }
 
-fn start_external(args: &Args, key_text: String, key: ApiKey) -> Result<Servers, SetupError> {
+fn start_external(args: &Args, key_text: Secret, key: ApiKey) -> Result<Servers, SetupError> {
     if !args.endpoints.is_empty() {
-        let mut endpoints: Vec<Endpoint> = args
-            .endpoints
-            .iter()
-            .map(|(id, addr)| Endpoint {
-                server_id: *id,
-                addr: *addr,
-            })
-            .collect();
+        let mut endpoints: Vec<Endpoint> = args.endpoints.clone();
         endpoints.sort_by_key(|e| e.server_id);
         // The official client only discovers by DNS: serve the endpoints locally.
         let mut by_id: Vec<(u64, Vec<SocketAddr>)> = Vec::new();

@@ -29,13 +29,13 @@ pub struct Workload {
 impl Workload {
     pub fn from_args(a: &Args) -> Self {
         Workload {
-            buckets: a.buckets.max(1),
+            buckets: a.buckets,
             resources_per_request: a.resources,
             guards: a.guards,
             label: a.label.clone(),
-            report_share: a.report_share.clamp(0.0, 1.0),
-            window_ms: a.window_ms.max(1),
-            rate_limit: a.rate_limit.max(1),
+            report_share: a.report_share,
+            window_ms: a.window_ms,
+            rate_limit: a.rate_limit,
         }
     }
 

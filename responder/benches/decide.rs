@@ -8,9 +8,7 @@ use ratelimitly_engine::key::ApiKey;
 use rl_responder::decide::{Capacities, Responder};
 use rl_responder::frame::{KeyAuth, Tenant};
 
-const AES_KEY: &str =
-    "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5";
-const NONE_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
+use rl_testkit::keys::{AES as AES_KEY, NONE as NONE_KEY};
 
 fn request(key: &ApiKey, n: u64) -> Vec<u8> {
     // one resource "bench" 1000 ms / 2^32-1 tokens, 1 token, dedup ttl 60 ms

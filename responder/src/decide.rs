@@ -180,7 +180,7 @@ impl Shared {
     }
 }
 
-/// Default server id per wire.md §7: start time in seconds since 2025-01-01 in the upper
+/// Default server id per docs/protocol.md §7: start time in seconds since 2025-01-01 in the upper
 /// 41 bits, `low` (23 bits) below; never 0.
 pub fn default_server_id(unix_s: u64, low: u64) -> u64 {
     let id = (unix_s.saturating_sub(SERVER_ID_EPOCH_UNIX_S) << 23) | (low & 0x7F_FFFF);

@@ -1,4 +1,4 @@
-//! Datagram framing for the responder: tenant TLV + auth TLV + PDU (wire.md §1).
+//! Datagram framing for the responder: tenant TLV + auth TLV + PDU (docs/protocol.md §1).
 //!
 //! Owns: the per-key prepared [`KeyAuth`] and the mapping of the codec's drop reasons to
 //! the responder's [`FrameError`]. Opening (cookie check in constant time, AES-256-GCM

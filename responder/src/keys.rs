@@ -1,29 +1,26 @@
-//! Key loading for the `rl-responder` binary: the `RATELIMITLY_API_KEY` environment
-//! variable and an optional keys file (one key per line, `#` comments, blank lines
-//! ignored). Keys never come from the command line.
+//! Key loading for the `rl-responder` binary: the primary key (from
+//! `RATELIMITLY_API_KEY` or `--key-file`, read by the engine's one key loader,
+//! `ratelimitly_engine::key_source`) and an optional keys file with more keys (one key
+//! per line, `#` comments, blank lines ignored). Keys never come from the command line.
 //!
-//! Owns: reading and parsing key text. Must not touch: sockets, the decision logic.
-//! Errors name the variable, the file and the line, never the key text.
+//! Owns: the keys-file format and merging it with the primary key. Must not touch:
+//! sockets, the decision logic. Errors name the variable, the file and the line, never
+//! the key text.
 
 use std::path::{Path, PathBuf};
 
 use ratelimitly_engine::key::{ApiKey, KeyError};
-
-/// The environment variable holding the default key.
-pub const KEY_ENV: &str = "RATELIMITLY_API_KEY";
+use ratelimitly_engine::key_source::{self, KeyLoadError};
 
 /// Why keys could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum KeysError {
-    /// Neither the environment variable nor a keys file supplied a key.
-    #[error("no API key: set {KEY_ENV} (or pass --keys-file PATH)")]
+    /// Neither the primary key nor a keys file supplied a key.
+    #[error("no API key: set RATELIMITLY_API_KEY, or pass --key-file PATH or --keys-file PATH")]
     NoKey,
-    /// The environment variable is not valid Unicode.
-    #[error("{KEY_ENV} is not valid UTF-8")]
-    EnvNotUnicode,
-    /// The environment variable holds an invalid key.
-    #[error("{KEY_ENV} holds an invalid API key: {0}")]
-    BadEnvKey(#[source] KeyError),
+    /// The primary key (`RATELIMITLY_API_KEY` or `--key-file`) could not be loaded.
+    #[error("{0}")]
+    Primary(#[source] KeyLoadError),
     /// The keys file could not be read.
     #[error("cannot read keys file {path}: {source}")]
     ReadFile {
@@ -62,15 +59,14 @@ pub fn parse_keys_text(text: &str, path: &Path) -> Result<Vec<ApiKey>, KeysError
     Ok(keys)
 }
 
-/// The key from [`KEY_ENV`] (if set and non-empty) followed by the keys of `file`;
-/// duplicates (same key id) keep the first.
-pub fn load(file: Option<&Path>) -> Result<Vec<ApiKey>, KeysError> {
+/// The primary key (from `key_file`, else `RATELIMITLY_API_KEY`, if either is set)
+/// followed by the keys of `keys_file`; duplicates (same key id) keep the first.
+pub fn load(key_file: Option<&Path>, keys_file: Option<&Path>) -> Result<Vec<ApiKey>, KeysError> {
     let mut keys: Vec<ApiKey> = Vec::new();
-    match std::env::var(KEY_ENV) {
-        Ok(v) if !v.trim().is_empty() => keys.push(v.trim().parse().map_err(KeysError::BadEnvKey)?),
-        Ok(_) | Err(std::env::VarError::NotPresent) => {}
-        Err(std::env::VarError::NotUnicode(_)) => return Err(KeysError::EnvNotUnicode),
+    if let Some(k) = key_source::load_optional_key(key_file).map_err(KeysError::Primary)? {
+        keys.push(k);
     }
+    let file = keys_file;
     if let Some(path) = file {
         let text = std::fs::read_to_string(path).map_err(|source| KeysError::ReadFile {
             path: path.to_owned(),
@@ -94,8 +90,7 @@ mod tests {
 
     #[test]
     fn file_text_with_comments_and_errors_without_key_text() {
-        let aes =
-            "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5";
+        let aes = rl_testkit::keys::AES;
         let text = format!("# keys\n\n{aes}  # key 3\n");
         let keys = parse_keys_text(&text, Path::new("k.txt")).unwrap();
         assert_eq!(keys[0].key_id(), 3);

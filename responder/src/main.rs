@@ -1,7 +1,8 @@
 //! `rl-responder` binary: runs the test/benchmark responder (not a production service).
 //!
-//! Owns: the command line, key loading from the environment / a keys file (never from
-//! the command line), the one-line JSON readiness report, and stopping on SIGINT/SIGTERM.
+//! Owns: the command line, key loading from the environment / a key file / a keys file
+//! (never from the command line; through `keys` and the engine's `key_source`), the
+//! one-line JSON readiness report, and stopping on SIGINT/SIGTERM.
 //! Must not touch: decision logic or sockets directly (it uses the embedded API).
 
 use std::net::SocketAddr;
@@ -16,17 +17,21 @@ use rl_responder::{BrokenReply, Faults, FixedDecision, ResponderConfig, dns, key
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Ratelimitly wire-v2 test and benchmark responder. The key comes from
-/// RATELIMITLY_API_KEY (and --keys-file), never from the command line.
+/// RATELIMITLY_API_KEY or --key-file (and more from --keys-file), never from the command
+/// line.
 #[derive(Parser, Debug)]
 #[command(name = "rl-responder", version)]
 struct Cli {
     /// Listen address.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
+    /// Read the API key from this file instead of RATELIMITLY_API_KEY.
+    #[arg(long, value_name = "PATH")]
+    key_file: Option<PathBuf>,
     /// More keys: a file with one key per line (# comments).
     #[arg(long)]
     keys_file: Option<PathBuf>,
-    /// Server id (default: from the start time, wire.md §7).
+    /// Server id (default: from the start time, docs/protocol.md §7).
     #[arg(long)]
     server_id: Option<u64>,
     /// Cores (one pinned executor and one SO_REUSEPORT socket each).
@@ -35,11 +40,11 @@ struct Cli {
     /// Dedup table capacity (entries).
     #[arg(long, default_value_t = 65_536)]
     dedup_capacity: usize,
-    /// Drop inbound datagrams with this probability.
-    #[arg(long, default_value_t = 0.0)]
+    /// Drop inbound datagrams with this probability (0..=1).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
     drop_in: f64,
-    /// Drop responses with this probability.
-    #[arg(long, default_value_t = 0.0)]
+    /// Drop responses with this probability (0..=1).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
     drop_out: f64,
     /// Delay every response by this many ms.
     #[arg(long, default_value_t = 0)]
@@ -47,8 +52,8 @@ struct Cli {
     /// Add a uniform random delay of up to this many ms.
     #[arg(long, default_value_t = 0)]
     jitter_ms: u64,
-    /// Send a response twice with this probability.
-    #[arg(long, default_value_t = 0.0)]
+    /// Send a response twice with this probability (0..=1).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
     duplicate: f64,
     /// Ask for a source-port change (steering 0) every n-th response.
     #[arg(long, default_value_t = 0)]
@@ -70,11 +75,11 @@ struct Cli {
     dns_port: u16,
 }
 
-fn probability(p: f64, name: &str) -> Result<f64, String> {
-    if (0.0..=1.0).contains(&p) {
-        Ok(p)
-    } else {
-        Err(format!("--{name} must be a probability in [0, 1]"))
+/// A probability in [0, 1]; anything else is a usage error (never clamped).
+fn probability(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("{text:?} is not a probability in [0, 1]")),
     }
 }
 
@@ -100,33 +105,24 @@ fn wait_signal(set: &libc::sigset_t) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let keys = match keys::load(cli.keys_file.as_deref()) {
+    let keys = match keys::load(cli.key_file.as_deref(), cli.keys_file.as_deref()) {
         Ok(k) => k,
         Err(e) => {
             eprintln!("rl-responder: {e}");
             return ExitCode::from(2);
         }
     };
-    let faults = (|| -> Result<Faults, String> {
-        Ok(Faults {
-            drop_in: probability(cli.drop_in, "drop-in")?,
-            drop_out: probability(cli.drop_out, "drop-out")?,
-            delay: Duration::from_millis(cli.delay_ms),
-            jitter: Duration::from_millis(cli.jitter_ms),
-            duplicate: probability(cli.duplicate, "duplicate")?,
-            steer_every: cli.steer_every,
-            fixed: cli.fixed,
-            broken: cli.broken,
-            silent: false,
-            seed: cli.seed,
-        })
-    })();
-    let faults = match faults {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("rl-responder: {e}");
-            return ExitCode::from(2);
-        }
+    let faults = Faults {
+        drop_in: cli.drop_in,
+        drop_out: cli.drop_out,
+        delay: Duration::from_millis(cli.delay_ms),
+        jitter: Duration::from_millis(cli.jitter_ms),
+        duplicate: cli.duplicate,
+        steer_every: cli.steer_every,
+        fixed: cli.fixed,
+        broken: cli.broken,
+        silent: false,
+        seed: cli.seed,
     };
     // Block the signals before any thread starts, so every thread inherits the mask
     // and only sigwait below sees them.

@@ -1,7 +1,7 @@
 //! Responder-specific PDU rules on top of the codec's views (`ratelimitly_engine::wire`).
 //!
 //! Owns: dispatch of an opened PDU by type to [`RateRequestView`] / [`ReportView`], and
-//! the rules the codec leaves to servers (wire.md §2 "servers may require"): the PDU size
+//! the rules the codec leaves to servers (docs/protocol.md §2 "servers may require"): the PDU size
 //! must equal the bytes present, a rate request must carry at least one guard or
 //! resource, and its block counts must fit one datagram (so the response can be built in
 //! fixed stack arrays of [`MAX_GUARDS`] / [`MAX_RESOURCES`]). Must not touch: byte

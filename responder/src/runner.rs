@@ -45,7 +45,7 @@ pub struct ResponderConfig {
     pub keys: Vec<ApiKey>,
     /// Listen address (default 127.0.0.1:0).
     pub listen: SocketAddr,
-    /// Server id (default from the start time, wire.md §7).
+    /// Server id (default from the start time, docs/protocol.md §7).
     pub server_id: Option<u64>,
     /// Cores / sockets (default 1).
     pub cores: usize,

@@ -4,8 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const AES_KEY: &str =
-    "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5";
+use rl_testkit::keys::AES as AES_KEY;
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rl-responder"));
@@ -55,4 +54,34 @@ fn missing_or_bad_key_exits_two_without_echoing_it() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("qypsq"), "{err}");
+}
+
+#[test]
+fn key_file_is_read_like_the_environment() {
+    let dir = std::env::temp_dir().join(format!("rl-responder-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("key");
+    std::fs::write(&path, format!("  {AES_KEY}\n")).unwrap();
+    let mut child = bin()
+        .arg("--key-file")
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.starts_with(r#"{"event":"ready""#), "{line}");
+    let out = bin()
+        .arg("--key-file")
+        .arg(dir.join("missing"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("key file"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -337,7 +337,7 @@ fn one_million_request_ids_keep_dedup_bounded() {
     assert_eq!(c.granted, 1_000_000);
 }
 
-/// The spec's request datagrams (vectors.json, with a label TLV) are accepted and answered.
+/// The request datagrams of tests/data/vectors.json (with a label TLV) are accepted and answered.
 #[test]
 fn spec_request_vectors_are_answered() {
     let t0 = Instant::now();

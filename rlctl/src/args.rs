@@ -1,22 +1,15 @@
-//! Parsing of rlctl's argument formats (`NAME:WINDOW_MS:RATE[:TOKENS]`,
-//! `NAME:TTL_MS:MAX:MIN[:THRESHOLD_MS]`, `ID@IP:PORT`, schedules) and loading of the API
-//! key from `RATELIMITLY_API_KEY` or `--key-file`.
+//! Parsing of rlctl's bucket and tracker argument formats (`NAME:WINDOW_MS:RATE[:TOKENS]`,
+//! `NAME:TTL_MS:MAX:MIN[:THRESHOLD_MS]`).
 //!
-//! Owns: turning argument text into plain values, and the key-loading rule. Must not touch:
-//! sockets, DNS, the engine. Errors never carry the API key text (only which rule failed).
+//! Owns: turning that argument text into plain values. Must not touch: sockets, DNS, the
+//! engine, keys. Endpoints (`ID@IP:PORT`) and schedules are parsed by the engine's
+//! `FromStr` implementations, the key by `ratelimitly_engine::key_source`.
 
 use std::fmt;
-use std::io;
-use std::net::SocketAddr;
-use std::path::Path;
+use std::time::Duration;
 
-use ratelimitly_engine::error::KeyError;
-use ratelimitly_engine::key::ApiKey;
-use ratelimitly_engine::machine::Endpoint;
-use ratelimitly_engine::policy::Schedule;
-
-/// Environment variable holding the API key.
-pub const KEY_ENV: &str = "RATELIMITLY_API_KEY";
+use ratelimitly_engine::error::ConfigError;
+use ratelimitly_engine::ids::{LatencyTracker, bucket_id, tracker_id};
 
 /// Why an argument could not be parsed. Shown by clap as the reason of a usage error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,14 +22,6 @@ pub enum SpecError {
     BadNumber { field: &'static str },
     /// `--consume` tokens outside 1..=65535.
     TokensOutOfRange,
-    /// `--endpoint` has no `@` between the server id and the address.
-    MissingAt,
-    /// `--endpoint` server id is not a decimal u64 > 0.
-    BadServerId,
-    /// `--endpoint` address is not `IP:PORT` / `[IPv6]:PORT`.
-    BadAddress,
-    /// `--schedule` kind is not fixed, linear or exp.
-    UnknownSchedule,
 }
 
 impl fmt::Display for SpecError {
@@ -48,14 +33,6 @@ impl fmt::Display for SpecError {
                 write!(f, "{field} must be a decimal number 0..=4294967295")
             }
             Self::TokensOutOfRange => f.write_str("TOKENS must be 1..=65535"),
-            Self::MissingAt => {
-                f.write_str("expected ID@IP:PORT (e.g. 7@127.0.0.1:4000 or 7@[::1]:4000)")
-            }
-            Self::BadServerId => f.write_str("server ID must be a decimal number > 0"),
-            Self::BadAddress => f.write_str("address must be IP:PORT, IPv6 as [::1]:PORT"),
-            Self::UnknownSchedule => {
-                f.write_str("expected fixed:B, linear:INIT,STEP,MAX or exp:INIT,FACTOR,MAX")
-            }
         }
     }
 }
@@ -81,6 +58,35 @@ pub struct TrackerArg {
     pub min_samples: u32,
     /// Only for `--guard`; 0 otherwise.
     pub threshold_ms: u32,
+}
+
+impl ResourceArg {
+    /// The bucket id of NAME:WINDOW_MS:RATE.
+    pub fn bucket_id(&self) -> [u8; 16] {
+        bucket_id(self.name.as_bytes(), self.window_ms, self.rate_limit)
+    }
+}
+
+impl TrackerArg {
+    /// The tracker id of NAME:TTL_MS:MAX:MIN.
+    pub fn tracker_id(&self) -> [u8; 16] {
+        tracker_id(
+            self.name.as_bytes(),
+            self.ttl_ms,
+            self.max_samples,
+            self.min_samples,
+        )
+    }
+
+    /// The tracker definition, checked (samples > 0, name not empty).
+    pub fn tracker(&self) -> Result<LatencyTracker, ConfigError> {
+        LatencyTracker::new(
+            self.name.clone(),
+            Duration::from_millis(u64::from(self.ttl_ms)),
+            self.max_samples,
+            self.min_samples,
+        )
+    }
 }
 
 /// Splits `text` into a name and exactly `n` trailing numeric fields. The name is
@@ -183,86 +189,6 @@ pub fn parse_guard(text: &str) -> Result<TrackerArg, SpecError> {
     })
 }
 
-/// `ID@IP:PORT` or `ID@[IPv6]:PORT`.
-pub fn parse_endpoint(text: &str) -> Result<Endpoint, SpecError> {
-    let (id, addr) = text.split_once('@').ok_or(SpecError::MissingAt)?;
-    let server_id = id
-        .parse::<u64>()
-        .ok()
-        .filter(|v| *v != 0 && id.bytes().all(|b| b.is_ascii_digit()))
-        .ok_or(SpecError::BadServerId)?;
-    let addr = addr
-        .parse::<SocketAddr>()
-        .map_err(|_| SpecError::BadAddress)?;
-    Ok(Endpoint { server_id, addr })
-}
-
-/// `fixed:B`, `linear:INIT,STEP,MAX`, `exp:INIT,FACTOR,MAX` (the domain of the values is
-/// checked by the policy builder, which names the rule that fails).
-pub fn parse_schedule(text: &str) -> Result<Schedule, SpecError> {
-    let (kind, rest) = text.split_once(':').ok_or(SpecError::UnknownSchedule)?;
-    let nums = rest.split(',').map(parse_u32).collect::<Option<Vec<_>>>();
-    let bad = SpecError::BadNumber {
-        field: "schedule value",
-    };
-    match (kind, nums.as_deref()) {
-        ("fixed", Some(&[b])) => Ok(Schedule::Fixed(b)),
-        ("linear", Some(&[initial, step, max])) => Ok(Schedule::Linear { initial, step, max }),
-        ("exp" | "exponential", Some(&[initial, factor, max])) => Ok(Schedule::Exponential {
-            initial,
-            factor,
-            max,
-        }),
-        ("fixed" | "linear" | "exp" | "exponential", _) => Err(bad),
-        _ => Err(SpecError::UnknownSchedule),
-    }
-}
-
-/// Why no API key could be loaded. Never carries the key text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KeyLoadError {
-    /// Neither `--key-file` nor `RATELIMITLY_API_KEY` is set.
-    Missing,
-    /// The `--key-file` could not be read.
-    FileRead(io::ErrorKind),
-    /// The key text is invalid; the variant names the rule.
-    Invalid(KeyError),
-}
-
-impl fmt::Display for KeyLoadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Missing => write!(f, "no API key: set {KEY_ENV} or pass --key-file PATH"),
-            Self::FileRead(kind) => write!(f, "cannot read the key file: {kind}"),
-            Self::Invalid(e) => write!(f, "invalid API key: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for KeyLoadError {}
-
-/// Loads the key: `--key-file` when given (surrounding whitespace ignored), else the
-/// environment variable.
-pub fn load_key(key_file: Option<&Path>) -> Result<ApiKey, KeyLoadError> {
-    let text = match key_file {
-        Some(path) => {
-            std::fs::read_to_string(path).map_err(|e| KeyLoadError::FileRead(e.kind()))?
-        }
-        None => std::env::var(KEY_ENV).map_err(|_| KeyLoadError::Missing)?,
-    };
-    text.trim().parse::<ApiKey>().map_err(KeyLoadError::Invalid)
-}
-
-/// Lowercase hex of 16 id bytes.
-pub fn hex16(id: &[u8; 16]) -> String {
-    use fmt::Write;
-    let mut s = String::with_capacity(32);
-    for b in id {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,51 +224,5 @@ mod tests {
         let g = parse_guard("inv:10000:100:5:250").unwrap();
         assert_eq!(g.threshold_ms, 250);
         assert!(parse_guard("inv:10000:100:5").is_err());
-    }
-
-    #[test]
-    fn endpoints() {
-        let e = parse_endpoint("7@127.0.0.1:4000").unwrap();
-        assert_eq!(
-            (e.server_id, e.addr),
-            (7, "127.0.0.1:4000".parse().unwrap())
-        );
-        let e = parse_endpoint("9@[::1]:5").unwrap();
-        assert_eq!(e.addr, "[::1]:5".parse().unwrap());
-        assert_eq!(parse_endpoint("0@127.0.0.1:1"), Err(SpecError::BadServerId));
-        assert_eq!(
-            parse_endpoint("+1@127.0.0.1:1"),
-            Err(SpecError::BadServerId)
-        );
-        assert_eq!(parse_endpoint("127.0.0.1:1"), Err(SpecError::MissingAt));
-        assert_eq!(parse_endpoint("1@::1:5"), Err(SpecError::BadAddress));
-    }
-
-    #[test]
-    fn schedules() {
-        assert_eq!(parse_schedule("fixed:2"), Ok(Schedule::Fixed(2)));
-        assert_eq!(
-            parse_schedule("linear:1,1,3"),
-            Ok(Schedule::Linear {
-                initial: 1,
-                step: 1,
-                max: 3
-            })
-        );
-        assert_eq!(
-            parse_schedule("exp:1,2,4"),
-            Ok(Schedule::Exponential {
-                initial: 1,
-                factor: 2,
-                max: 4
-            })
-        );
-        assert!(parse_schedule("fixed:1,2").is_err());
-        assert_eq!(parse_schedule("poisson:1"), Err(SpecError::UnknownSchedule));
-    }
-
-    #[test]
-    fn hex() {
-        assert_eq!(hex16(&[0xab; 16]), "ab".repeat(16));
     }
 }

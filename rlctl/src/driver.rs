@@ -4,16 +4,16 @@
 //! the datagrams from the engine's statistics.
 //!
 //! Owns: the one-shot engine set-up and the mapping of its statistics to rlctl's
-//! figures. Must not touch: request policy rules (the engine's machine), argument
-//! parsing and output (main.rs).
+//! figures. An engine that cannot start is returned as its [`BuildError`] (nothing was
+//! sent); the commands map it to a configuration failure. Must not touch: request
+//! policy rules (the engine's machine), argument parsing (cli.rs) and output (cmd/).
 
-use std::io;
 use std::time::{Duration, Instant};
 
+use ratelimitly_engine::endpoint::Endpoint;
 use ratelimitly_engine::engine::{BuildError, Cores, Engine};
 use ratelimitly_engine::ids::{LatencyTracker, Resource};
 use ratelimitly_engine::key::ApiKey;
-use ratelimitly_engine::machine::Endpoint;
 use ratelimitly_engine::outcome::{CommError, Failure, Outcome};
 use ratelimitly_engine::policy::RequestPolicy;
 
@@ -37,16 +37,13 @@ pub struct RequestParts<'a> {
     pub label: &'a str,
 }
 
-/// Why the engine could not start: a configuration error, or a communication failure
-/// naming the operating-system error (sockets, executor, locked memory).
-fn start_failure(e: BuildError) -> Failure {
-    let kind = match e {
-        BuildError::Config(c) => return Failure::Configuration(c),
-        BuildError::Socket(kind) | BuildError::Executor { kind, .. } => kind,
-        BuildError::OutOfMemory => io::ErrorKind::OutOfMemory,
-        _ => io::ErrorKind::InvalidInput,
-    };
-    Failure::Communication(CommError::Socket(kind))
+/// Why a report run did not send.
+#[derive(Debug)]
+pub enum ReportError {
+    /// The engine could not start on this host; nothing was sent.
+    Start(BuildError),
+    /// A report was refused, or no datagram could be sent.
+    Failed(Failure),
 }
 
 fn clamp(v: u64) -> u32 {
@@ -56,31 +53,20 @@ fn clamp(v: u64) -> u32 {
 /// Sends one resource request to `endpoints` under `policy` through a one-core engine and
 /// waits for its outcome. The caller has checked the policy against the key and the
 /// resource definitions. rlctl runs one request per engine, so the engine's send counters
-/// are this request's.
+/// are this request's. Fails only if the engine cannot start (nothing sent).
 pub fn request(
     key: &ApiKey,
     policy: &RequestPolicy,
     endpoints: Vec<Endpoint>,
     parts: &RequestParts<'_>,
-) -> RequestRun {
-    let built = Engine::builder(key.clone())
+) -> Result<RequestRun, BuildError> {
+    let engine = Engine::builder(key.clone())
         .policy(policy.clone())
         .cores(Cores::Count(1))
         .endpoints(endpoints)
         .socket_buffers(256 << 10, 256 << 10)
         .in_flight_per_core(16)
-        .build();
-    let engine = match built {
-        Ok(e) => e,
-        Err(e) => {
-            return RequestRun {
-                outcome: Err(start_failure(e)),
-                sends: 0,
-                completion_sends: 0,
-                latency: Duration::ZERO,
-            };
-        }
-    };
+        .build()?;
     let h = engine.handle();
     let t0 = Instant::now();
     let mut b = h.request();
@@ -94,12 +80,12 @@ pub fn request(
     let latency = t0.elapsed();
     let stats = h.stats();
     engine.shutdown();
-    RequestRun {
+    Ok(RequestRun {
         outcome,
         sends: clamp(stats.sends),
         completion_sends: clamp(stats.completion_sends),
         latency,
-    }
+    })
 }
 
 /// What a latency report run did.
@@ -118,16 +104,16 @@ const ENGINE_REPORT_INTERVAL: Duration = Duration::from_secs(10);
 /// Sends one latency report per `(tracker, observed ms)` pair once to every endpoint,
 /// coalesced up to the mode's per-datagram maximum (each datagram with a fresh unique
 /// id), through a one-core engine whose reports are flushed once all pairs are queued.
-/// Fails only if no datagram could be sent.
+/// Fails if the engine cannot start, a report is refused, or no datagram could be sent.
 pub fn report(
     key: &ApiKey,
     endpoints: &[Endpoint],
     pairs: &[(LatencyTracker, u32)],
-) -> Result<ReportRun, Failure> {
+) -> Result<ReportRun, ReportError> {
     if endpoints.is_empty() {
-        return Err(Failure::Discovery(
+        return Err(ReportError::Failed(Failure::Discovery(
             ratelimitly_engine::discovery::DiscoveryError::NoServer,
-        ));
+        )));
     }
     // the queue must hold every entry until the core drains it
     let queue = pairs.len().saturating_add(16).min(1 << 16);
@@ -138,7 +124,7 @@ pub fn report(
         .in_flight_per_core(queue)
         .report_interval(ENGINE_REPORT_INTERVAL)
         .build()
-        .map_err(start_failure)?;
+        .map_err(ReportError::Start)?;
     let h = engine.handle();
     let mut queued = Ok(());
     for (t, observed_ms) in pairs {
@@ -156,13 +142,13 @@ pub fn report(
     }
     let stats = h.flush_reports();
     engine.shutdown();
-    queued?;
+    queued.map_err(ReportError::Failed)?;
     let endpoints = clamp(endpoints.len() as u64);
     let datagrams = clamp(stats.report_datagrams);
     if datagrams == 0 && !pairs.is_empty() {
-        return Err(Failure::Communication(CommError::AllSendsFailed {
-            endpoints,
-        }));
+        return Err(ReportError::Failed(Failure::Communication(
+            CommError::AllSendsFailed { endpoints },
+        )));
     }
     Ok(ReportRun {
         datagrams,

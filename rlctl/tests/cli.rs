@@ -2,23 +2,18 @@
 //!
 //! Each test runs the built binary with std::process::Command, passes the key through
 //! RATELIMITLY_API_KEY (or --key-file), parses `--json` output key by key, and checks the
-//! responders' counters. Test keys are the public fixtures of vectors.json.
+//! responders' counters. Keys, responders and endpoints come from `rl-testkit` (the public
+//! fixtures of tests/data/vectors.json).
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use ratelimitly_engine::key::ApiKey;
-use rl_responder::{Faults, ResponderConfig, ResponderHandle};
+use rl_responder::Faults;
 use serde_json::Value;
 
-const AES_KEY: &str =
-    "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5";
-const COOKIE_KEY: &str =
-    "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
-/// vectors.json keys_invalid "bad_checksum".
-const BAD_KEY: &str =
-    "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x6";
+use rl_testkit::harness::{endpoint_arg, responder};
+use rl_testkit::keys::{AES as AES_KEY, BAD_CHECKSUM as BAD_KEY, COOKIE as COOKIE_KEY};
 
 fn rlctl(key: Option<&str>, args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rlctl"));
@@ -42,17 +37,6 @@ fn json_of(o: &Output) -> Value {
         "exactly one JSON line expected, got {text:?}"
     );
     serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("bad JSON {text:?}: {e}"))
-}
-
-fn responder(key: &str, server_id: u64, faults: Faults) -> ResponderHandle {
-    let mut cfg = ResponderConfig::new(vec![key.parse::<ApiKey>().unwrap()]);
-    cfg.server_id = Some(server_id);
-    cfg.faults = faults;
-    rl_responder::spawn(cfg).expect("spawn responder")
-}
-
-fn endpoint_arg(r: &ResponderHandle) -> String {
-    format!("{}@{}", r.server_id(), r.addr())
 }
 
 /// Polls `cond` every 10 ms for at most 2 s.
@@ -743,4 +727,58 @@ fn report_batches_count_datagrams_per_endpoint() {
         let c = r.counters();
         assert_eq!((c.reports, c.report_entries), (2, 40));
     }
+}
+
+/// An engine that cannot start on this host (here: RLIMIT_MEMLOCK 0) is a configuration
+/// failure, exit 2, with nothing sent: not a communication failure.
+#[test]
+fn engine_start_failure_is_a_configuration_error() {
+    let r = responder(AES_KEY, 13 << 23, Faults::default());
+    let ep = endpoint_arg(&r);
+    let under_memlock_0 = |args: &[&str]| {
+        Command::new("sh")
+            .arg("-c")
+            .arg("ulimit -l 0 && exec \"$0\" \"$@\"")
+            .arg(env!("CARGO_BIN_EXE_rlctl"))
+            .args(args)
+            .env("RATELIMITLY_API_KEY", AES_KEY)
+            .output()
+            .expect("run rlctl under sh")
+    };
+    let o = under_memlock_0(&[
+        "request",
+        "--endpoint",
+        &ep,
+        "--consume",
+        "cli-m:1000:5",
+        "--json",
+    ]);
+    assert_eq!(code(&o), 2, "{o:?}");
+    let v = json_of(&o);
+    check_request_shape(&v);
+    assert_eq!(v["failure"], "configuration");
+    assert_eq!(v["sends"], 0);
+    assert!(
+        v["error"].as_str().unwrap().contains("RLIMIT_MEMLOCK"),
+        "{v}"
+    );
+    let o = under_memlock_0(&[
+        "report",
+        "--endpoint",
+        &ep,
+        "--tracker",
+        "db:10000:100:5",
+        "--observed",
+        "7",
+        "--json",
+    ]);
+    assert_eq!(code(&o), 2, "{o:?}");
+    assert!(
+        json_of(&o)["error"]
+            .as_str()
+            .unwrap()
+            .contains("RLIMIT_MEMLOCK")
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(r.counters().received, 0);
 }

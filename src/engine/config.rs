@@ -25,7 +25,7 @@ pub enum Cores {
     List(Vec<usize>),
 }
 
-/// Discovery through DNS (client.md §5).
+/// Discovery through DNS (docs/protocol.md §13).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DnsConfig {
     /// Service domain; `None` = the key's default domain.

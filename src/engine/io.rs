@@ -26,7 +26,7 @@ pub const RECV_BUF: usize = 2048;
 /// Largest datagram the engine sends.
 pub const SEND_BUF: usize = 1200;
 
-/// First and last port of the steering range (client.md §6).
+/// First and last port of the steering range (docs/protocol.md §14).
 pub const STEER_PORT_FIRST: u16 = 49152;
 pub const STEER_PORT_LAST: u16 = 65535;
 

@@ -19,7 +19,7 @@ use arc_swap::ArcSwap;
 use crate::discovery;
 use crate::machine::{Endpoint, MAX_ENDPOINTS, Snapshot};
 
-/// Default refresh period (client.md §5).
+/// Default refresh period (docs/protocol.md §13).
 pub(crate) const REFRESH: Duration = Duration::from_secs(300);
 /// Minimum gap between forced refreshes.
 pub(crate) const FORCE_GAP: Duration = Duration::from_secs(1);

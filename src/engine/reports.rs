@@ -1,4 +1,4 @@
-//! Latency-report coalescing for one core (client.md §7).
+//! Latency-report coalescing for one core (docs/protocol.md §15).
 //!
 //! Owns: the pending report entries of a core, flushed as one datagram (up to the mode's
 //! limit, 34 entries in cookie/aes) when full or when the oldest entry is older than the

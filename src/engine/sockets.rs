@@ -1,4 +1,4 @@
-//! Source-port steering for one core (client.md §6), as sans-IO bookkeeping.
+//! Source-port steering for one core (docs/protocol.md §14), as sans-IO bookkeeping.
 //!
 //! Owns: which of the core's sockets is current (new requests are sent from it), the
 //! older sockets still draining their in-flight requests (they keep receiving, then

@@ -1,5 +1,5 @@
 //! Guard and resource blocks shared by the rate request and the rate response PDUs
-//! (wire.md §2–§3): their field offsets, the guard block encoder and view, and the grant
+//! (docs/protocol.md §2–§3): their field offsets, the guard block encoder and view, and the grant
 //! rule over result blocks.
 //!
 //! Owns: the guard block layout (36 bytes, identical in both directions) and its values
@@ -45,13 +45,13 @@ pub struct GuardSpec {
 }
 
 /// A guard passes exactly when its current latency is strictly below its threshold (as
-/// echoed by the server; wire.md §3).
+/// echoed by the server; docs/protocol.md §3).
 #[inline]
 pub const fn guard_passes(threshold_ms: u32, current_latency_ms: u32) -> bool {
     current_latency_ms < threshold_ms
 }
 
-/// The grant rule (wire.md §3): a response is a grant exactly when every guard passed
+/// The grant rule (docs/protocol.md §3): a response is a grant exactly when every guard passed
 /// and every deficit is 0. Zero entries = grant. Bounded by its inputs (at most 65535 of
 /// each in one PDU).
 #[inline]

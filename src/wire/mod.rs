@@ -1,4 +1,4 @@
-//! Wire v2 codec (wire.md): zero-copy views over received bytes, encoders that write exact
+//! Wire v2 codec (docs/protocol.md §1–§4): zero-copy views over received bytes, encoders that write exact
 //! lengths into caller-owned buffers, and datagram `seal` / `open` for the three auth modes.
 //!
 //! Datagram layout (both directions, little-endian, at most [`MAX_DATAGRAM`] bytes):

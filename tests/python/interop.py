@@ -29,10 +29,13 @@ from ratelimitly import (
 )
 from ratelimitly.discovery import ServerEndpoint, server_id_from_target
 
-# Public test fixtures from the spec's vectors.json (not real credentials).
+# Public test fixtures (not real credentials): the repository's tests/data/vectors.json.
+_VECTORS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "vectors.json")
+with open(_VECTORS) as _f:
+    _FIXTURES = {k["name"]: k["key"] for k in json.load(_f)["keys_valid"]}
 KEYS = {
-    "cookie": "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p",
-    "aes": "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5",
+    "cookie": _FIXTURES["cookie_key_id_2"],
+    "aes": _FIXTURES["aes_key_id_3"],
 }
 DOMAIN = "py-interop.test"
 SERVER_ID = 777

@@ -5,15 +5,7 @@
 use ratelimitly_engine::key::ApiKey;
 use rl_responder::frame::{KeyAuth, Tenant, tenant};
 
-pub const AES_KEY: &str =
-    "rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5";
-pub const COOKIE_KEY: &str =
-    "rl-cookie1qypqqqqqqqqqqqqzqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqfgrrulczhg30p";
-pub const NONE_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
-
-pub fn key(s: &str) -> ApiKey {
-    s.parse().expect("valid test key")
-}
+pub use rl_testkit::keys::{AES as AES_KEY, COOKIE as COOKIE_KEY, NONE as NONE_KEY, key};
 
 #[derive(Clone, Copy)]
 pub struct G {

@@ -1,8 +1,8 @@
-//! Our engine as a loadgen client: builds the engine on the client cores with the
+//! Our engine as a loadgen [`Target`]: builds the engine on the client cores with the
 //! run's policy and endpoints, prepares the resources and trackers once, and maps
 //! each operation to a request (or latency report) and its outcome to a kind.
 //!
-//! Must not set up servers or measure; `driver` shapes the load.
+//! Must not set up servers or measure; `tokio_driver` shapes the load.
 
 use std::time::Duration;
 
@@ -11,14 +11,30 @@ use ratelimitly_engine::ids::{LatencyTracker, Resource};
 
 use ratelimitly_engine::outcome::{Decision, Failure, Outcome};
 
-use crate::adapt::engine_policy;
-use crate::cli::Args;
-use crate::setup::Servers;
+use super::tokio_driver::{self, AsyncClient};
+use super::{PhaseSpec, Ready, RunContext, Target};
 use crate::stats::Kind;
 use crate::workload::{self, Workload};
 
+/// Our engine, built and ready, as a loadgen client.
+pub struct EngineTarget(EngineClient);
+
+impl EngineTarget {
+    /// Builds the engine on the client cores (its threads start now).
+    pub fn build(ctx: &RunContext<'_>) -> Result<Self, String> {
+        EngineClient::build(ctx).map(EngineTarget)
+    }
+}
+
+impl Target for EngineTarget {
+    fn run(self: Box<Self>, spec: PhaseSpec, ready: Ready) {
+        let client = self.0;
+        tokio_driver::run_phase(spec, ready, move || async move { Ok(client) });
+    }
+}
+
 /// Our engine with the prepared resources and trackers.
-pub struct EngineTarget {
+pub struct EngineClient {
     engine: Option<Engine>,
     handle: EngineHandle,
     resources: Vec<Resource>,
@@ -26,14 +42,10 @@ pub struct EngineTarget {
     work: Workload,
 }
 
-impl EngineTarget {
-    pub fn build(
-        servers: &Servers,
-        args: &Args,
-        work: &Workload,
-        cores: &[usize],
-    ) -> Result<Self, String> {
-        let policy = engine_policy(args).map_err(|e| format!("policy: {e}"))?;
+impl EngineClient {
+    fn build(ctx: &RunContext<'_>) -> Result<Self, String> {
+        let (servers, args, work, cores) = (ctx.servers, ctx.args, &ctx.work, &ctx.client_cores);
+        let policy = args.policy().map_err(|e| format!("policy: {e}"))?;
         let mut b = Engine::builder(servers.key.clone())
             .policy(policy)
             .cores(Cores::List(cores.to_vec()))
@@ -72,7 +84,7 @@ impl EngineTarget {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("tracker: {e}"))?;
-        Ok(EngineTarget {
+        Ok(EngineClient {
             engine: Some(engine),
             handle,
             resources,
@@ -80,8 +92,10 @@ impl EngineTarget {
             work: work.clone(),
         })
     }
+}
 
-    pub async fn op(&self, j: u64) -> (Kind, Option<u32>) {
+impl AsyncClient for EngineClient {
+    async fn op(&self, j: u64) -> (Kind, Option<u32>) {
         if self.work.is_report(j) {
             let r = self.handle.report(
                 &self.trackers[0],
@@ -111,10 +125,14 @@ impl EngineTarget {
         }
         outcome_kind(b.send().await)
     }
+
+    fn finish(self) {
+        self.shutdown();
+    }
 }
 
 /// Maps an engine outcome to a kind and its datagram count.
-pub fn outcome_kind(o: Outcome) -> (Kind, Option<u32>) {
+fn outcome_kind(o: Outcome) -> (Kind, Option<u32>) {
     match o {
         Ok(r) => (
             match r.decision {
@@ -130,16 +148,16 @@ pub fn outcome_kind(o: Outcome) -> (Kind, Option<u32>) {
                 Failure::Communication(_) => Kind::Communication,
                 Failure::Timeout { .. } => Kind::Timeout,
                 Failure::Overloaded => Kind::Overloaded,
-                Failure::Shutdown => Kind::Shutdown,
+                Failure::Shutdown | Failure::CoreFailed { .. } => Kind::Shutdown,
             },
             None,
         ),
     }
 }
 
-impl EngineTarget {
+impl EngineClient {
     /// Shuts the engine down (every in-flight request completes exactly once).
-    pub fn shutdown(mut self) {
+    fn shutdown(mut self) {
         let s = self.handle.stats();
         let replay_decisions: u64 = s.decisions_by_round[1..].iter().sum();
         eprintln!(

@@ -1,11 +1,7 @@
-//! The raw UDP client: the ceiling. Valid requests pre-encoded with our wire codec
-//! (one PDU template per bucket pattern), sealed per request with a fresh unique id
-//! and nonce, sent once to one live endpoint with `sendmmsg`, responses received
-//! with `recvmmsg`, authenticated and decoded. No policy: no replays, no selection,
-//! no completion delivery; a lost response is a timeout after the horizon.
+//! One raw client thread (see `raw`): its socket, the ring of requests in flight, the
+//! batched send and receive loop and the timeouts.
 //!
-//! Owns its sockets and threads (one per client core). Latency reports are not
-//! generated (the raw client measures decisions only). Must not touch the engine.
+//! Owns the thread's socket and state. Must not touch the engine's request machine.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -14,125 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratelimitly_engine::engine::io::{RecvBatch, SendBatch, UdpIo};
-use ratelimitly_engine::wire::{self, Auth, GuardSpec, ResourceSpec, TenantFields};
+use ratelimitly_engine::wire::{self, TenantFields};
 
+use super::raw_config::RawConfig;
 use crate::stats::{Kind, Phase};
-use crate::workload::{self, Workload};
-
-/// What every raw thread shares.
-pub struct RawConfig {
-    pub auth: Auth,
-    pub key_id: u64,
-    /// Encoded rate-request PDUs; request `j` uses `templates[j % len]`.
-    pub templates: Vec<Vec<u8>>,
-    /// Live endpoints, used round-robin.
-    pub targets: Vec<SocketAddr>,
-    pub horizon: Duration,
-    pub batch: usize,
-    pub socket_buffer: usize,
-    /// Busy-poll (true) or sleep in ppoll (false) while waiting for responses.
-    pub spin: bool,
-}
-
-/// Why the raw client could not be prepared.
-#[derive(Debug)]
-pub enum RawError {
-    /// A template PDU did not encode.
-    Encode(wire::EncodeError),
-    /// A bucket or tracker definition was refused.
-    Config(ratelimitly_engine::error::ConfigError),
-    /// Every endpoint is dead.
-    NoLiveEndpoint,
-}
-
-impl std::fmt::Display for RawError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RawError::Encode(e) => write!(f, "request template does not encode: {e}"),
-            RawError::Config(e) => write!(f, "bad bucket or tracker: {e}"),
-            RawError::NoLiveEndpoint => write!(f, "no live endpoint"),
-        }
-    }
-}
-
-impl RawConfig {
-    pub fn new(
-        key: &ratelimitly_engine::key::ApiKey,
-        work: &Workload,
-        targets: Vec<SocketAddr>,
-        horizon: Duration,
-        batch: usize,
-        socket_buffer: usize,
-        spin: bool,
-    ) -> Result<Self, RawError> {
-        if targets.is_empty() {
-            return Err(RawError::NoLiveEndpoint);
-        }
-        let auth = Auth::new(key);
-        let resources: Vec<ResourceSpec> = (0..work.buckets.min(4096))
-            .map(|i| {
-                let r = ratelimitly_engine::ids::Resource::new(
-                    Workload::bucket_name(i),
-                    Duration::from_millis(u64::from(work.window_ms)),
-                    work.rate_limit,
-                )
-                .map_err(RawError::Config)?;
-                Ok(ResourceSpec {
-                    bucket_id: r.id(),
-                    window_ms: r.window_ms(),
-                    rate_limit: r.rate_limit(),
-                    tokens: 1,
-                })
-            })
-            .collect::<Result<_, RawError>>()?;
-        let guards: Vec<GuardSpec> = (0..work.guards)
-            .map(|i| {
-                let t = ratelimitly_engine::ids::LatencyTracker::new(
-                    Workload::tracker_name(i),
-                    Duration::from_millis(u64::from(workload::TRACKER_TTL_MS)),
-                    workload::TRACKER_MAX_SAMPLES,
-                    workload::TRACKER_MIN_SAMPLES,
-                )
-                .map_err(RawError::Config)?;
-                Ok(GuardSpec {
-                    tracker_id: t.id(),
-                    ttl_ms: t.ttl_ms(),
-                    max_samples: t.max_samples(),
-                    min_samples: t.min_samples(),
-                    threshold_ms: workload::GUARD_THRESHOLD_MS,
-                    current_latency_ms: 0,
-                })
-            })
-            .collect::<Result<_, RawError>>()?;
-        let mut templates = Vec::with_capacity(resources.len());
-        let mut specs = Vec::with_capacity(work.resources_per_request);
-        let mut out = [0u8; wire::MAX_DATAGRAM];
-        for t in 0..resources.len() as u64 {
-            specs.clear();
-            specs.extend(work.buckets_of(t).map(|b| resources[b % resources.len()]));
-            // Bounded so every sealed request fits one datagram.
-            let n = wire::encode_rate_request_pdu(
-                &mut out[..auth.max_pdu_len()],
-                horizon.as_millis() as u32,
-                &guards,
-                &specs,
-                &work.label,
-            )
-            .map_err(RawError::Encode)?;
-            templates.push(out[..n].to_vec());
-        }
-        Ok(RawConfig {
-            auth,
-            key_id: key.key_id(),
-            templates,
-            targets,
-            horizon,
-            batch: batch.clamp(1, 1024),
-            socket_buffer,
-            spin,
-        })
-    }
-}
 
 /// Per-thread load.
 #[derive(Clone, Copy, Debug)]
@@ -275,6 +156,43 @@ impl RawThread {
         true
     }
 
+    /// Queues (and sends full batches of) what `load` asks for at `now`; returns when the
+    /// next open-loop request is due (closed loop: in a millisecond).
+    fn offer(&mut self, load: RawLoad, start: Instant, opened: &mut u64, now: Instant) -> Instant {
+        let ms = wall_ms();
+        let stop_at = self.flight.phase.window_end;
+        match load {
+            RawLoad::Closed { in_flight } => {
+                while self.flight.outstanding + self.send.len() < in_flight {
+                    if !self.prepare(now, now, ms) {
+                        break;
+                    }
+                    if self.send.is_full() {
+                        self.flush();
+                    }
+                }
+                now + Duration::from_millis(1)
+            }
+            RawLoad::Open { rate } => loop {
+                let intended = start + Duration::from_secs_f64(*opened as f64 / rate);
+                if intended > now || intended >= stop_at {
+                    return intended;
+                }
+                *opened += 1;
+                if !self.prepare(intended, now, ms) {
+                    // Too many outstanding: counted as overload, not sent.
+                    self.flight.phase.submit();
+                    self.flight
+                        .phase
+                        .record(intended, now, Kind::Overloaded, Some(0));
+                }
+                if self.send.is_full() {
+                    self.flush();
+                }
+            },
+        }
+    }
+
     /// Sends the queued batch; a datagram that cannot be sent is a communication failure.
     fn flush(&mut self) {
         let flight = &mut self.flight;
@@ -383,40 +301,11 @@ pub fn run_thread(
         if now >= hard_stop {
             break;
         }
-        let ms = wall_ms();
-        let mut next_due = now + Duration::from_millis(1);
-        if !stopping {
-            match load {
-                RawLoad::Closed { in_flight } => {
-                    while t.flight.outstanding + t.send.len() < in_flight {
-                        if !t.prepare(now, now, ms) {
-                            break;
-                        }
-                        if t.send.is_full() {
-                            t.flush();
-                        }
-                    }
-                }
-                RawLoad::Open { rate } => loop {
-                    let intended = start + Duration::from_secs_f64(opened as f64 / rate);
-                    if intended > now || intended >= stop_at {
-                        next_due = intended;
-                        break;
-                    }
-                    opened += 1;
-                    if !t.prepare(intended, now, ms) {
-                        // Too many outstanding: counted as overload, not sent.
-                        t.flight.phase.submit();
-                        t.flight
-                            .phase
-                            .record(intended, now, Kind::Overloaded, Some(0));
-                    }
-                    if t.send.is_full() {
-                        t.flush();
-                    }
-                },
-            }
-        }
+        let next_due = if stopping {
+            now + Duration::from_millis(1)
+        } else {
+            t.offer(load, start, &mut opened, now)
+        };
         t.flush();
         if stopping && t.flight.outstanding == 0 {
             break;

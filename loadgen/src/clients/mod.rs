@@ -1,0 +1,88 @@
+//! The clients loadgen drives, behind one [`Target`] abstraction: our engine
+//! ([`engine`]), the official `ratelimitly` 0.1.0 client ([`official`]) and the raw-UDP
+//! ceiling ([`raw`]). The engine and the official client are future-based and share one
+//! Tokio load driver (`tokio_driver`); the raw client runs its own threads
+//! (`raw_thread`).
+//!
+//! Owns: building a client for a run and running it for one phase on its own threads.
+//! Must not touch: measurement windows, CPU accounting or output (`phase.rs`,
+//! `output.rs`), server setup (`setup.rs`).
+
+pub mod engine;
+pub mod official;
+pub mod raw;
+mod raw_config;
+mod raw_thread;
+mod tokio_driver;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use crate::cli::{Args, ClientKind};
+use crate::setup::Servers;
+use crate::stats::Phase;
+use crate::workload::Workload;
+
+/// Everything a client needs to know about the run.
+pub struct RunContext<'a> {
+    pub args: &'a Args,
+    pub servers: &'a Servers,
+    pub work: Workload,
+    pub client_cores: Vec<usize>,
+    pub horizon: Duration,
+}
+
+/// Load shape.
+#[derive(Clone, Copy, Debug)]
+pub enum Load {
+    /// N operations in flight at all times.
+    Closed { in_flight: usize },
+    /// A fixed rate (operations/s); latency from each operation's intended send time.
+    Open { rate: f64 },
+}
+
+/// How one phase runs.
+#[derive(Clone, Debug)]
+pub struct PhaseSpec {
+    pub warmup: Duration,
+    pub duration: Duration,
+    /// How long, after the window, operations in flight may take to complete.
+    pub drain: Duration,
+    pub load: Load,
+    /// The client cores (at least one).
+    pub cores: Vec<usize>,
+    /// Opened by the measuring thread once it has taken its end-of-window CPU snapshot;
+    /// client threads stay alive until then, so the snapshot never misses their time.
+    pub gate: Arc<AtomicBool>,
+}
+
+/// Where a client reports that load has started (with the phase it records into), or
+/// why it could not start.
+pub type Ready = mpsc::Sender<Result<Arc<Phase>, String>>;
+
+/// A client under test, built for a run and driven for one phase.
+pub trait Target: Send {
+    /// Runs one phase on the client's own threads and returns once they are done (every
+    /// operation completed or the drain time passed, and the gate opened). Sends the
+    /// phase on `ready` when load starts, or the error when the client cannot start.
+    fn run(self: Box<Self>, spec: PhaseSpec, ready: Ready);
+}
+
+/// Builds the client `kind` for the run (the official client finishes building inside
+/// its runtime, in [`Target::run`]).
+pub fn build(kind: ClientKind, ctx: &RunContext<'_>) -> Result<Box<dyn Target>, String> {
+    Ok(match kind {
+        ClientKind::Engine => Box::new(engine::EngineTarget::build(ctx)?),
+        ClientKind::Official => Box::new(official::OfficialTarget::new(ctx)?),
+        ClientKind::Raw => Box::new(raw::RawTarget::build(ctx)?),
+    })
+}
+
+/// Waits (at most 30 s) until `gate` opens.
+pub fn wait_gate(gate: &AtomicBool) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while !gate.load(Ordering::Acquire) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

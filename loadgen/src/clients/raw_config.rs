@@ -1,0 +1,127 @@
+//! The raw client's shared configuration: the key's auth, the request templates
+//! (pre-encoded rate-request PDUs, one per bucket pattern), the live targets and the
+//! socket settings.
+//!
+//! Owns encoding the templates once per run. Must not touch sockets or threads.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ratelimitly_engine::wire::{self, Auth, GuardSpec, ResourceSpec};
+
+use crate::workload::{self, Workload};
+
+/// What every raw thread shares.
+pub struct RawConfig {
+    pub auth: Auth,
+    pub key_id: u64,
+    /// Encoded rate-request PDUs; request `j` uses `templates[j % len]`.
+    pub templates: Vec<Vec<u8>>,
+    /// Live endpoints, used round-robin.
+    pub targets: Vec<SocketAddr>,
+    pub horizon: Duration,
+    pub batch: usize,
+    pub socket_buffer: usize,
+    /// Busy-poll (true) or sleep in ppoll (false) while waiting for responses.
+    pub spin: bool,
+}
+
+/// Why the raw client could not be prepared.
+#[derive(Debug)]
+pub enum RawError {
+    /// A template PDU did not encode.
+    Encode(wire::EncodeError),
+    /// A bucket or tracker definition was refused.
+    Config(ratelimitly_engine::error::ConfigError),
+    /// Every endpoint is dead.
+    NoLiveEndpoint,
+}
+
+impl std::fmt::Display for RawError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RawError::Encode(e) => write!(f, "request template does not encode: {e}"),
+            RawError::Config(e) => write!(f, "bad bucket or tracker: {e}"),
+            RawError::NoLiveEndpoint => write!(f, "no live endpoint"),
+        }
+    }
+}
+
+impl RawConfig {
+    pub fn new(
+        key: &ratelimitly_engine::key::ApiKey,
+        work: &Workload,
+        targets: Vec<SocketAddr>,
+        horizon: Duration,
+        batch: usize,
+        socket_buffer: usize,
+        spin: bool,
+    ) -> Result<Self, RawError> {
+        if targets.is_empty() {
+            return Err(RawError::NoLiveEndpoint);
+        }
+        let auth = Auth::new(key);
+        let resources: Vec<ResourceSpec> = (0..work.buckets.min(4096))
+            .map(|i| {
+                let r = ratelimitly_engine::ids::Resource::new(
+                    Workload::bucket_name(i),
+                    Duration::from_millis(u64::from(work.window_ms)),
+                    work.rate_limit,
+                )
+                .map_err(RawError::Config)?;
+                Ok(ResourceSpec {
+                    bucket_id: r.id(),
+                    window_ms: r.window_ms(),
+                    rate_limit: r.rate_limit(),
+                    tokens: 1,
+                })
+            })
+            .collect::<Result<_, RawError>>()?;
+        let guards: Vec<GuardSpec> = (0..work.guards)
+            .map(|i| {
+                let t = ratelimitly_engine::ids::LatencyTracker::new(
+                    Workload::tracker_name(i),
+                    Duration::from_millis(u64::from(workload::TRACKER_TTL_MS)),
+                    workload::TRACKER_MAX_SAMPLES,
+                    workload::TRACKER_MIN_SAMPLES,
+                )
+                .map_err(RawError::Config)?;
+                Ok(GuardSpec {
+                    tracker_id: t.id(),
+                    ttl_ms: t.ttl_ms(),
+                    max_samples: t.max_samples(),
+                    min_samples: t.min_samples(),
+                    threshold_ms: workload::GUARD_THRESHOLD_MS,
+                    current_latency_ms: 0,
+                })
+            })
+            .collect::<Result<_, RawError>>()?;
+        let mut templates = Vec::with_capacity(resources.len());
+        let mut specs = Vec::with_capacity(work.resources_per_request);
+        let mut out = [0u8; wire::MAX_DATAGRAM];
+        for t in 0..resources.len() as u64 {
+            specs.clear();
+            specs.extend(work.buckets_of(t).map(|b| resources[b % resources.len()]));
+            // Bounded so every sealed request fits one datagram.
+            let n = wire::encode_rate_request_pdu(
+                &mut out[..auth.max_pdu_len()],
+                horizon.as_millis() as u32,
+                &guards,
+                &specs,
+                &work.label,
+            )
+            .map_err(RawError::Encode)?;
+            templates.push(out[..n].to_vec());
+        }
+        Ok(RawConfig {
+            auth,
+            key_id: key.key_id(),
+            templates,
+            targets,
+            horizon,
+            batch,
+            socket_buffer,
+            spin,
+        })
+    }
+}

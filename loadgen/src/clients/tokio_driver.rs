@@ -1,0 +1,145 @@
+//! Drives a future-based client (the engine or the official client) on a Tokio runtime
+//! limited to the client cores (worker threads pinned), closed loop (N in flight) or open
+//! loop (a pacer at a fixed rate; latency from each request's intended send time).
+//!
+//! Owns the load shape for the future-based clients. Must not set up servers or
+//! print results.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{Load, PhaseSpec, Ready, wait_gate};
+use crate::stats::{Kind, Phase};
+
+/// A future-based client: one operation (request or latency report) at a time per task.
+pub trait AsyncClient: Send + Sync + 'static {
+    /// Runs operation `j`; returns its kind and, when known, its datagram count.
+    fn op(&self, j: u64) -> impl Future<Output = (Kind, Option<u32>)> + Send;
+    /// Shuts the client down after its phase.
+    fn finish(self);
+}
+
+/// A Tokio runtime with one worker per client core, each pinned to its core.
+fn runtime(cores: &[usize]) -> std::io::Result<tokio::runtime::Runtime> {
+    let cores: Arc<Vec<usize>> = Arc::new(cores.to_vec());
+    let next = Arc::new(AtomicUsize::new(0));
+    let c2 = Arc::clone(&cores);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores.len().max(1))
+        .max_blocking_threads(2)
+        .enable_all()
+        .on_thread_start(move || {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if let Some(c) = c2.get(i % c2.len().max(1)) {
+                crate::stats::pin(*c);
+            }
+        })
+        .build()
+}
+
+/// Runs `target` under `load` until the phase's window ends, then waits (at most
+/// `drain`) for every submitted operation to complete.
+async fn drive<C: AsyncClient>(target: Arc<C>, phase: Arc<Phase>, load: Load, drain: Duration) {
+    let next = Arc::new(AtomicU64::new(0));
+    let stop_at = phase.window_end;
+    match load {
+        Load::Closed { in_flight } => {
+            let mut tasks = Vec::with_capacity(in_flight);
+            for _ in 0..in_flight {
+                let (target, phase, next) =
+                    (Arc::clone(&target), Arc::clone(&phase), Arc::clone(&next));
+                tasks.push(tokio::spawn(async move {
+                    loop {
+                        let t0 = Instant::now();
+                        if t0 >= stop_at {
+                            break;
+                        }
+                        let j = next.fetch_add(1, Ordering::Relaxed);
+                        phase.submit();
+                        let (k, s) = target.op(j).await;
+                        phase.record(t0, Instant::now(), k, s);
+                    }
+                }));
+            }
+            let all = async {
+                for t in tasks {
+                    let _ = t.await;
+                }
+            };
+            let _ = tokio::time::timeout(
+                stop_at.saturating_duration_since(Instant::now()) + drain,
+                all,
+            )
+            .await;
+        }
+        Load::Open { rate } => {
+            let start = Instant::now();
+            let mut i: u64 = 0;
+            loop {
+                let now = Instant::now();
+                let mut intended = start + Duration::from_secs_f64(i as f64 / rate);
+                if intended >= stop_at {
+                    break;
+                }
+                while intended <= now {
+                    let (target, phase, next) =
+                        (Arc::clone(&target), Arc::clone(&phase), Arc::clone(&next));
+                    phase.submit();
+                    let at = intended;
+                    tokio::spawn(async move {
+                        let j = next.fetch_add(1, Ordering::Relaxed);
+                        let (k, s) = target.op(j).await;
+                        phase.record(at, Instant::now(), k, s);
+                    });
+                    i += 1;
+                    intended = start + Duration::from_secs_f64(i as f64 / rate);
+                }
+                tokio::time::sleep_until(intended.into()).await;
+            }
+            let deadline = Instant::now() + drain;
+            while phase.completed.load(Ordering::Relaxed) < phase.submitted.load(Ordering::Relaxed)
+                && Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
+}
+
+/// Runs `make`'s client for one phase on a Tokio runtime pinned to the client cores: the
+/// client is built inside the runtime, the phase starts once it is ready, and the client
+/// is finished after the drain and the gate.
+pub fn run_phase<C, F, Fut>(spec: PhaseSpec, ready: Ready, make: F)
+where
+    C: AsyncClient,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<C, String>>,
+{
+    crate::stats::pin(spec.cores[0]);
+    let rt = match runtime(&spec.cores) {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = ready.send(Err(format!("runtime: {e}")));
+            return;
+        }
+    };
+    rt.block_on(async {
+        let client = match make().await {
+            Ok(c) => Arc::new(c),
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        };
+        let phase = Phase::new(Instant::now(), spec.warmup, spec.duration);
+        let _ = ready.send(Ok(Arc::clone(&phase)));
+        drive(Arc::clone(&client), phase, spec.load, spec.drain).await;
+        wait_gate(&spec.gate);
+        if let Ok(c) = Arc::try_unwrap(client) {
+            c.finish();
+        }
+    });
+    rt.shutdown_timeout(Duration::from_secs(2));
+}

@@ -1,0 +1,44 @@
+//! The `parameters` object of the JSON report: what the run was (servers, key id, the
+//! effective cores and horizon) plus every option recorded by the serde derive on
+//! [`Args`] (the fields it does not `skip`).
+//!
+//! Owns the JSON keys of `parameters`. Must not touch clients or measurements.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cli::Args;
+use crate::clients::RunContext;
+
+/// `parameters` of the JSON report.
+#[derive(Serialize)]
+struct RunParams<'a> {
+    /// Endpoints the run used (embedded or external).
+    servers: usize,
+    embedded: bool,
+    /// The key's auth mode, `Aes` / `Cookie` / `None`.
+    auth: String,
+    key_id: u64,
+    horizon_ms: u64,
+    /// The client cores used (after defaults and filtering).
+    client_cores: &'a [usize],
+    /// The responder cores used.
+    responder_cores: &'a [usize],
+    #[serde(flatten)]
+    args: &'a Args,
+}
+
+/// The `parameters` value of a run.
+pub fn params_json(ctx: &RunContext<'_>, responder_cores: &[usize]) -> Value {
+    let p = RunParams {
+        servers: ctx.servers.endpoints.len(),
+        embedded: ctx.servers.embedded,
+        auth: format!("{:?}", ctx.servers.key.mode()),
+        key_id: ctx.servers.key.key_id(),
+        horizon_ms: ctx.horizon.as_millis() as u64,
+        client_cores: &ctx.client_cores,
+        responder_cores,
+        args: ctx.args,
+    };
+    serde_json::to_value(&p).unwrap_or(Value::Null)
+}
