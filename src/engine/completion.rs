@@ -319,6 +319,7 @@ impl Completion {
 impl Completion {
     /// Blocks the calling thread until the outcome arrives or `timeout` passes; on
     /// timeout the completion is handed back (wait again, or drop it to abandon).
+    #[allow(clippy::result_large_err)] // the completion is handed back, not an error
     pub fn wait_timeout(mut self, timeout: std::time::Duration) -> Result<Outcome, Completion> {
         if let Inner::Ready(out) = &mut self.inner {
             return Ok(out.take().expect("outcome taken once"));
@@ -339,6 +340,7 @@ impl Completion {
     }
 
     /// The outcome if it has arrived, without blocking; else the completion back.
+    #[allow(clippy::result_large_err)] // the completion is handed back, not an error
     pub fn try_take(self) -> Result<Outcome, Completion> {
         self.wait_timeout(std::time::Duration::ZERO)
     }

@@ -798,6 +798,18 @@ impl EngineHandle {
     }
 }
 
+const _: () = {
+    // The report batch fits one datagram in every mode.
+    assert!(wire::MAX_REPORT_ENTRIES <= 34);
+};
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync + Clone>() {}
+    is::<EngineHandle>();
+    let _: fn(Outcome) = |_| {};
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -818,16 +830,4 @@ mod tests {
         assert!(per <= 1024, "{per}");
         assert!(core <= 64 << 20, "{core}");
     }
-}
-
-const _: () = {
-    // The report batch fits one datagram in every mode.
-    assert!(wire::MAX_REPORT_ENTRIES <= 34);
-};
-
-#[allow(dead_code)]
-fn _assert_send_sync() {
-    fn is<T: Send + Sync + Clone>() {}
-    is::<EngineHandle>();
-    let _: fn(Outcome) = |_| {};
 }
