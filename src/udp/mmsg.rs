@@ -311,9 +311,13 @@ impl Mmsg {
                 let mut at = g;
                 while at < h {
                     let cnt = (h - at).min(MAX_MSGS);
-                    // SAFETY: headers at..at+cnt point into the send queue's arena,
-                    // addresses and control buffers, all alive and unchanged here.
-                    let r = unsafe { libc::sendmmsg(fd, c.sendq.hdrs_from(at), cnt as u32, libc::MSG_DONTWAIT) };
+                    let r = if c.fake_eagain() {
+                        -1
+                    } else {
+                        // SAFETY: headers at..at+cnt point into the send queue's arena,
+                        // addresses and control buffers, all alive and unchanged here.
+                        unsafe { libc::sendmmsg(fd, c.sendq.hdrs_from(at), cnt as u32, libc::MSG_DONTWAIT) }
+                    };
                     c.stats.send_calls += 1;
                     if r > 0 {
                         for k in at..at + r as usize {
@@ -323,7 +327,11 @@ impl Mmsg {
                         at += r as usize;
                         continue;
                     }
-                    let err = io::Error::last_os_error();
+                    let err = if r == -1 && c.faked() {
+                        io::Error::from_raw_os_error(libc::EAGAIN)
+                    } else {
+                        io::Error::last_os_error()
+                    };
                     let grp = c.sendq.group(at);
                     match err.raw_os_error() {
                         Some(libc::EINTR) => {}

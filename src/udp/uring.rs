@@ -267,8 +267,18 @@ impl Uring {
             c.sendq.clear_groups();
             return Ok(false);
         }
+        let mut pushed = false;
         for g in 0..n {
             let grp = c.sendq.group(g);
+            if c.fake_eagain() {
+                c.stats.eagain_waits += 1;
+                c.sendq.finish(g, Outcome::Retry { eagain: true });
+                if let Some(e) = c.entry_mut(grp.sock) {
+                    e.want_write = true;
+                    self.need_arm = true;
+                }
+                continue;
+            }
             let fd = match c.entry(grp.sock) {
                 Some(e) => e.sock.as_raw_fd(),
                 None => -1, // cannot happen: build() dropped closed sockets
@@ -279,8 +289,12 @@ impl Uring {
                 .user_data(ud(K_SEND, g as u32));
             self.push(&sqe, c)?;
             self.sends_in_flight += 1;
+            pushed = true;
         }
-        Ok(true)
+        if !pushed {
+            c.sendq.clear_groups();
+        }
+        Ok(pushed)
     }
 
     /// Arms what is missing: multishot receives, POLLOUT polls, the eventfd read, and
