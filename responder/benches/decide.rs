@@ -46,7 +46,6 @@ fn bench(c: &mut Criterion) {
             1 << 23,
             Capacities::default(),
             t0,
-            1,
         )
         .unwrap();
         // a pool of distinct requests (fresh decisions, not dedup hits)
