@@ -125,8 +125,8 @@ counters! {
 }
 
 /// Clock-skew allowance added to a request's dedup TTL before its timestamp counts as
-/// stale; dedup entries are kept this much longer than the TTL, so a duplicate that is
-/// still accepted always finds its entry.
+/// stale. (A duplicate that arrives within the grace but after its dedup entry expired
+/// is decided again: dedup is best effort, wire.md §8.)
 pub const STALE_GRACE_MS: u64 = 1_000;
 /// Oldest latency report accepted.
 pub const REPORT_MAX_AGE_MS: u64 = 10_000;
@@ -461,12 +461,8 @@ impl Responder {
                     inc(&c.fault_fixed);
                 }
                 inc(if grant { &c.granted } else { &c.rejected });
-                // kept for the TTL plus the staleness grace (longer is allowed): a
-                // duplicate young enough to be accepted always finds its entry
-                let keep = req
-                    .dedup_ttl_ms()
-                    .saturating_add(STALE_GRACE_MS as u32);
-                st.dedup.insert(key, &body[..len], now_ms, keep);
+                st.dedup
+                    .insert(key, &body[..len], now_ms, req.dedup_ttl_ms());
                 len
             }
         };
