@@ -52,7 +52,8 @@ fn run(backend: BackendChoice, client_gso: bool, echo_gso: bool, window: usize, 
         ..IoConfig::default()
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel::<(SocketAddr, Arc<ratelimitly_engine::udp::Waker>)>();
+    let (addr_tx, addr_rx) =
+        std::sync::mpsc::channel::<(SocketAddr, Arc<ratelimitly_engine::udp::Waker>)>();
     let echo_cfg = IoConfig {
         gro: true, // the echo always receives with GRO; `echo_gso` decides its replies
         ..cfg(echo_gso)
@@ -136,13 +137,21 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(256);
-    println!("udp_echo: {LEN}-byte datagrams, window {window}, {secs} s per row, client CPU 0, echo CPU 1");
+    println!(
+        "udp_echo: {LEN}-byte datagrams, window {window}, {secs} s per row, client CPU 0, echo CPU 1"
+    );
     println!(
         "| backend | client GSO/GRO | echo GSO replies | exchanges/s | client CPU µs/exchange | client dgrams/send | client dgrams/recv buffer | echo dgrams/send | echo dgrams/recv buffer |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for backend in [BackendChoice::Uring, BackendChoice::Mmsg] {
-        if backend == BackendChoice::Uring && UdpDriver::new(&IoConfig { backend, ..IoConfig::default() }).is_err() {
+        if backend == BackendChoice::Uring
+            && UdpDriver::new(&IoConfig {
+                backend,
+                ..IoConfig::default()
+            })
+            .is_err()
+        {
             println!("| uring | (refused on this host) | | | | | | | |");
             continue;
         }

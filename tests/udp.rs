@@ -87,8 +87,10 @@ fn echo_roundtrip_on_every_backend_with_gso_and_gro_on_and_off() {
                 for i in 0..N {
                     assert!(a.queue_send(sa, b_addr, &payload(i, 200), i as u64));
                 }
-                a.run_once(Some(Duration::ZERO), &mut |_, ev| panic!("unexpected {ev:?}"))
-                    .unwrap();
+                a.run_once(Some(Duration::ZERO), &mut |_, ev| {
+                    panic!("unexpected {ev:?}")
+                })
+                .unwrap();
                 // echo everything back
                 let mut echoed = 0;
                 let t0 = Instant::now();
@@ -142,7 +144,8 @@ fn gso_group_ending_in_a_shorter_datagram_and_mixed_destinations() {
     for backend in BACKENDS {
         for gro in [true, false] {
             let c = cfg(backend, true, gro);
-            let (Some(mut a), Some(mut b), Some(mut c2)) = (driver(&c), driver(&c), driver(&c)) else {
+            let (Some(mut a), Some(mut b), Some(mut c2)) = (driver(&c), driver(&c), driver(&c))
+            else {
                 continue;
             };
             let sa = a.bind(lo()).unwrap();
@@ -160,16 +163,25 @@ fn gso_group_ending_in_a_shorter_datagram_and_mixed_destinations() {
                 }
             }
             a.queue_send(sa, to_b, &payload(10, 100), k);
-            a.run_once(Some(Duration::ZERO), &mut |_, ev| panic!("unexpected {ev:?}"))
-                .unwrap();
+            a.run_once(Some(Duration::ZERO), &mut |_, ev| {
+                panic!("unexpected {ev:?}")
+            })
+            .unwrap();
             let st = a.stats();
             assert_eq!(st.datagrams_sent, 18);
-            assert_eq!(st.send_ops, 2, "{backend:?}: one group per destination: {st:?}");
+            assert_eq!(
+                st.send_ops, 2,
+                "{backend:?}: one group per destination: {st:?}"
+            );
             let got_b = collect(&mut b, 11);
             let got_c = collect(&mut c2, 7);
             let mut lens_b: Vec<usize> = got_b.iter().map(|g| g.2.len()).collect();
             lens_b.sort();
-            assert_eq!(lens_b, [vec![100], vec![300; 10]].concat(), "{backend:?} gro={gro}");
+            assert_eq!(
+                lens_b,
+                [vec![100], vec![300; 10]].concat(),
+                "{backend:?} gro={gro}"
+            );
             for (_, _, d) in &got_b {
                 let i = u32::from_le_bytes(d[..4].try_into().unwrap()) as usize;
                 assert_eq!(d, &payload(i, d.len()));
@@ -282,7 +294,10 @@ fn tiny_send_buffer_never_blocks_and_accounts_for_every_datagram() {
                 queued,
                 "{backend:?} gso={gso}: {st:?}"
             );
-            eprintln!("{backend:?} gso={gso} eagain={} sent={} failed={failed} {:?}", st.eagain_waits, st.datagrams_sent, st.send_errors);
+            eprintln!(
+                "{backend:?} gso={gso} eagain={} sent={} failed={failed} {:?}",
+                st.eagain_waits, st.datagrams_sent, st.send_errors
+            );
             drop(b);
         }
     }
@@ -307,8 +322,10 @@ fn wake_from_another_thread_ends_the_wait() {
         .unwrap();
         assert_eq!(woken, 1, "{backend:?}");
         assert!(!w.is_pending());
-        d.run_once(Some(Duration::ZERO), &mut |_, ev| panic!("unexpected {ev:?}"))
-            .unwrap();
+        d.run_once(Some(Duration::ZERO), &mut |_, ev| {
+            panic!("unexpected {ev:?}")
+        })
+        .unwrap();
         // a wake from another thread during an unbounded wait
         let w2 = Arc::clone(&w);
         let t = std::thread::spawn(move || {
@@ -334,11 +351,15 @@ fn wake_from_another_thread_ends_the_wait() {
 #[test]
 fn timeout_is_honoured_without_events() {
     for backend in BACKENDS {
-        let Some(mut d) = driver(&cfg(backend, true, true)) else { continue };
+        let Some(mut d) = driver(&cfg(backend, true, true)) else {
+            continue;
+        };
         let _s = d.bind(lo()).unwrap();
         let t0 = Instant::now();
-        d.run_once(Some(Duration::from_millis(30)), &mut |_, ev| panic!("unexpected {ev:?}"))
-            .unwrap();
+        d.run_once(Some(Duration::from_millis(30)), &mut |_, ev| {
+            panic!("unexpected {ev:?}")
+        })
+        .unwrap();
         let el = t0.elapsed();
         assert!(el >= Duration::from_millis(29), "{backend:?}: {el:?}");
     }
@@ -386,8 +407,10 @@ fn dual_stack_socket_talks_to_ipv4() {
         for i in 0..3 {
             a.queue_send(sa, to, &payload(i, 100), 0);
         }
-        a.run_once(Some(Duration::ZERO), &mut |_, ev| panic!("unexpected {ev:?}"))
-            .unwrap();
+        a.run_once(Some(Duration::ZERO), &mut |_, ev| {
+            panic!("unexpected {ev:?}")
+        })
+        .unwrap();
         let got = collect(&mut b, 3);
         assert_eq!(got.len(), 3, "{backend:?}");
         // the reply path: b answers the (IPv4) source, a receives it
@@ -404,7 +427,9 @@ fn dual_stack_socket_talks_to_ipv4() {
 #[test]
 fn steering_rebind_moves_into_the_range() {
     for backend in BACKENDS {
-        let Some(mut d) = driver(&cfg(backend, true, true)) else { continue };
+        let Some(mut d) = driver(&cfg(backend, true, true)) else {
+            continue;
+        };
         let s = d.bind_steering(false, 1234, 100).unwrap();
         let p = d.local_addr(s).unwrap().port();
         assert!(p >= 49152);

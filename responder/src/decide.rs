@@ -432,7 +432,7 @@ impl Responder {
     ) -> Option<usize> {
         let c = &*self.counters;
         // drawn first: if the RNG fails, nothing is decided or sent
-        let Ok(nonce) = self.nonces.next() else {
+        let Ok(nonce) = self.nonces.draw() else {
             inc(&c.drop_rng_failed);
             return None;
         };

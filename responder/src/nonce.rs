@@ -43,7 +43,7 @@ impl NoncePool {
     }
 
     /// The next fresh nonce.
-    pub fn next(&mut self) -> Result<[u8; NONCE_LEN], RngFailed> {
+    pub fn draw(&mut self) -> Result<[u8; NONCE_LEN], RngFailed> {
         if self.at + NONCE_LEN > POOL {
             getrandom::fill(&mut self.buf[..]).map_err(|_| RngFailed)?;
             self.at = 0;
@@ -67,7 +67,7 @@ mod tests {
         let mut p = NoncePool::new();
         let mut seen = HashSet::new();
         for _ in 0..2000 {
-            assert!(seen.insert(p.next().unwrap()));
+            assert!(seen.insert(p.draw().unwrap()));
         }
     }
 }

@@ -399,7 +399,6 @@ impl Delayed {
     }
 }
 
-
 /// One core: its driver and socket, decision logic and faults.
 struct Core {
     index: usize,
@@ -477,7 +476,11 @@ impl Core {
             let mut got = 0usize;
             let responder = &mut self.responder;
             let r = self.driver.run_once(Some(wait), &mut |q, ev| match ev {
-                IoEvent::Datagram { sock: s, from, data } => {
+                IoEvent::Datagram {
+                    sock: s,
+                    from,
+                    data,
+                } => {
                     got += 1;
                     let (now, unix) = *clock.get_or_insert_with(|| (Instant::now(), unix_ms()));
                     if io_faults {

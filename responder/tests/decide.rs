@@ -379,28 +379,48 @@ fn stale_timestamps_are_dropped_on_virtual_wall_time() {
     let mut out = [0u8; 1300];
     let limit = FIXED_TS_MS + u64::from(ttl) + STALE_GRACE_MS;
     // just past the limit: dropped
-    assert_eq!(r.handle_at(&mut dg.clone(), src(), t0, limit + 1, &mut out), None);
+    assert_eq!(
+        r.handle_at(&mut dg.clone(), src(), t0, limit + 1, &mut out),
+        None
+    );
     // in the future beyond the skew allowance: dropped
     let early = FIXED_TS_MS - MAX_FUTURE_MS - 1;
-    assert_eq!(r.handle_at(&mut dg.clone(), src(), t0, early, &mut out), None);
+    assert_eq!(
+        r.handle_at(&mut dg.clone(), src(), t0, early, &mut out),
+        None
+    );
     assert_eq!(r.counters().drop_stale, 2);
     assert_eq!(r.counters().granted, 0);
     // at the limit: answered; a duplicate within the TTL finds its dedup entry
-    let n = r.handle_at(&mut dg.clone(), src(), t0, limit, &mut out).unwrap();
+    let n = r
+        .handle_at(&mut dg.clone(), src(), t0, limit, &mut out)
+        .unwrap();
     assert!(read_response(&k, &out[..n]).unwrap().granted());
     let later = t0 + Duration::from_millis(u64::from(ttl) / 2);
-    assert!(r.handle_at(&mut dg.clone(), src(), later, limit, &mut out).is_some());
+    assert!(
+        r.handle_at(&mut dg.clone(), src(), later, limit, &mut out)
+            .is_some()
+    );
     let c = r.counters();
     assert_eq!((c.granted, c.dedup_hits, c.drop_stale), (1, 1, 2));
     // reports
     let rep = datagram(&k, uid(2), &report_pdu(&[]));
     assert_eq!(
-        r.handle_at(&mut rep.clone(), src(), t0, FIXED_TS_MS + REPORT_MAX_AGE_MS + 1, &mut out),
+        r.handle_at(
+            &mut rep.clone(),
+            src(),
+            t0,
+            FIXED_TS_MS + REPORT_MAX_AGE_MS + 1,
+            &mut out
+        ),
         None
     );
     assert_eq!(r.counters().drop_stale, 3);
     assert_eq!(r.counters().reports, 0);
-    assert_eq!(r.handle_at(&mut rep.clone(), src(), t0, FIXED_TS_MS, &mut out), None);
+    assert_eq!(
+        r.handle_at(&mut rep.clone(), src(), t0, FIXED_TS_MS, &mut out),
+        None
+    );
     assert_eq!(r.counters().reports, 1);
     assert!(!is_stale(100, 100, 0));
     assert!(is_stale(100, 101, 0));

@@ -258,7 +258,9 @@ fn reply_batching_on_and_off_every_answer_arrives() {
                             assert!(r.granted());
                             assert!(answered.insert(r.unique_id), "answered twice");
                         }
-                        IoEvent::SendFailed { tag, error } => panic!("send {tag} failed: {error:?}"),
+                        IoEvent::SendFailed { tag, error } => {
+                            panic!("send {tag} failed: {error:?}")
+                        }
                         IoEvent::Woken => {}
                     })
                     .unwrap();
@@ -272,7 +274,8 @@ fn reply_batching_on_and_off_every_answer_arrives() {
             let c = h.counters();
             assert_eq!((c.answered, c.send_errors), (n, 0), "{c:?}");
             let server = h.stop();
-            let label = format!("{io:?} reply_batch={reply_batch}: server {server:?} client {client:?}");
+            let label =
+                format!("{io:?} reply_batch={reply_batch}: server {server:?} client {client:?}");
             assert_eq!(server.datagrams_sent, n, "{label}");
             if reply_batch {
                 assert!(server.gso_sends > 0, "{label}");
@@ -281,7 +284,10 @@ fn reply_batching_on_and_off_every_answer_arrives() {
                 assert_eq!(server.gso_sends, 0, "{label}");
                 assert_eq!(server.send_ops, n, "{label}");
             }
-            assert!(server.gro_buffers > 0, "the client's GSO bursts arrive coalesced: {label}");
+            assert!(
+                server.gro_buffers > 0,
+                "the client's GSO bursts arrive coalesced: {label}"
+            );
         }
     }
 }

@@ -26,7 +26,9 @@ pub(crate) fn segment_size(control: &[u8]) -> Option<usize> {
             let data = &control[at + hdr..at + len];
             // the kernel writes an int; accept a u16 too
             return match data.len() {
-                n if n >= 4 => Some(i32::from_ne_bytes([data[0], data[1], data[2], data[3]]) as usize),
+                n if n >= 4 => {
+                    Some(i32::from_ne_bytes([data[0], data[1], data[2], data[3]]) as usize)
+                }
                 n if n >= 2 => Some(u16::from_ne_bytes([data[0], data[1]]) as usize),
                 _ => None,
             }

@@ -142,7 +142,10 @@ impl SendQueue {
     /// Drops the oldest queued datagram that already met EAGAIN (reported as
     /// `WouldBlock`); returns its slot.
     fn evict_retried(&mut self) -> Option<u32> {
-        let pos = self.pending.iter().position(|&s| self.retried[s as usize])?;
+        let pos = self
+            .pending
+            .iter()
+            .position(|&s| self.retried[s as usize])?;
         let slot = self.pending.remove(pos);
         self.failures
             .push_back((self.tags[slot as usize], io::ErrorKind::WouldBlock));
@@ -371,7 +374,10 @@ mod tests {
     }
 
     fn info(_: SocketId) -> Option<SockInfo> {
-        Some(SockInfo { v6: false, gso: true })
+        Some(SockInfo {
+            v6: false,
+            gso: true,
+        })
     }
 
     #[test]
@@ -399,7 +405,14 @@ mod tests {
             .collect();
         assert_eq!(
             groups,
-            vec![(0, 2, 300), (0, 64, 200), (0, 64, 200), (0, 2, 200), (0, 1, 200), (1, 1, 200)]
+            vec![
+                (0, 2, 300),
+                (0, 64, 200),
+                (0, 64, 200),
+                (0, 2, 200),
+                (0, 1, 200),
+                (1, 1, 200)
+            ]
         );
         for g in 0..n {
             q.finish(g, Outcome::Sent);
@@ -428,7 +441,12 @@ mod tests {
         for i in 0..5 {
             q.push(SocketId(0), a(1), &[0; 100], i);
         }
-        let n = q.build(|_| Some(SockInfo { v6: false, gso: false }));
+        let n = q.build(|_| {
+            Some(SockInfo {
+                v6: false,
+                gso: false,
+            })
+        });
         assert_eq!(n, 5);
     }
 

@@ -171,7 +171,13 @@ impl Mmsg {
             poll_ms(timeout)
         };
         // SAFETY: pollfds is a valid array of that many pollfd entries.
-        let r = unsafe { libc::poll(self.pollfds.as_mut_ptr(), self.pollfds.len() as libc::nfds_t, ms) };
+        let r = unsafe {
+            libc::poll(
+                self.pollfds.as_mut_ptr(),
+                self.pollfds.len() as libc::nfds_t,
+                ms,
+            )
+        };
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::Interrupted {
@@ -205,7 +211,11 @@ impl Mmsg {
     }
 
     /// Reports a pending wake-up (clears the flag, then drains the eventfd).
-    fn take_wake(&mut self, c: &mut Common, on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>)) -> bool {
+    fn take_wake(
+        &mut self,
+        c: &mut Common,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> bool {
         if !c.waker.clear() {
             return false;
         }
@@ -223,7 +233,9 @@ impl Mmsg {
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) -> usize {
         let Some(id) = c.id_at(i) else { return 0 };
-        let Some(e) = c.socks[i].as_ref() else { return 0 };
+        let Some(e) = c.socks[i].as_ref() else {
+            return 0;
+        };
         let (fd, gro) = (e.sock.as_raw_fd(), e.gro);
         self.rx.prepare(gro);
         // SAFETY: the headers point into buffers owned by `self.rx`, valid for the
@@ -240,7 +252,9 @@ impl Mmsg {
         if n < 0 {
             let err = io::Error::last_os_error();
             match err.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted | io::ErrorKind::ConnectionRefused => {}
+                io::ErrorKind::WouldBlock
+                | io::ErrorKind::Interrupted
+                | io::ErrorKind::ConnectionRefused => {}
                 _ => c.stats.recv_errors += 1,
             }
             return 0;
@@ -262,7 +276,9 @@ impl Mmsg {
             let seg = if gro {
                 let cl = h.msg_hdr.msg_controllen.min(CONTROL_LEN);
                 // SAFETY: the control buffer is CONTROL_LEN plain bytes.
-                let ctrl = unsafe { std::slice::from_raw_parts(self.rx.ctrl[k].as_ptr().cast::<u8>(), cl) };
+                let ctrl = unsafe {
+                    std::slice::from_raw_parts(self.rx.ctrl[k].as_ptr().cast::<u8>(), cl)
+                };
                 gro::segment_size(ctrl)
             } else {
                 None
@@ -271,7 +287,14 @@ impl Mmsg {
             let data = &mut self.rx.bufs[at..at + len];
             let sendq = &mut c.sendq;
             let m = gro::split(data, seg, |d| {
-                on_event(sendq, IoEvent::Datagram { sock: id, from, data: d })
+                on_event(
+                    sendq,
+                    IoEvent::Datagram {
+                        sock: id,
+                        from,
+                        data: d,
+                    },
+                )
             });
             c.stats.count_recv_op(m);
             c.stats.datagrams_received += m as u64;
@@ -303,7 +326,8 @@ impl Mmsg {
                 }
                 let Some(fd) = c.entry(sock).map(|e| e.sock.as_raw_fd()) else {
                     for k in g..h {
-                        c.sendq.finish(k, Outcome::Failed(io::ErrorKind::NotConnected));
+                        c.sendq
+                            .finish(k, Outcome::Failed(io::ErrorKind::NotConnected));
                     }
                     g = h;
                     continue;
@@ -316,7 +340,14 @@ impl Mmsg {
                     } else {
                         // SAFETY: headers at..at+cnt point into the send queue's arena,
                         // addresses and control buffers, all alive and unchanged here.
-                        unsafe { libc::sendmmsg(fd, c.sendq.hdrs_from(at), cnt as u32, libc::MSG_DONTWAIT) }
+                        unsafe {
+                            libc::sendmmsg(
+                                fd,
+                                c.sendq.hdrs_from(at),
+                                cnt as u32,
+                                libc::MSG_DONTWAIT,
+                            )
+                        }
                     };
                     c.stats.send_calls += 1;
                     if r > 0 {

@@ -426,14 +426,18 @@ pub(crate) struct SockEntry {
 }
 
 /// How socket `id` stands for grouping (None: closed).
-pub(crate) fn sock_info(socks: &[Option<SockEntry>], gens: &[u16], id: SocketId) -> Option<gso::SockInfo> {
+pub(crate) fn sock_info(
+    socks: &[Option<SockEntry>],
+    gens: &[u16],
+    id: SocketId,
+) -> Option<gso::SockInfo> {
     if gens.get(id.index()) != Some(&id.generation()) {
         return None;
     }
-    socks
-        .get(id.index())?
-        .as_ref()
-        .map(|e| gso::SockInfo { v6: e.v6, gso: e.gso })
+    socks.get(id.index())?.as_ref().map(|e| gso::SockInfo {
+        v6: e.v6,
+        gso: e.gso,
+    })
 }
 
 /// State shared by both backends: sockets, send queue, stats, waker, configuration.
@@ -479,7 +483,10 @@ impl Common {
     }
 
     /// Reports the failures recorded since the last call.
-    pub(crate) fn report_failures(&mut self, on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>)) {
+    pub(crate) fn report_failures(
+        &mut self,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) {
         while let Some((tag, error)) = self.sendq.take_failure() {
             self.stats.count_send_error(error, 1);
             on_event(&mut self.sendq, IoEvent::SendFailed { tag, error });
@@ -547,7 +554,14 @@ unsafe impl Send for UdpDriver {}
 fn uring_refused(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
-        Some(libc::EPERM | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOMEM | libc::EACCES)
+        Some(
+            libc::EPERM
+                | libc::ENOSYS
+                | libc::EINVAL
+                | libc::EOPNOTSUPP
+                | libc::ENOMEM
+                | libc::EACCES
+        )
     )
 }
 
@@ -559,7 +573,9 @@ impl UdpDriver {
         cfg.batch = cfg.batch.clamp(1, 4096);
         cfg.max_sockets = cfg.max_sockets.clamp(1, 0xFFFF);
         cfg.max_datagram = cfg.max_datagram.clamp(64, GRO_BUFFER);
-        cfg.send_capacity = cfg.send_capacity.clamp(cfg.batch + GSO_MAX_SEGMENTS, 1 << 20);
+        cfg.send_capacity = cfg
+            .send_capacity
+            .clamp(cfg.batch + GSO_MAX_SEGMENTS, 1 << 20);
         let backend = match cfg.backend {
             BackendChoice::Mmsg => None,
             BackendChoice::Uring => Some(uring::Uring::new(&cfg)?),
@@ -630,19 +646,28 @@ impl UdpDriver {
     /// `v6`) on the next free port after `after_port` in 49152..=65535 (from 49152 when
     /// `after_port` is outside the range), wrapping, skipping ports in use, trying at
     /// most `max_tries` ports. The caller keeps its old socket until it has drained.
-    pub fn bind_steering(&mut self, v6: bool, after_port: u16, max_tries: u16) -> io::Result<SocketId> {
+    pub fn bind_steering(
+        &mut self,
+        v6: bool,
+        after_port: u16,
+        max_tries: u16,
+    ) -> io::Result<SocketId> {
         let slot = self.free_slot()?;
         let sock = socket::bind_steering(v6, after_port, max_tries, &self.common.cfg)?;
         Ok(self.adopt(slot, sock))
     }
 
     fn free_slot(&self) -> io::Result<usize> {
-        self.common.socks.iter().position(Option::is_none).ok_or_else(|| {
-            io::Error::other(format!(
-                "UDP driver already has its maximum of {} sockets",
-                self.common.cfg.max_sockets
-            ))
-        })
+        self.common
+            .socks
+            .iter()
+            .position(Option::is_none)
+            .ok_or_else(|| {
+                io::Error::other(format!(
+                    "UDP driver already has its maximum of {} sockets",
+                    self.common.cfg.max_sockets
+                ))
+            })
     }
 
     fn adopt(&mut self, slot: usize, opened: socket::Opened) -> SocketId {
@@ -742,7 +767,10 @@ impl UdpDriver {
 
     /// Sends what is queued without receiving or waiting; failures are reported to
     /// `on_event` (which may not get any other event).
-    pub fn flush(&mut self, on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>)) -> io::Result<()> {
+    pub fn flush(
+        &mut self,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> io::Result<()> {
         match &mut self.backend {
             Backend::Uring(u) => u.flush(&mut self.common, on_event),
             Backend::Mmsg(m) => {
@@ -773,7 +801,10 @@ impl fmt::Debug for UdpDriver {
 mod tests {
     use super::*;
 
-    fn drivers(backend: BackendChoice, batch: usize) -> Option<(UdpDriver, SocketId, UdpDriver, SocketId)> {
+    fn drivers(
+        backend: BackendChoice,
+        batch: usize,
+    ) -> Option<(UdpDriver, SocketId, UdpDriver, SocketId)> {
         let cfg = IoConfig {
             backend,
             batch,
@@ -807,7 +838,9 @@ mod tests {
     #[test]
     fn eagain_keeps_datagrams_queued_and_retries() {
         for backend in [BackendChoice::Uring, BackendChoice::Mmsg] {
-            let Some((mut a, sa, mut b, sb)) = drivers(backend, 256) else { continue };
+            let Some((mut a, sa, mut b, sb)) = drivers(backend, 256) else {
+                continue;
+            };
             let to = b.local_addr(sb).unwrap();
             for i in 0..300u64 {
                 assert!(a.queue_send(sa, to, &[i as u8; 200], i));
@@ -815,8 +848,10 @@ mod tests {
             a.common.fake_eagain = 3;
             let mut loops = 0;
             while !a.send_queue().is_empty() && loops < 50 {
-                a.run_once(Some(Duration::from_millis(5)), &mut |_, ev| panic!("unexpected {ev:?}"))
-                    .unwrap();
+                a.run_once(Some(Duration::from_millis(5)), &mut |_, ev| {
+                    panic!("unexpected {ev:?}")
+                })
+                .unwrap();
                 loops += 1;
             }
             assert!(a.send_queue().is_empty(), "{backend:?}");
@@ -831,16 +866,23 @@ mod tests {
     #[test]
     fn eagain_overflow_reports_would_block() {
         for backend in [BackendChoice::Uring, BackendChoice::Mmsg] {
-            let Some((mut a, sa, mut b, sb)) = drivers(backend, 1) else { continue };
+            let Some((mut a, sa, mut b, sb)) = drivers(backend, 1) else {
+                continue;
+            };
             let to = b.local_addr(sb).unwrap();
             let cap = a.send_queue().capacity();
             for i in 0..cap as u64 {
                 assert!(a.queue_send(sa, to, &[1; 100], i));
             }
-            assert!(!a.queue_send(sa, to, &[1; 100], 999), "full of fresh datagrams");
+            assert!(
+                !a.queue_send(sa, to, &[1; 100], 999),
+                "full of fresh datagrams"
+            );
             a.common.fake_eagain = u32::MAX;
-            a.run_once(Some(Duration::ZERO), &mut |_, ev| panic!("unexpected {ev:?}"))
-                .unwrap();
+            a.run_once(Some(Duration::ZERO), &mut |_, ev| {
+                panic!("unexpected {ev:?}")
+            })
+            .unwrap();
             assert_eq!(a.send_queue().len(), cap, "{backend:?}: all kept");
             for i in 0..10u64 {
                 assert!(a.queue_send(sa, to, &[2; 100], 1000 + i));
@@ -859,7 +901,11 @@ mod tests {
                     break;
                 }
             }
-            assert_eq!(failed, (0..10).collect::<Vec<u64>>(), "{backend:?}: the oldest went");
+            assert_eq!(
+                failed,
+                (0..10).collect::<Vec<u64>>(),
+                "{backend:?}: the oldest went"
+            );
             assert_eq!(a.stats().send_errors.would_block, 10);
             assert_eq!(a.stats().datagrams_sent, cap as u64);
             assert_eq!(drain(&mut b, cap), cap);
@@ -880,7 +926,13 @@ mod tests {
 
     #[test]
     fn refusals_that_fall_back_to_mmsg() {
-        for e in [libc::EPERM, libc::ENOSYS, libc::EINVAL, libc::EOPNOTSUPP, libc::ENOMEM] {
+        for e in [
+            libc::EPERM,
+            libc::ENOSYS,
+            libc::EINVAL,
+            libc::EOPNOTSUPP,
+            libc::ENOMEM,
+        ] {
             assert!(uring_refused(&io::Error::from_raw_os_error(e)));
         }
         assert!(!uring_refused(&io::Error::from_raw_os_error(libc::EMFILE)));
@@ -889,7 +941,10 @@ mod tests {
     #[test]
     fn backend_choice_parses() {
         assert_eq!("uring".parse::<BackendChoice>(), Ok(BackendChoice::Uring));
-        assert_eq!("io_uring".parse::<BackendChoice>(), Ok(BackendChoice::Uring));
+        assert_eq!(
+            "io_uring".parse::<BackendChoice>(),
+            Ok(BackendChoice::Uring)
+        );
         assert_eq!("mmsg".parse::<BackendChoice>(), Ok(BackendChoice::Mmsg));
         assert_eq!("auto".parse::<BackendChoice>(), Ok(BackendChoice::Auto));
         assert!("epoll".parse::<BackendChoice>().is_err());

@@ -36,8 +36,16 @@ pub(crate) struct Opened {
 
 /// Binds a non-blocking UDP socket on `addr` (IPv6 also accepts IPv4: dual stack).
 pub(crate) fn open(addr: SocketAddr, cfg: &IoConfig, opts: BindOptions) -> io::Result<Opened> {
-    let domain = if addr.is_ipv6() { Domain::IPV6 } else { Domain::IPV4 };
-    let sock = Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(Protocol::UDP))?;
+    let domain = if addr.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let sock = Socket::new(
+        domain,
+        Type::DGRAM.nonblocking().cloexec(),
+        Some(Protocol::UDP),
+    )?;
     if addr.is_ipv6() {
         sock.set_only_v6(false)?;
     }
@@ -73,7 +81,11 @@ fn set_gro(sock: &Socket) -> io::Result<()> {
             size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
-    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// The unspecified address of the family that reaches IPv6 remotes (dual stack) or
@@ -88,7 +100,12 @@ pub(crate) fn unspecified(v6: bool) -> IpAddr {
 
 /// Steering rebind: the next free port after `after` in the steering range, at most
 /// `max_tries` ports tried.
-pub(crate) fn bind_steering(v6: bool, after: u16, max_tries: u16, cfg: &IoConfig) -> io::Result<Opened> {
+pub(crate) fn bind_steering(
+    v6: bool,
+    after: u16,
+    max_tries: u16,
+    cfg: &IoConfig,
+) -> io::Result<Opened> {
     let span = u32::from(STEER_PORT_LAST - STEER_PORT_FIRST) + 1;
     let start = if after >= STEER_PORT_FIRST {
         u32::from(after - STEER_PORT_FIRST) + 1
@@ -101,7 +118,11 @@ pub(crate) fn bind_steering(v6: bool, after: u16, max_tries: u16, cfg: &IoConfig
         if port == after {
             continue;
         }
-        match open(SocketAddr::new(unspecified(v6), port), cfg, BindOptions::default()) {
+        match open(
+            SocketAddr::new(unspecified(v6), port),
+            cfg,
+            BindOptions::default(),
+        ) {
             Ok(s) => return Ok(s),
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => last_err = e,
             Err(e) => return Err(e),
@@ -165,7 +186,12 @@ pub(crate) fn from_c_bytes(b: &[u8]) -> Option<SocketAddr> {
             let port = u16::from_be(a.sin6_port);
             Some(match ip.to_ipv4_mapped() {
                 Some(v4) => SocketAddr::V4(SocketAddrV4::new(v4, port)),
-                None => SocketAddr::V6(SocketAddrV6::new(ip, port, a.sin6_flowinfo, a.sin6_scope_id)),
+                None => SocketAddr::V6(SocketAddrV6::new(
+                    ip,
+                    port,
+                    a.sin6_flowinfo,
+                    a.sin6_scope_id,
+                )),
             })
         }
         _ => None,
@@ -176,7 +202,9 @@ pub(crate) fn from_c_bytes(b: &[u8]) -> Option<SocketAddr> {
 pub(crate) fn from_c(ss: &libc::sockaddr_storage, len: u32) -> Option<SocketAddr> {
     let len = (len as usize).min(size_of::<libc::sockaddr_storage>());
     // SAFETY: a sockaddr_storage is plain bytes of that size.
-    let bytes = unsafe { std::slice::from_raw_parts((ss as *const libc::sockaddr_storage).cast::<u8>(), len) };
+    let bytes = unsafe {
+        std::slice::from_raw_parts((ss as *const libc::sockaddr_storage).cast::<u8>(), len)
+    };
     from_c_bytes(bytes)
 }
 

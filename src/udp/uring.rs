@@ -129,7 +129,11 @@ impl Uring {
         if !ring.params().is_feature_ext_arg() || !ring.params().is_feature_nodrop() {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        let payload = if cfg.gro { GRO_BUFFER } else { cfg.max_datagram };
+        let payload = if cfg.gro {
+            GRO_BUFFER
+        } else {
+            cfg.max_datagram
+        };
         let count: usize = if cfg.gro {
             (cfg.batch / 4).next_power_of_two().clamp(16, 256)
         } else {
@@ -167,8 +171,12 @@ impl Uring {
         // SAFETY: the ring memory is page aligned, `count` entries long, and lives in
         // `mem` until the ring is gone (see Drop).
         unsafe {
-            ring.submitter()
-                .register_buf_ring_with_flags(mem.ring as u64, count as u16, BGID, 0)?;
+            ring.submitter().register_buf_ring_with_flags(
+                mem.ring as u64,
+                count as u16,
+                BGID,
+                0,
+            )?;
         }
         let waker = Arc::new(Waker::new(false)?);
         let mut u = Uring {
@@ -427,7 +435,11 @@ impl Uring {
 
     /// Handles completions until the CQ is empty or a batch of datagrams went to the
     /// caller. Returns the events delivered.
-    fn reap(&mut self, c: &mut Common, on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>)) -> usize {
+    fn reap(
+        &mut self,
+        c: &mut Common,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> usize {
         let batch = c.cfg.batch;
         let mut datagrams = 0usize;
         let mut events = 0usize;
@@ -594,7 +606,14 @@ fn deliver(
     };
     let sendq = &mut c.sendq;
     let n = gro::split(data, seg, |d| {
-        on_event(sendq, IoEvent::Datagram { sock: id, from, data: d })
+        on_event(
+            sendq,
+            IoEvent::Datagram {
+                sock: id,
+                from,
+                data: d,
+            },
+        )
     });
     c.stats.count_recv_op(n);
     c.stats.datagrams_received += n as u64;
@@ -606,11 +625,10 @@ impl Drop for Uring {
         if self.disabled {
             return; // nothing was ever submitted
         }
-        let ok = match self
-            .ring
-            .submitter()
-            .register_sync_cancel(Some(Timespec::from(Duration::from_secs(1))), CancelBuilder::any())
-        {
+        let ok = match self.ring.submitter().register_sync_cancel(
+            Some(Timespec::from(Duration::from_secs(1))),
+            CancelBuilder::any(),
+        ) {
             Ok(()) => true,
             Err(e) => e.raw_os_error() == Some(libc::ENOENT),
         };
