@@ -496,3 +496,44 @@ fn auto_prefers_io_uring_and_mmsg_can_be_forced() {
         assert_eq!(d.kind(), BackendKind::Mmsg);
     }
 }
+
+/// `flush` sends without waiting and hands out send failures only: datagrams and
+/// wake-ups that arrived meanwhile wait for the next `run_once`.
+#[test]
+fn flush_sends_and_keeps_arrivals_for_run_once() {
+    for backend in BACKENDS {
+        let c = cfg(backend, true, true);
+        let (Some(mut a), Some(mut b)) = (driver(&c), driver(&c)) else {
+            continue;
+        };
+        let sa = a.bind(lo()).unwrap();
+        let sb = b.bind(lo()).unwrap();
+        let (to_a, to_b) = (a.local_addr(sa).unwrap(), b.local_addr(sb).unwrap());
+        b.run_once(Some(Duration::ZERO), &mut |_, _| {}).unwrap(); // arms receives
+        for i in 0..10 {
+            a.queue_send(sa, to_b, &payload(i, 100), 0);
+        }
+        a.flush(&mut |_, ev| panic!("unexpected {ev:?}")).unwrap();
+        assert!(a.send_queue().is_empty());
+        std::thread::sleep(Duration::from_millis(20));
+        b.waker().wake();
+        b.queue_send(sb, to_a, b"reply", 0);
+        b.flush(&mut |_, ev| panic!("{backend:?}: flush delivered {ev:?}"))
+            .unwrap();
+        let mut got = 0;
+        let mut woken = 0;
+        for _ in 0..20 {
+            b.run_once(Some(Duration::from_millis(10)), &mut |_, ev| match ev {
+                IoEvent::Datagram { .. } => got += 1,
+                IoEvent::Woken => woken += 1,
+                other => panic!("{other:?}"),
+            })
+            .unwrap();
+            if got == 10 && woken == 1 {
+                break;
+            }
+        }
+        assert_eq!((got, woken), (10, 1), "{backend:?}");
+        assert_eq!(collect(&mut a, 1).len(), 1);
+    }
+}

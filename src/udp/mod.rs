@@ -765,8 +765,9 @@ impl UdpDriver {
         }
     }
 
-    /// Sends what is queued without receiving or waiting; failures are reported to
-    /// `on_event` (which may not get any other event).
+    /// Sends what is queued without waiting. Only [`IoEvent::SendFailed`] reaches
+    /// `on_event`; datagrams and wake-ups that arrive meanwhile are kept for the next
+    /// `run_once`.
     pub fn flush(
         &mut self,
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),

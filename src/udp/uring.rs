@@ -97,6 +97,11 @@ pub(crate) struct Uring {
     /// Requests to cancel (closed sockets), submitted with the next enter.
     cancels: Vec<u64>,
     sends_in_flight: usize,
+    /// Receive completions reaped by `flush` (socket id, buffer id, result), delivered
+    /// by the next `run_once`; each holds one buffer, so the buffer count bounds it.
+    deferred: Vec<(u32, u16, i32)>,
+    /// A wake-up reaped by `flush`, reported by the next `run_once`.
+    deferred_wake: bool,
     ts: Timespec,
 }
 
@@ -193,6 +198,8 @@ impl Uring {
             need_arm: true,
             cancels: Vec::with_capacity(cfg.max_sockets * 2),
             sends_in_flight: 0,
+            deferred: Vec::with_capacity(count),
+            deferred_wake: false,
             ts: Timespec::new(),
         };
         for bid in 0..count {
@@ -388,7 +395,7 @@ impl Uring {
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) -> io::Result<()> {
         self.enable()?;
-        let mut events = 0usize;
+        let mut events = self.deliver_deferred(c, on_event);
         events += report(c, on_event);
         let start = match timeout {
             Some(d) if !d.is_zero() => Some(Instant::now()),
@@ -406,7 +413,7 @@ impl Uring {
             if sent {
                 c.stats.send_calls += 1;
             }
-            events += self.reap(c, on_event);
+            events += self.reap(c, on_event, true);
             events += report(c, on_event);
             let expired = timed_out || wait.is_some_and(|w| w.is_zero());
             if events > 0 || expired {
@@ -428,17 +435,55 @@ impl Uring {
         }
         self.arm(c)?;
         self.enter(Some(Duration::ZERO))?;
-        self.reap(c, on_event);
+        self.reap(c, on_event, false);
         report(c, on_event);
         Ok(())
     }
 
+    /// Delivers what `flush` reaped but kept back. Returns the events delivered.
+    fn deliver_deferred(
+        &mut self,
+        c: &mut Common,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> usize {
+        let mut events = 0;
+        if std::mem::take(&mut self.deferred_wake) {
+            c.stats.wakes += 1;
+            events += 1;
+            on_event(&mut c.sendq, IoEvent::Woken);
+        }
+        if self.deferred.is_empty() {
+            return events;
+        }
+        let Some(mem) = self.mem.as_mut() else {
+            return events;
+        };
+        let mut got = 0;
+        for &(low, bid, res) in &self.deferred {
+            let id = SocketId(low);
+            if res >= 0 && c.entry(id).is_some() {
+                let at = bid as usize * self.buf_size;
+                let buf = &mut mem.bufs[at..at + (res as usize).min(self.buf_size)];
+                got += deliver(c, id, buf, &mem.recv_hdr, on_event);
+            }
+            recycle(mem, &mut self.tail, self.buf_mask, self.buf_size, bid);
+        }
+        self.deferred.clear();
+        self.publish();
+        if got > 0 {
+            c.stats.recv_calls += 1;
+        }
+        events + got
+    }
+
     /// Handles completions until the CQ is empty or a batch of datagrams went to the
-    /// caller. Returns the events delivered.
+    /// caller. Returns the events delivered. Without `deliver` (flush), datagrams and
+    /// wake-ups are kept for the next `run_once`; send results are handled at once.
     fn reap(
         &mut self,
         c: &mut Common,
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+        deliver_now: bool,
     ) -> usize {
         let batch = c.cfg.batch;
         let mut datagrams = 0usize;
@@ -456,6 +501,8 @@ impl Uring {
             wake_armed,
             need_arm,
             sends_in_flight,
+            deferred,
+            deferred_wake,
             ..
         } = self;
         let Some(mem) = mem.as_mut() else { return 0 };
@@ -473,15 +520,19 @@ impl Uring {
                         let id = SocketId(low);
                         let current = c.entry(id).is_some();
                         if let Some(bid) = cqueue::buffer_select(flags) {
-                            if res >= 0 && current {
+                            if !deliver_now {
+                                deferred.push((low, bid, res));
+                            } else if res >= 0 && current {
                                 let at = bid as usize * *buf_size;
                                 let buf = &mut mem.bufs[at..at + (res as usize).min(*buf_size)];
                                 let n = deliver(c, id, buf, &mem.recv_hdr, on_event);
                                 datagrams += n;
                                 events += n;
                             }
-                            recycle(mem, tail, *buf_mask, *buf_size, bid);
-                            recycled = true;
+                            if deliver_now {
+                                recycle(mem, tail, *buf_mask, *buf_size, bid);
+                                recycled = true;
+                            }
                         }
                         if res < 0 && res != -libc::ENOBUFS && res != -libc::ECANCELED {
                             c.stats.recv_errors += 1;
@@ -524,7 +575,9 @@ impl Uring {
                     }
                     K_WAKE => {
                         *wake_armed = false;
-                        if !woken && c.waker.clear() {
+                        if !deliver_now {
+                            *deferred_wake |= c.waker.clear();
+                        } else if !woken && c.waker.clear() {
                             woken = true;
                             c.stats.wakes += 1;
                             events += 1;
