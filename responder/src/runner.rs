@@ -443,6 +443,9 @@ impl Core {
         let mut rng = FaultRng::new(0);
         let mut loops = 0u32;
         let mut errors = 0u32;
+        // enable the ring on this thread and arm the receive before reporting ready
+        // (anything that arrives meanwhile is kept for the first loop)
+        let _ = self.driver.flush(&mut |_, _| {});
         let _ = ready.send(());
         drop(ready);
         loop {
