@@ -15,8 +15,8 @@
 //!
 //! The ring is created with `SINGLE_ISSUER | DEFER_TASKRUN` (completions are produced
 //! only while this thread waits: no interrupts of the running loop) and disabled until
-//! the first `run_once`, so the thread that runs the driver becomes its issuer; older
-//! kernels get `COOP_TASKRUN` or plain rings.
+//! the first `run_once`, so the thread that runs the driver becomes its issuer. It needs
+//! Linux 6.1; older kernels refuse with EINVAL and `Auto` falls back to mmsg.
 //!
 //! Owns: the ring, the buffer ring and every byte the kernel may write asynchronously
 //! (receive buffers, the eventfd read's target, the receive template). Must not touch:
@@ -105,32 +105,23 @@ pub(crate) struct Uring {
     ts: Timespec,
 }
 
-fn build_ring(cq: u32) -> io::Result<(IoUring, bool)> {
+/// A ring with `SINGLE_ISSUER | DEFER_TASKRUN` (Linux 6.1), created disabled. Older
+/// kernels fail with EINVAL, which `BackendChoice::Auto` takes as a refusal: they also
+/// lack pieces this backend relies on (multishot `RECVMSG` and synchronous cancel
+/// arrived in 6.0), so they get the mmsg backend instead.
+fn build_ring(cq: u32) -> io::Result<IoUring> {
     let mut b = IoUring::builder();
     b.setup_cqsize(cq)
         .setup_single_issuer()
         .setup_defer_taskrun()
         .setup_r_disabled();
-    match b.build(SQ_ENTRIES) {
-        Ok(r) => return Ok((r, true)),
-        Err(e) if e.raw_os_error() != Some(libc::EINVAL) => return Err(e),
-        Err(_) => {}
-    }
-    let mut b = IoUring::builder();
-    b.setup_cqsize(cq).setup_coop_taskrun();
-    match b.build(SQ_ENTRIES) {
-        Ok(r) => return Ok((r, false)),
-        Err(e) if e.raw_os_error() != Some(libc::EINVAL) => return Err(e),
-        Err(_) => {}
-    }
-    let mut b = IoUring::builder();
-    b.setup_cqsize(cq);
-    Ok((b.build(SQ_ENTRIES)?, false))
+    b.build(SQ_ENTRIES)
 }
 
 impl Uring {
     pub(crate) fn new(cfg: &IoConfig) -> io::Result<(Uring, Arc<Waker>)> {
-        let (ring, disabled) = build_ring(8192)?;
+        let ring = build_ring(8192)?;
+        let disabled = true;
         if !ring.params().is_feature_ext_arg() || !ring.params().is_feature_nodrop() {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
