@@ -70,7 +70,7 @@ struct Cli {
     #[arg(long, hide = true, default_value_t = 0)]
     dns_port: u16,
     /// Send each loop's replies to one client as UDP GSO batches: on or off.
-    #[arg(long, default_value = "on", value_parser = on_off)]
+    #[arg(long, default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
     reply_batch: bool,
     /// I/O backend: auto (io_uring where allowed, else mmsg), uring or mmsg.
     #[arg(long, default_value = "auto")]
