@@ -32,8 +32,6 @@ pub mod key;
 pub mod machine;
 pub mod outcome;
 pub mod policy;
-/// The internal UDP I/O layer shared by the engine, the responder and loadgen's raw
-/// client: io_uring or `sendmmsg`/`recvmmsg` backends with UDP GSO and GRO.
 pub mod udp;
 pub mod wire;
 

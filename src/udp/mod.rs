@@ -41,7 +41,7 @@
 mod gro;
 mod gso;
 mod mmsg;
-pub mod socket;
+mod socket;
 mod uring;
 mod wake;
 
