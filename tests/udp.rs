@@ -577,3 +577,47 @@ fn uring_rearms_after_running_out_of_buffers() {
         assert!(b.stats().recv_rearms > 0, "gro={gro}: {:?}", b.stats());
     }
 }
+
+/// One `run_once` hands out about one batch at most (a GRO buffer is never split), the
+/// rest follows on the next calls: a caller that replies to each datagram never
+/// overflows its send queue.
+#[test]
+fn run_once_hands_out_one_batch_at_most() {
+    for backend in BACKENDS {
+        let mut c = cfg(backend, true, true);
+        c.batch = 64;
+        let (Some(mut a), Some(mut b)) = (driver(&c), driver(&c)) else {
+            continue;
+        };
+        let sa = a.bind(lo()).unwrap();
+        let sb = b.bind(lo()).unwrap();
+        let to = b.local_addr(sb).unwrap();
+        b.run_once(Some(Duration::ZERO), &mut |_, _| {}).unwrap();
+        for i in 0..640 {
+            assert!(a.queue_send(sa, to, &payload(i, 100), 0));
+        }
+        a.run_once(Some(Duration::ZERO), &mut |_, ev| {
+            panic!("unexpected {ev:?}")
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let mut total = 0;
+        let mut most = 0;
+        for _ in 0..100 {
+            let mut n = 0;
+            b.run_once(Some(Duration::from_millis(10)), &mut |_, ev| {
+                if let IoEvent::Datagram { .. } = ev {
+                    n += 1;
+                }
+            })
+            .unwrap();
+            most = most.max(n);
+            total += n;
+            if total == 640 {
+                break;
+            }
+        }
+        assert_eq!(total, 640, "{backend:?}");
+        assert!(most <= 64 + 63, "{backend:?}: {most} in one call");
+    }
+}

@@ -87,8 +87,19 @@ pub(crate) fn recv_shape(cfg: &IoConfig) -> (usize, usize) {
     }
 }
 
+/// Messages of the last `recvmmsg` not yet handed to the caller.
+#[derive(Clone, Copy)]
+struct Backlog {
+    slot: usize,
+    id: super::SocketId,
+    gro: bool,
+    next: usize,
+    len: usize,
+}
+
 pub(crate) struct Mmsg {
     rx: RecvBufs,
+    backlog: Option<Backlog>,
     pollfds: Vec<libc::pollfd>,
     pollidx: Vec<usize>,
     hot: bool,
@@ -110,6 +121,7 @@ impl Mmsg {
         Ok((
             Mmsg {
                 rx: RecvBufs::new(n, size),
+                backlog: None,
                 pollfds: Vec::with_capacity(cfg.max_sockets + 1),
                 pollidx: Vec::with_capacity(cfg.max_sockets + 1),
                 hot: false,
@@ -128,12 +140,18 @@ impl Mmsg {
         c.report_failures(on_event);
         self.send_all(c);
         c.report_failures(on_event);
-        let mut got = 0usize;
+        let batch = c.cfg.batch;
+        // what the last loop received beyond its batch goes first, without a syscall
+        let mut got = self.deliver(c, batch, on_event);
+        if self.backlog.is_some() {
+            self.hot = true;
+            return Ok(());
+        }
         if self.hot && self.hot_loops < HOT_LOOPS {
             self.hot_loops += 1;
             for i in 0..c.socks.len() {
                 if c.socks[i].is_some() {
-                    got += self.recv_from(c, i, on_event);
+                    got += self.recv_from(c, i, batch.saturating_sub(got), on_event);
                 }
             }
             let woken = self.take_wake(c, on_event);
@@ -198,7 +216,7 @@ impl Mmsg {
                 writable = true;
             }
             if rev & (libc::POLLIN | libc::POLLERR) != 0 {
-                got += self.recv_from(c, i, on_event);
+                got += self.recv_from(c, i, batch.saturating_sub(got), on_event);
             }
         }
         self.take_wake(c, on_event);
@@ -225,13 +243,18 @@ impl Mmsg {
         true
     }
 
-    /// One `recvmmsg` on socket slot `i`; returns the datagrams delivered.
+    /// One `recvmmsg` on socket slot `i`, then delivers up to `budget` datagrams (whole
+    /// messages; the rest stays as backlog for the next loop). Returns those delivered.
     fn recv_from(
         &mut self,
         c: &mut Common,
         i: usize,
+        budget: usize,
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) -> usize {
+        if self.backlog.is_some() || budget == 0 {
+            return 0;
+        }
         let Some(id) = c.id_at(i) else { return 0 };
         let Some(e) = c.socks[i].as_ref() else {
             return 0;
@@ -259,38 +282,65 @@ impl Mmsg {
             }
             return 0;
         }
-        if n > 0 {
-            c.stats.recv_calls += 1;
+        if n == 0 {
+            return 0;
+        }
+        c.stats.recv_calls += 1;
+        self.backlog = Some(Backlog {
+            slot: i,
+            id,
+            gro,
+            next: 0,
+            len: n as usize,
+        });
+        self.deliver(c, budget, on_event)
+    }
+
+    /// Delivers received messages of the backlog until `budget` datagrams went out
+    /// (never splitting one GRO buffer). Returns the datagrams delivered.
+    fn deliver(
+        &mut self,
+        c: &mut Common,
+        budget: usize,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> usize {
+        let Some(b) = self.backlog else { return 0 };
+        if c.id_at(b.slot) != Some(b.id) {
+            self.backlog = None; // closed meanwhile
+            return 0;
         }
         let mut total = 0;
-        for k in 0..n as usize {
+        let mut k = b.next;
+        while k < b.len && total < budget {
             let h = &self.rx.hdrs[k];
+            let idx = k;
+            k += 1;
             if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
                 c.stats.recv_truncated += 1;
                 continue;
             }
             let len = (h.msg_len as usize).min(self.rx.buf_size);
-            let Some(from) = from_c(&self.rx.addrs[k], h.msg_hdr.msg_namelen) else {
+            let Some(from) = from_c(&self.rx.addrs[idx], h.msg_hdr.msg_namelen) else {
                 continue;
             };
-            let seg = if gro {
+            let seg = if b.gro {
                 let cl = h.msg_hdr.msg_controllen.min(CONTROL_LEN);
                 // SAFETY: the control buffer is CONTROL_LEN plain bytes.
                 let ctrl = unsafe {
-                    std::slice::from_raw_parts(self.rx.ctrl[k].as_ptr().cast::<u8>(), cl)
+                    std::slice::from_raw_parts(self.rx.ctrl[idx].as_ptr().cast::<u8>(), cl)
                 };
                 gro::segment_size(ctrl)
             } else {
                 None
             };
-            let at = k * self.rx.buf_size;
+            let at = idx * self.rx.buf_size;
             let data = &mut self.rx.bufs[at..at + len];
             let sendq = &mut c.sendq;
             let m = gro::split(data, seg, |d| {
                 on_event(
                     sendq,
                     IoEvent::Datagram {
-                        sock: id,
+                        sock: b.id,
                         from,
                         data: d,
                     },
@@ -300,6 +350,11 @@ impl Mmsg {
             c.stats.datagrams_received += m as u64;
             total += m;
         }
+        self.backlog = if k < b.len {
+            Some(Backlog { next: k, ..b })
+        } else {
+            None
+        };
         total
     }
 
