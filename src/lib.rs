@@ -34,6 +34,7 @@ pub mod key_source;
 pub mod machine;
 pub mod outcome;
 pub mod policy;
+pub mod udp;
 pub mod wire;
 
 pub use crate::endpoint::{Endpoint, EndpointParseError};

@@ -3,7 +3,8 @@
 //!
 //! Owns: key lookup by the tenant TLV's key id, the drop rules (each counted), dedup
 //! replay, atomic evaluation of guards and resources, latency report intake, response
-//! sealing with a fresh nonce, and the decision-level faults (steering, fixed decisions,
+//! sealing with a fresh random nonce (OS CSPRNG, buffered: [`crate::nonce`]), the
+//! timestamp freshness check (wire.md §8, [`is_stale`]), and the decision-level faults (steering, fixed decisions,
 //! broken replies). Must not touch: sockets, clocks (time is the `now` parameter), threads;
 //! drops/delays/duplicates on the network are the runner's.
 //!
@@ -28,6 +29,7 @@ use crate::buckets::BucketTable;
 use crate::dedup::{DedupStats, DedupTable};
 use crate::faults::{BrokenReply, Faults, FixedDecision};
 use crate::frame::{FrameError, KeyAuth, MAX_DATAGRAM, Tenant, tenant};
+use crate::nonce::NoncePool;
 use crate::pdu::{Inbound, MAX_GUARDS, MAX_RESOURCES};
 use crate::trackers::{TrackerDef, TrackerTable};
 
@@ -86,6 +88,12 @@ counters! {
     drop_auth_failed,
     /// Dropped: bucket table full of busy buckets.
     drop_bucket_table_full,
+    /// Dropped: stale timestamp (wire.md §8): older than the request's dedup TTL plus
+    /// [`STALE_GRACE_MS`] (reports: [`REPORT_MAX_AGE_MS`]), or more than
+    /// [`MAX_FUTURE_MS`] ahead of the responder's clock.
+    drop_stale,
+    /// Dropped: the OS random source failed (no nonce, nothing sent).
+    drop_rng_failed,
     /// Report samples dropped: tracker table full.
     tracker_table_full,
     /// Dedup entries evicted before their TTL (table full).
@@ -114,6 +122,20 @@ counters! {
     recv_errors,
     /// Send errors (datagram lost).
     send_errors,
+}
+
+/// Clock-skew allowance added to a request's dedup TTL before its timestamp counts as
+/// stale. (A duplicate that arrives within the grace but after its dedup entry expired
+/// is decided again: dedup is best effort, wire.md §8.)
+pub const STALE_GRACE_MS: u64 = 1_000;
+/// Oldest latency report accepted.
+pub const REPORT_MAX_AGE_MS: u64 = 10_000;
+/// Furthest a timestamp may be ahead of the responder's clock.
+pub const MAX_FUTURE_MS: u64 = 5_000;
+
+/// True when a datagram stamped `ts_ms` is stale at `unix_ms` with age limit `max_age_ms`.
+pub fn is_stale(ts_ms: u64, unix_ms: u64, max_age_ms: u64) -> bool {
+    unix_ms.saturating_sub(ts_ms) > max_age_ms || ts_ms.saturating_sub(unix_ms) > MAX_FUTURE_MS
 }
 
 fn inc(c: &AtomicU64) {
@@ -196,8 +218,7 @@ pub struct Responder {
     server_id: u64,
     faults: Faults,
     responses: u64,
-    nonce_prefix: u32,
-    nonce_ctr: u64,
+    nonces: NoncePool,
 }
 
 /// Configuration error of [`Responder::new`].
@@ -215,21 +236,18 @@ pub enum DecideError {
 }
 
 impl Responder {
-    /// A single-core responder with its own state. `nonce_prefix` must differ between
-    /// responders that share a key (use random bits).
+    /// A single-core responder with its own state.
     pub fn new(
         keys: &[ApiKey],
         server_id: u64,
         caps: Capacities,
         epoch: Instant,
-        nonce_prefix: u32,
     ) -> Result<Self, DecideError> {
         Self::with_shared(
             keys,
             server_id,
             Shared::new(caps, epoch),
             Arc::new(CounterSet::default()),
-            nonce_prefix,
         )
     }
 
@@ -239,7 +257,6 @@ impl Responder {
         server_id: u64,
         shared: Arc<Shared>,
         counters: Arc<CounterSet>,
-        nonce_prefix: u32,
     ) -> Result<Self, DecideError> {
         if keys.is_empty() {
             return Err(DecideError::NoKeys);
@@ -261,8 +278,7 @@ impl Responder {
             server_id,
             faults: Faults::default(),
             responses: 0,
-            nonce_prefix,
-            nonce_ctr: 0,
+            nonces: NoncePool::new(),
         })
     }
 
@@ -297,14 +313,41 @@ impl Responder {
         self.responses = 0;
     }
 
-    /// Handles one datagram received at `now` from `source`. Returns the length of the
-    /// response written to `out` (at least 1228 bytes long), or `None` when nothing is
-    /// to be sent (report, or a drop — counted).
+    /// Handles one datagram received at `now` from `source`, without a wall clock: the
+    /// timestamp check is skipped (tests with fixed timestamps). See [`handle_at`].
+    ///
+    /// [`handle_at`]: Self::handle_at
     pub fn handle(
+        &mut self,
+        datagram: &mut [u8],
+        source: SocketAddr,
+        now: Instant,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        self.handle_inner(datagram, source, now, None, out)
+    }
+
+    /// Handles one datagram received at `now` (monotonic, for the tables) and `unix_ms`
+    /// (wall clock, for the timestamp check) from `source`. Returns the length of the
+    /// response written to `out` (at least 1228 bytes long), or `None` when nothing is
+    /// to be sent (report, or a drop — counted; stale timestamps are dropped).
+    pub fn handle_at(
+        &mut self,
+        datagram: &mut [u8],
+        source: SocketAddr,
+        now: Instant,
+        unix_ms: u64,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        self.handle_inner(datagram, source, now, Some(unix_ms), out)
+    }
+
+    fn handle_inner(
         &mut self,
         datagram: &mut [u8],
         _source: SocketAddr,
         now: Instant,
+        unix_ms: Option<u64>,
         out: &mut [u8],
     ) -> Option<usize> {
         let c = &*self.counters;
@@ -344,6 +387,10 @@ impl Responder {
         };
         match inbound {
             Inbound::Report(rep) => {
+                if unix_ms.is_some_and(|u| is_stale(t.timestamp_ms, u, REPORT_MAX_AGE_MS)) {
+                    inc(&c.drop_stale);
+                    return None;
+                }
                 inc(&c.reports);
                 let now_ms = self.shared.ms(now);
                 let mut st = self.shared.lock();
@@ -364,7 +411,14 @@ impl Responder {
                 }
                 None
             }
-            Inbound::Request(req) => self.rate(ki, &t, req, now, out),
+            Inbound::Request(req) => {
+                let max_age = u64::from(req.dedup_ttl_ms()) + STALE_GRACE_MS;
+                if unix_ms.is_some_and(|u| is_stale(t.timestamp_ms, u, max_age)) {
+                    inc(&c.drop_stale);
+                    return None;
+                }
+                self.rate(ki, &t, req, now, out)
+            }
         }
     }
 
@@ -377,6 +431,11 @@ impl Responder {
         out: &mut [u8],
     ) -> Option<usize> {
         let c = &*self.counters;
+        // drawn first: if the RNG fails, nothing is decided or sent
+        let Ok(nonce) = self.nonces.draw() else {
+            inc(&c.drop_rng_failed);
+            return None;
+        };
         let auth = &self.keys[ki];
         let pdu_off = auth.pdu_offset();
         if out.len() < MAX_DATAGRAM + RESOURCE_BLOCK_LEN {
@@ -431,11 +490,6 @@ impl Responder {
             Some(BrokenReply::WrongServerId) => tf.id = !self.server_id,
             _ => {}
         }
-        // fresh nonce: per-responder prefix + counter (field access keeps `c` borrowable)
-        let mut nonce = [0u8; 12];
-        nonce[..4].copy_from_slice(&self.nonce_prefix.to_le_bytes());
-        nonce[4..].copy_from_slice(&self.nonce_ctr.to_le_bytes());
-        self.nonce_ctr = self.nonce_ctr.wrapping_add(1);
         let auth = &self.keys[ki];
         let mut len = auth.seal(&tf, nonce, out, pdu_len).ok()?;
         match broken {

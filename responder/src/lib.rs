@@ -8,8 +8,8 @@
 //! beyond "untrusted input never panics".
 //!
 //! Layout: [`decide`] (sans-IO decision logic over [`frame`], [`pdu`], [`dedup`],
-//! [`buckets`], [`trackers`]), [`faults`], [`runner`] (glommio thread-per-core I/O and the
-//! embedded API), [`dns`] (discovery records for tests), [`keys`] (key loading for the
+//! [`buckets`], [`trackers`]), [`faults`], [`nonce`] (response nonces), [`runner`] (thread-per-core I/O on the
+//! engine's `udp` layer, and the embedded API), [`dns`] (discovery records for tests), [`keys`] (key loading for the
 //! binary).
 
 pub mod buckets;
@@ -19,6 +19,7 @@ pub mod dns;
 pub mod faults;
 pub mod frame;
 pub mod keys;
+pub mod nonce;
 pub mod pdu;
 pub mod runner;
 pub mod trackers;

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use ratelimitly_engine::udp::BackendChoice;
 use rl_responder::{BrokenReply, Faults, FixedDecision, ResponderConfig, dns, keys, spawn};
 
 #[global_allocator]
@@ -34,7 +35,7 @@ struct Cli {
     /// Server id (default: from the start time, docs/protocol.md §7).
     #[arg(long)]
     server_id: Option<u64>,
-    /// Cores (one pinned executor and one SO_REUSEPORT socket each).
+    /// Cores (one pinned thread and one SO_REUSEPORT socket each).
     #[arg(long, default_value_t = 1)]
     cores: usize,
     /// Dedup table capacity (entries).
@@ -73,6 +74,20 @@ struct Cli {
     /// Port of the DNS responder (with --dns-domain).
     #[arg(long, hide = true, default_value_t = 0)]
     dns_port: u16,
+    /// Send each loop's replies to one client as UDP GSO batches: on or off.
+    #[arg(long, default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
+    reply_batch: bool,
+    /// I/O backend: auto (io_uring where allowed, else mmsg), uring or mmsg.
+    #[arg(long, default_value = "auto")]
+    io: BackendChoice,
+}
+
+fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("expected on or off, not {s:?}")),
+    }
 }
 
 /// A probability in [0, 1]; anything else is a usage error (never clamped).
@@ -133,6 +148,8 @@ fn main() -> ExitCode {
     cfg.cores = cli.cores;
     cfg.faults = faults;
     cfg.dedup_capacity = cli.dedup_capacity;
+    cfg.reply_batch = cli.reply_batch;
+    cfg.io = cli.io;
     let handle = match spawn(cfg) {
         Ok(h) => h,
         Err(e) => {

@@ -1,42 +1,51 @@
-//! Thread-per-core runner: N glommio executors, each pinned to a CPU and owning one
-//! SO_REUSEPORT UDP socket on the shared port, receiving and sending in batches with
-//! `recvmmsg`/`sendmmsg` on the raw fd.
+//! Thread-per-core runner: N std threads, each pinned to a CPU (core_affinity) and
+//! running one [`UdpDriver`] of the engine's UDP I/O layer (`ratelimitly_engine::udp`)
+//! with one `SO_REUSEPORT` socket on the shared port. Receives use UDP GRO; replies are
+//! queued per datagram and sent once per loop, grouped per client address into UDP GSO
+//! super-buffers when `reply_batch` is on (on loopback this stands in for the NIC's GRO
+//! on a real client host: the client receives coalesced runs). The backend is io_uring
+//! (multishot receive, one `io_uring_enter` per loop) or `sendmmsg`/`recvmmsg` + `poll`.
 //!
-//! Owns: sockets, executors, the per-core delayed-send queue, network-level faults
-//! (drops both ways, delay + jitter, duplicates, silence), the embedded API
-//! ([`spawn`] → [`ResponderHandle`]). Must not touch: decision logic (`decide`), which
-//! it drives with `Instant::now()`.
+//! Owns: sockets, core threads, the per-core delayed-send queue, network-level faults
+//! (drops both ways, delay + jitter, duplicates, silence), the wall clock handed to the
+//! decision logic (stale-timestamp check), the embedded API ([`spawn`] →
+//! [`ResponderHandle`]). Must not touch: decision logic (`decide`), which it drives with
+//! `Instant::now()` and the Unix time, read once per loop that received something.
 //!
-//! Waking: the socket is non-blocking; when `recvmmsg` finds nothing, the core awaits
-//! readability by a 1-byte `MSG_PEEK` receive through glommio's `UdpSocket` on the same
-//! fd (io_uring), with a read timeout of at most 20 ms (less when a delayed send is due)
-//! so a stall of that path (glommio issue #672) can never last, and stop/fault changes
-//! are seen promptly.
+//! Waking: each core waits in its driver for at most 20 ms (less when a delayed send is
+//! due); stopping and fault changes also wake every core through its driver's waker.
+//!
+//! Why not glommio (used here before): it refused to start where io_uring is blocked,
+//! demanded locked memory, could not express multishot receive or GSO, is unmaintained
+//! and pulls in a crate with a soundness advisory. Plain pinned threads do the same job.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
-use ratelimitly_engine::engine::io::{
-    RECV_BUF, RecvBatch, SEND_BUF, SendBatch, recv_batch_on, send_batch_on,
-};
 use ratelimitly_engine::key::ApiKey;
-use socket2::{Domain, Protocol, SockRef, Socket, Type};
+use ratelimitly_engine::udp::{
+    BackendChoice, BackendKind, BindOptions, IoConfig, IoEvent, IoStats, SendQueue, SocketId,
+    UdpDriver, Waker,
+};
 
 use crate::decide::{
     Capacities, CounterSet, Counters, DecideError, Responder, Shared, default_server_id,
 };
 use crate::faults::{FaultRng, Faults};
 
-/// Datagrams per `recvmmsg`/`sendmmsg` call.
-pub const BATCH: usize = 32;
+/// Datagrams handed to the decision logic per loop at most (the receive batch).
+pub const BATCH: usize = 256;
 const MAX_DELAYED: usize = 65_536;
+/// Longest wait of a core without anything to do (fault and stop changes also wake).
+const IDLE_WAIT: Duration = Duration::from_millis(20);
+/// Loops between two publications of a core's I/O statistics.
+const STATS_EVERY: u32 = 256;
 
 /// Configuration of [`spawn`].
 #[derive(Clone, Debug)]
@@ -53,6 +62,11 @@ pub struct ResponderConfig {
     pub faults: Faults,
     /// Dedup table capacity in entries (default 65536).
     pub dedup_capacity: usize,
+    /// Send the replies of one loop to one client address as UDP GSO batches (default
+    /// on); off: one datagram per send operation.
+    pub reply_batch: bool,
+    /// I/O backend (default auto: io_uring where the kernel allows it, else mmsg).
+    pub io: BackendChoice,
 }
 
 impl ResponderConfig {
@@ -65,6 +79,8 @@ impl ResponderConfig {
             cores: 1,
             faults: Faults::default(),
             dedup_capacity: Capacities::default().dedup,
+            reply_batch: true,
+            io: BackendChoice::Auto,
         }
     }
 }
@@ -83,15 +99,23 @@ pub enum ResponderError {
         /// The OS error.
         source: io::Error,
     },
-    /// Starting an executor thread failed.
-    #[error("cannot start executor for core {core}: {source}")]
+    /// The I/O backend could not start (e.g. io_uring forced where it is refused).
+    #[error("cannot start the {backend} UDP driver: {source}")]
+    Driver {
+        /// The backend asked for.
+        backend: BackendChoice,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// Starting a core thread failed (or it did not report ready in time).
+    #[error("cannot start core thread {core}: {source}")]
     Executor {
         /// Core index.
         core: usize,
         /// The error.
         source: io::Error,
     },
-    /// The OS random source failed (nonce prefix, server id).
+    /// The OS random source failed (server id).
     #[error("OS random source failed")]
     Rng,
 }
@@ -106,20 +130,13 @@ struct Control {
 pub struct ResponderHandle {
     addr: SocketAddr,
     server_id: u64,
+    backend: BackendKind,
     control: Arc<Control>,
     counters: Vec<Arc<CounterSet>>,
+    io_stats: Vec<Arc<Mutex<IoStats>>>,
+    wakers: Vec<Arc<Waker>>,
     shared: Arc<Shared>,
-    threads: Vec<ExecutorJoinHandle<()>>,
-}
-
-fn bind_one(addr: SocketAddr) -> io::Result<Socket> {
-    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    s.set_reuse_port(true)?;
-    s.set_nonblocking(true)?;
-    let _ = s.set_recv_buffer_size(4 << 20);
-    let _ = s.set_send_buffer_size(4 << 20);
-    s.bind(&addr.into())?;
-    Ok(s)
+    threads: Vec<JoinHandle<()>>,
 }
 
 fn random_u64() -> Result<u64, ResponderError> {
@@ -128,36 +145,57 @@ fn random_u64() -> Result<u64, ResponderError> {
     Ok(u64::from_le_bytes(b))
 }
 
-/// Starts a responder: binds `cfg.cores` sockets on one port and one pinned glommio
-/// executor per socket. Returns once every socket is bound.
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The I/O configuration of every core.
+fn io_config(cfg: &ResponderConfig) -> IoConfig {
+    IoConfig {
+        backend: cfg.io,
+        gso: cfg.reply_batch,
+        gro: true,
+        recv_buf: 4 << 20,
+        send_buf: 4 << 20,
+        max_sockets: 1,
+        batch: BATCH,
+        send_capacity: 4 * BATCH,
+        max_datagram: 2048,
+    }
+}
+
+/// Starts a responder: binds `cfg.cores` sockets on one port, each in its own driver,
+/// and one pinned thread per socket. Returns once every core runs.
 pub fn spawn(cfg: ResponderConfig) -> Result<ResponderHandle, ResponderError> {
     let cores = cfg.cores.max(1);
     let rnd = random_u64()?;
     let server_id = match cfg.server_id {
         Some(id) => id,
-        None => {
-            let unix = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            default_server_id(unix, rnd)
-        }
+        None => default_server_id(unix_ms() / 1000, rnd),
     };
-    let first = bind_one(cfg.listen).map_err(|source| ResponderError::Bind {
-        addr: cfg.listen,
-        source,
-    })?;
-    let addr = first
-        .local_addr()
-        .ok()
-        .and_then(|a| a.as_socket())
-        .ok_or(ResponderError::Bind {
-            addr: cfg.listen,
-            source: io::Error::other("no local address"),
+    let io_cfg = io_config(&cfg);
+    let reuse = BindOptions { reuse_port: true };
+    let mut drivers = Vec::with_capacity(cores);
+    let mut addr = cfg.listen;
+    for i in 0..cores {
+        let mut d = UdpDriver::new(&io_cfg).map_err(|source| ResponderError::Driver {
+            backend: cfg.io,
+            source,
         })?;
-    let mut sockets = vec![first];
-    for _ in 1..cores {
-        sockets.push(bind_one(addr).map_err(|source| ResponderError::Bind { addr, source })?);
+        let sock = d
+            .bind_with(addr, reuse)
+            .map_err(|source| ResponderError::Bind { addr, source })?;
+        if i == 0 {
+            addr = d.local_addr(sock).ok_or(ResponderError::Bind {
+                addr,
+                source: io::Error::other("no local address"),
+            })?;
+        }
+        drivers.push((d, sock));
     }
+    let backend = drivers[0].0.kind();
     let shared = Shared::new(
         Capacities {
             dedup: cfg.dedup_capacity.max(1),
@@ -171,53 +209,56 @@ pub fn spawn(cfg: ResponderConfig) -> Result<ResponderHandle, ResponderError> {
         faults_gen: AtomicU64::new(1),
     });
     let cpus = core_affinity::get_core_ids().unwrap_or_default();
-    let nonce_base = (rnd >> 32) as u32;
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
-    let mut counters = Vec::with_capacity(cores);
-    let mut threads = Vec::with_capacity(cores);
-    for (i, sock) in sockets.into_iter().enumerate() {
-        let set = Arc::new(CounterSet::default());
-        counters.push(set.clone());
-        let responder = Responder::with_shared(
-            &cfg.keys,
-            server_id,
-            shared.clone(),
-            set,
-            nonce_base.wrapping_add(i as u32),
-        )?;
-        let placement = if cores <= cpus.len() {
-            Placement::Fixed(cpus[i].id)
-        } else {
-            Placement::Unbound
-        };
-        let control = control.clone();
-        let ready = ready_tx.clone();
-        let builder = LocalExecutorBuilder::new(placement)
-            .name(&format!("rl-resp-{i}"))
-            .io_memory(1 << 20)
-            .ring_depth(128);
-        let handle = builder
-            .spawn(move || core_loop(i, sock, responder, control, ready))
-            .map_err(|e| ResponderError::Executor {
-                core: i,
-                source: io::Error::other(e.to_string()),
-            })?;
-        threads.push(handle);
-    }
-    let handle = ResponderHandle {
+    let mut handle = ResponderHandle {
         addr,
         server_id,
-        control,
-        counters,
-        shared,
-        threads,
+        backend,
+        control: control.clone(),
+        counters: Vec::with_capacity(cores),
+        io_stats: Vec::with_capacity(cores),
+        wakers: drivers.iter().map(|(d, _)| d.waker()).collect(),
+        shared: shared.clone(),
+        threads: Vec::with_capacity(cores),
     };
-    // Return only once every core is in its receive loop (bounded wait).
-    for _ in 0..cores {
+    for (i, (driver, sock)) in drivers.into_iter().enumerate() {
+        let set = Arc::new(CounterSet::default());
+        handle.counters.push(set.clone());
+        let stats = Arc::new(Mutex::new(driver.stats().clone()));
+        handle.io_stats.push(stats.clone());
+        let responder = Responder::with_shared(&cfg.keys, server_id, shared.clone(), set)?;
+        let pin = if cores <= cpus.len() {
+            Some(cpus[i])
+        } else {
+            None
+        };
+        let core = Core {
+            index: i,
+            driver,
+            sock,
+            responder,
+            control: control.clone(),
+            stats,
+        };
+        let ready = ready_tx.clone();
+        let t = std::thread::Builder::new()
+            .name(format!("rl-resp-{i}"))
+            .spawn(move || {
+                if let Some(p) = pin {
+                    core_affinity::set_for_current(p);
+                }
+                core.run(ready)
+            })
+            .map_err(|source| ResponderError::Executor { core: i, source })?;
+        handle.threads.push(t);
+    }
+    drop(ready_tx);
+    // Return only once every core is in its loop (bounded wait).
+    for i in 0..cores {
         if ready_rx.recv_timeout(Duration::from_secs(10)).is_err() {
             return Err(ResponderError::Executor {
-                core: 0,
-                source: io::Error::new(io::ErrorKind::TimedOut, "executor did not start"),
+                core: i,
+                source: io::Error::new(io::ErrorKind::TimedOut, "core thread did not start"),
             });
         }
     }
@@ -235,6 +276,11 @@ impl ResponderHandle {
         self.server_id
     }
 
+    /// The I/O backend the cores run on.
+    pub fn io_backend(&self) -> BackendKind {
+        self.backend
+    }
+
     /// Sum of every core's counters, plus the dedup table's.
     pub fn counters(&self) -> Counters {
         let mut c = Counters::default();
@@ -247,7 +293,21 @@ impl ResponderHandle {
         c
     }
 
-    /// Replaces the faults on every core (seen within about 20 ms).
+    /// Sum of every core's I/O statistics (published every few hundred loops and
+    /// whenever a core is idle; exact after [`stop`](Self::stop) only).
+    pub fn io_stats(&self) -> IoStats {
+        // a handle always has at least one core
+        let mut sum = self.io_stats[0]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for s in &self.io_stats[1..] {
+            sum.merge(&s.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+        sum
+    }
+
+    /// Replaces the faults on every core (seen at once: every core is woken).
     pub fn set_faults(&self, f: Faults) {
         *self
             .control
@@ -255,15 +315,22 @@ impl ResponderHandle {
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = f;
         self.control.faults_gen.fetch_add(1, Ordering::Release);
+        for w in &self.wakers {
+            w.wake();
+        }
     }
 
-    /// Stops every core and joins them.
-    pub fn stop(mut self) {
+    /// Stops every core and joins them; returns the final I/O statistics.
+    pub fn stop(mut self) -> IoStats {
         self.shutdown();
+        self.io_stats()
     }
 
     fn shutdown(&mut self) {
         self.control.stop.store(true, Ordering::Release);
+        for w in &self.wakers {
+            w.wake();
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -273,34 +340,6 @@ impl ResponderHandle {
 impl Drop for ResponderHandle {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-/// Queues `data` for `to` in `tx`, sending the batch first when it is full. A datagram
-/// longer than the batch slots (only the "more entries" broken reply can be) goes out
-/// on its own.
-fn queue(fd: RawFd, tx: &mut SendBatch, data: &[u8], to: SocketAddr, c: &CounterSet) {
-    if data.len() > SEND_BUF {
-        // SAFETY: `fd` is the core's socket, open for the whole core loop.
-        let sock = unsafe { BorrowedFd::borrow_raw(fd) };
-        let sent = SockRef::from(&sock).send_to_with_flags(data, &to.into(), libc::MSG_DONTWAIT);
-        if sent.is_err() {
-            c.send_errors.fetch_add(1, Ordering::Relaxed);
-        }
-        return;
-    }
-    if tx.is_full() {
-        flush(fd, tx, c);
-    }
-    tx.push(data, to, 0);
-}
-
-/// Sends everything queued in `tx`, counting the datagrams that could not be sent.
-fn flush(fd: RawFd, tx: &mut SendBatch, c: &CounterSet) {
-    let mut failed = 0;
-    send_batch_on(fd, tx, |_| failed += 1);
-    if failed > 0 {
-        c.send_errors.fetch_add(failed, Ordering::Relaxed);
     }
 }
 
@@ -360,124 +399,164 @@ impl Delayed {
     }
 }
 
-async fn core_loop(
-    core: usize,
-    sock: Socket,
-    mut responder: Responder,
+/// One core: its driver and socket, decision logic and faults.
+struct Core {
+    index: usize,
+    driver: UdpDriver,
+    sock: SocketId,
+    responder: Responder,
     control: Arc<Control>,
-    ready: std::sync::mpsc::Sender<()>,
-) {
-    let counters = responder.counter_set();
-    let c = &*counters;
-    let v6 = sock
-        .local_addr()
-        .ok()
-        .and_then(|a| a.as_socket())
-        .is_some_and(|a| a.is_ipv6());
-    // SAFETY: the fd comes from a socket we own and hand over here.
-    let gsock = unsafe { glommio::net::UdpSocket::from_raw_fd(sock.into_raw_fd()) };
-    let fd = gsock.as_raw_fd();
-    let mut rx = RecvBatch::new(BATCH);
-    let mut tx = SendBatch::new(BATCH);
-    tx.set_v6_socket(v6);
-    let mut out = vec![0u8; RECV_BUF].into_boxed_slice();
-    let mut delayed = Delayed::new();
-    let mut faults_seen = 0u64;
-    let mut faults = Faults::default();
-    let mut rng = FaultRng::new(0);
-    let mut peek = [0u8; 1];
-    let _ = ready.send(());
-    drop(ready);
-    loop {
-        if control.stop.load(Ordering::Acquire) {
-            break;
+    stats: Arc<Mutex<IoStats>>,
+}
+
+/// Queues `data` for `to`, flushing the driver's queue once when it is full.
+fn queue_now(d: &mut UdpDriver, sock: SocketId, data: &[u8], to: SocketAddr, c: &CounterSet) {
+    if d.queue_send(sock, to, data, 0) {
+        return;
+    }
+    let _ = d.flush(&mut |_, ev| {
+        if let IoEvent::SendFailed { .. } = ev {
+            c.send_errors.fetch_add(1, Ordering::Relaxed);
         }
-        let g = control.faults_gen.load(Ordering::Acquire);
-        if g != faults_seen {
-            faults_seen = g;
-            faults = control
-                .faults
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
-            responder.set_faults(&faults);
-            rng = FaultRng::new(faults.seed.wrapping_add(core as u64));
-        }
-        let io_faults = faults.has_io_faults();
-        let now = Instant::now();
-        delayed.take_due(now, |data, to| queue(fd, &mut tx, data, to, c));
-        // WouldBlock and Interrupted read as Ok(0)
-        let n = recv_batch_on(fd, &mut rx).unwrap_or_else(|_| {
-            c.recv_errors.fetch_add(1, Ordering::Relaxed);
-            0
-        });
-        if n == 0 {
-            if !tx.is_empty() {
-                flush(fd, &mut tx, c);
+    });
+    if !d.queue_send(sock, to, data, 0) {
+        c.send_errors.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Queues a reply from inside the driver's callback (counted as lost when full).
+fn queue_reply(q: &mut SendQueue, sock: SocketId, data: &[u8], to: SocketAddr, c: &CounterSet) {
+    if !q.push(sock, to, data, 0) {
+        c.send_errors.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Core {
+    fn run(mut self, ready: std::sync::mpsc::Sender<()>) {
+        let counters = self.responder.counter_set();
+        let c = &*counters;
+        let sock = self.sock;
+        let mut out = vec![0u8; 2048].into_boxed_slice();
+        let mut delayed = Delayed::new();
+        let mut faults_seen = 0u64;
+        let mut faults = Faults::default();
+        let mut rng = FaultRng::new(0);
+        let mut loops = 0u32;
+        let mut errors = 0u32;
+        // enable the ring on this thread and arm the receive before reporting ready
+        // (anything that arrives meanwhile is kept for the first loop)
+        let _ = self.driver.flush(&mut |_, _| {});
+        let _ = ready.send(());
+        drop(ready);
+        loop {
+            if self.control.stop.load(Ordering::Acquire) {
+                break;
             }
-            let mut wait = Duration::from_millis(20);
-            if let Some(due) = delayed.next_due() {
-                wait = wait.min(due.saturating_duration_since(Instant::now()));
+            let g = self.control.faults_gen.load(Ordering::Acquire);
+            if g != faults_seen {
+                faults_seen = g;
+                faults = self
+                    .control
+                    .faults
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                self.responder.set_faults(&faults);
+                rng = FaultRng::new(faults.seed.wrapping_add(self.index as u64));
             }
-            let wait = wait.max(Duration::from_micros(100));
-            let _ = gsock.set_read_timeout(Some(wait));
-            let _ = gsock.peek_from(&mut peek).await;
-            continue;
-        }
-        for i in 0..n {
-            let Some(from) = rx.source(i) else { continue };
-            if io_faults {
-                // `received` counts every datagram, also those dropped by faults here
-                if faults.silent {
-                    c.received.fetch_add(1, Ordering::Relaxed);
-                    c.fault_silent_drops.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                if rng.chance(faults.drop_in) {
-                    c.received.fetch_add(1, Ordering::Relaxed);
-                    c.fault_drop_in.fetch_add(1, Ordering::Relaxed);
-                    continue;
+            let io_faults = faults.has_io_faults();
+            let mut wait = IDLE_WAIT;
+            if delayed.next_due().is_some() {
+                let now = Instant::now();
+                let d = &mut self.driver;
+                delayed.take_due(now, |data, to| queue_now(d, sock, data, to, c));
+                if let Some(next) = delayed.next_due() {
+                    wait = wait.min(next.saturating_duration_since(now));
                 }
             }
-            let Some(datagram) = rx.datagram(i) else {
-                // truncated: longer than the receive buffer, so too long for the wire
-                c.received.fetch_add(1, Ordering::Relaxed);
-                c.drop_too_long.fetch_add(1, Ordering::Relaxed);
-                continue;
-            };
-            let Some(resp_len) = responder.handle(datagram, from, now, &mut out) else {
-                continue;
-            };
-            let resp = &out[..resp_len];
-            if io_faults {
-                if rng.chance(faults.drop_out) {
-                    c.fault_drop_out.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                let copies = if rng.chance(faults.duplicate) {
-                    c.fault_duplicated.fetch_add(1, Ordering::Relaxed);
-                    2
-                } else {
-                    1
-                };
-                let delay = faults.delay + rng.up_to(faults.jitter);
-                if !delay.is_zero() {
-                    c.fault_delayed.fetch_add(1, Ordering::Relaxed);
-                    for _ in 0..copies {
-                        if !delayed.push(now + delay, resp, from) {
-                            c.delay_queue_full.fetch_add(1, Ordering::Relaxed);
+            // the clock is read once per loop, when the first datagram arrives
+            let mut clock: Option<(Instant, u64)> = None;
+            let mut got = 0usize;
+            let responder = &mut self.responder;
+            let r = self.driver.run_once(Some(wait), &mut |q, ev| match ev {
+                IoEvent::Datagram {
+                    sock: s,
+                    from,
+                    data,
+                } => {
+                    got += 1;
+                    let (now, unix) = *clock.get_or_insert_with(|| (Instant::now(), unix_ms()));
+                    if io_faults {
+                        // `received` counts every datagram, also those dropped by faults
+                        if faults.silent {
+                            c.received.fetch_add(1, Ordering::Relaxed);
+                            c.fault_silent_drops.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
+                        if rng.chance(faults.drop_in) {
+                            c.received.fetch_add(1, Ordering::Relaxed);
+                            c.fault_drop_in.fetch_add(1, Ordering::Relaxed);
+                            return;
                         }
                     }
-                    continue;
+                    let Some(len) = responder.handle_at(data, from, now, unix, &mut out) else {
+                        return;
+                    };
+                    let resp = &out[..len];
+                    if io_faults {
+                        if rng.chance(faults.drop_out) {
+                            c.fault_drop_out.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
+                        let copies = if rng.chance(faults.duplicate) {
+                            c.fault_duplicated.fetch_add(1, Ordering::Relaxed);
+                            2
+                        } else {
+                            1
+                        };
+                        let delay = faults.delay + rng.up_to(faults.jitter);
+                        if !delay.is_zero() {
+                            c.fault_delayed.fetch_add(1, Ordering::Relaxed);
+                            for _ in 0..copies {
+                                if !delayed.push(now + delay, resp, from) {
+                                    c.delay_queue_full.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                            return;
+                        }
+                        if copies == 2 {
+                            queue_reply(q, s, resp, from, c);
+                        }
+                    }
+                    queue_reply(q, s, resp, from, c);
                 }
-                if copies == 2 {
-                    queue(fd, &mut tx, resp, from, c);
+                IoEvent::SendFailed { .. } => {
+                    c.send_errors.fetch_add(1, Ordering::Relaxed);
+                }
+                IoEvent::Woken => {}
+            });
+            match r {
+                Ok(()) => errors = 0,
+                Err(_) => {
+                    c.recv_errors.fetch_add(1, Ordering::Relaxed);
+                    errors += 1;
+                    if errors >= 100 {
+                        break; // the driver is broken beyond retrying
+                    }
                 }
             }
-            queue(fd, &mut tx, resp, from, c);
+            loops += 1;
+            if got == 0 || loops >= STATS_EVERY {
+                loops = 0;
+                self.publish_stats();
+            }
         }
-        if !tx.is_empty() {
-            flush(fd, &mut tx, c);
-        }
+        // replies still queued go out before the core ends
+        let _ = self.driver.flush(&mut |_, _| {});
+        self.publish_stats();
+    }
+
+    fn publish_stats(&self) {
+        *self.stats.lock().unwrap_or_else(|p| p.into_inner()) = self.driver.stats().clone();
     }
 }

@@ -17,7 +17,7 @@ fn src() -> SocketAddr {
 
 fn responder(keys: &[&str], t0: Instant) -> Responder {
     let keys: Vec<_> = keys.iter().map(|k| key(k)).collect();
-    Responder::new(&keys, SERVER, Capacities::default(), t0, 0xABCD).unwrap()
+    Responder::new(&keys, SERVER, Capacities::default(), t0).unwrap()
 }
 
 fn send(r: &mut Responder, k: &str, dg: &[u8], now: Instant) -> Option<Resp> {
@@ -308,7 +308,7 @@ fn one_million_request_ids_keep_dedup_bounded() {
         dedup: 10_000,
         ..Capacities::default()
     };
-    let mut r = Responder::new(std::slice::from_ref(&k), SERVER, caps, t0, 1).unwrap();
+    let mut r = Responder::new(std::slice::from_ref(&k), SERVER, caps, t0).unwrap();
     let big = R {
         rate: u32::MAX,
         ..B1
@@ -363,4 +363,67 @@ fn spec_request_vectors_are_answered() {
         assert_eq!(resp.guards, vec![(100, 0)]);
         assert_eq!(resp.resources.len(), 1);
     }
+}
+
+/// wire.md §8 on virtual wall time: a request is stale once older than its dedup TTL
+/// plus the grace, or too far ahead; reports have a fixed age limit. Drops are counted
+/// and nothing is debited.
+#[test]
+fn stale_timestamps_are_dropped_on_virtual_wall_time() {
+    use rl_responder::decide::{MAX_FUTURE_MS, REPORT_MAX_AGE_MS, STALE_GRACE_MS, is_stale};
+    let t0 = Instant::now();
+    let mut r = responder(&[COOKIE_KEY], t0);
+    let k = key(COOKIE_KEY);
+    let ttl = 3_000u32;
+    let dg = datagram(&k, uid(1), &request_pdu(ttl, &[], &[B1]));
+    let mut out = [0u8; 1300];
+    let limit = FIXED_TS_MS + u64::from(ttl) + STALE_GRACE_MS;
+    // just past the limit: dropped
+    assert_eq!(
+        r.handle_at(&mut dg.clone(), src(), t0, limit + 1, &mut out),
+        None
+    );
+    // in the future beyond the skew allowance: dropped
+    let early = FIXED_TS_MS - MAX_FUTURE_MS - 1;
+    assert_eq!(
+        r.handle_at(&mut dg.clone(), src(), t0, early, &mut out),
+        None
+    );
+    assert_eq!(r.counters().drop_stale, 2);
+    assert_eq!(r.counters().granted, 0);
+    // at the limit: answered; a duplicate within the TTL finds its dedup entry
+    let n = r
+        .handle_at(&mut dg.clone(), src(), t0, limit, &mut out)
+        .unwrap();
+    assert!(read_response(&k, &out[..n]).unwrap().granted());
+    let later = t0 + Duration::from_millis(u64::from(ttl) / 2);
+    assert!(
+        r.handle_at(&mut dg.clone(), src(), later, limit, &mut out)
+            .is_some()
+    );
+    let c = r.counters();
+    assert_eq!((c.granted, c.dedup_hits, c.drop_stale), (1, 1, 2));
+    // reports
+    let rep = datagram(&k, uid(2), &report_pdu(&[]));
+    assert_eq!(
+        r.handle_at(
+            &mut rep.clone(),
+            src(),
+            t0,
+            FIXED_TS_MS + REPORT_MAX_AGE_MS + 1,
+            &mut out
+        ),
+        None
+    );
+    assert_eq!(r.counters().drop_stale, 3);
+    assert_eq!(r.counters().reports, 0);
+    assert_eq!(
+        r.handle_at(&mut rep.clone(), src(), t0, FIXED_TS_MS, &mut out),
+        None
+    );
+    assert_eq!(r.counters().reports, 1);
+    assert!(!is_stale(100, 100, 0));
+    assert!(is_stale(100, 101, 0));
+    assert!(!is_stale(100 + MAX_FUTURE_MS, 100, 0));
+    assert!(is_stale(101 + MAX_FUTURE_MS, 100, 0));
 }

@@ -62,8 +62,29 @@ pub fn report_pdu(entries: &[(G, u32)]) -> Vec<u8> {
     p
 }
 
-/// Frames `pdu` as a client datagram of `key`.
+/// The fixed timestamp of [`datagram`] (sans-IO tests echo it).
+pub const FIXED_TS_MS: u64 = 1_767_225_600_000;
+
+/// The wall clock in Unix ms.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Frames `pdu` as a client datagram of `key`, stamped with the fixed [`FIXED_TS_MS`].
 pub fn datagram(key: &ApiKey, unique_id: [u8; 16], pdu: &[u8]) -> Vec<u8> {
+    datagram_at(key, unique_id, pdu, FIXED_TS_MS)
+}
+
+/// Frames `pdu` as a client datagram of `key`, stamped now (what the runner accepts).
+pub fn datagram_now(key: &ApiKey, unique_id: [u8; 16], pdu: &[u8]) -> Vec<u8> {
+    datagram_at(key, unique_id, pdu, now_ms())
+}
+
+/// Frames `pdu` as a client datagram of `key` stamped `timestamp_ms`.
+pub fn datagram_at(key: &ApiKey, unique_id: [u8; 16], pdu: &[u8], timestamp_ms: u64) -> Vec<u8> {
     let auth = KeyAuth::new(key);
     let mut out = vec![0u8; 1200];
     let off = auth.pdu_offset();
@@ -71,7 +92,7 @@ pub fn datagram(key: &ApiKey, unique_id: [u8; 16], pdu: &[u8]) -> Vec<u8> {
     let t = Tenant {
         id: key.key_id(),
         unique_id,
-        timestamp_ms: 1_767_225_600_000,
+        timestamp_ms,
         steering: 0,
     };
     let mut nonce = [0u8; 12];

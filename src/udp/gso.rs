@@ -1,0 +1,476 @@
+//! The send arena and GSO grouping shared by both backends.
+//!
+//! Owns: the fixed send arena (one slot of `max_datagram` bytes per queued datagram,
+//! allocated once), the queue order, the grouping of queued datagrams by (socket,
+//! destination, length) into GSO super-buffers (at most [`GSO_MAX_SEGMENTS`] segments and
+//! [`GSO_MAX_BYTES`] bytes; a group may end in one shorter datagram), the message headers
+//! (`mmsghdr` + iovecs + destination + `UDP_SEGMENT` control message) of each group, and
+//! the bookkeeping of what became of each group. Must not touch: system calls (the
+//! backends send the groups and report each group's outcome here).
+
+use std::cmp::Reverse;
+use std::collections::VecDeque;
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::SocketAddr;
+
+use super::socket::to_c;
+use super::{GSO_MAX_BYTES, GSO_MAX_SEGMENTS, SocketId};
+
+/// One GSO group (or a single datagram) built for sending.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Group {
+    pub(crate) sock: SocketId,
+    /// Segment size (length of the group's first datagram).
+    pub(crate) seg: u32,
+    /// First entry in the group's slot list.
+    pub(crate) start: u32,
+    /// Datagrams in the group.
+    pub(crate) count: u32,
+    /// Payload bytes of the group.
+    pub(crate) bytes: u32,
+    /// The group's first datagram: set while a group ends in a shorter one.
+    closed: bool,
+    dest: SocketAddr,
+}
+
+/// What became of a group handed to the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Sent.
+    Sent,
+    /// Not sent; queue its datagrams again. `eagain`: the socket buffer was full (they
+    /// become the first to be dropped when the queue overflows).
+    Retry { eagain: bool },
+    /// Not sent; report every datagram as failed.
+    Failed(io::ErrorKind),
+}
+
+/// Where each socket stands for grouping: `None` = closed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SockInfo {
+    pub(crate) v6: bool,
+    pub(crate) gso: bool,
+}
+
+/// The queue of datagrams waiting to be sent (see the `udp` module docs for its bound).
+/// Handed to `UdpDriver::run_once`'s callback so replies can be queued while events are
+/// being handled.
+pub struct SendQueue {
+    slot_size: usize,
+    data: Box<[u8]>,
+    lens: Box<[u32]>,
+    socks: Box<[SocketId]>,
+    dests: Box<[SocketAddr]>,
+    tags: Box<[u64]>,
+    retried: Box<[bool]>,
+    free: Vec<u32>,
+    pending: Vec<u32>,
+    failures: VecDeque<(u64, io::ErrorKind)>,
+    order: Vec<(u32, u32)>,
+    groups: Vec<Group>,
+    group_slots: Vec<u32>,
+    hdrs: Box<[libc::mmsghdr]>,
+    addrs: Box<[libc::sockaddr_storage]>,
+    ctrl: Box<[[u64; 4]]>,
+    iovs: Box<[libc::iovec]>,
+}
+
+impl std::fmt::Debug for SendQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendQueue")
+            .field("queued", &self.pending.len())
+            .field("in_flight", &self.group_slots.len())
+            .field("capacity", &self.lens.len())
+            .finish()
+    }
+}
+
+impl SendQueue {
+    pub(crate) fn new(capacity: usize, slot_size: usize) -> SendQueue {
+        let n = capacity.max(1);
+        SendQueue {
+            slot_size,
+            data: vec![0u8; n * slot_size].into_boxed_slice(),
+            lens: vec![0; n].into_boxed_slice(),
+            socks: vec![SocketId(0); n].into_boxed_slice(),
+            dests: vec![SocketAddr::from(([0, 0, 0, 0], 0)); n].into_boxed_slice(),
+            tags: vec![0; n].into_boxed_slice(),
+            retried: vec![false; n].into_boxed_slice(),
+            free: (0..n as u32).rev().collect(),
+            pending: Vec::with_capacity(n),
+            failures: VecDeque::with_capacity(n),
+            order: Vec::with_capacity(n),
+            groups: Vec::with_capacity(n),
+            group_slots: Vec::with_capacity(n),
+            // SAFETY: all-zero is a valid value of these plain C structs.
+            hdrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
+            addrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
+            ctrl: vec![[0u64; 4]; n].into_boxed_slice(),
+            iovs: (0..n)
+                .map(|_| libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                })
+                .collect(),
+        }
+    }
+
+    /// Queues a copy of `bytes` for `to` on `sock` (see `UdpDriver::queue_send`).
+    pub fn push(&mut self, sock: SocketId, to: SocketAddr, bytes: &[u8], tag: u64) -> bool {
+        if bytes.len() > self.slot_size {
+            return false;
+        }
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => match self.evict_retried() {
+                Some(s) => s,
+                None => return false,
+            },
+        } as usize;
+        let at = slot * self.slot_size;
+        self.data[at..at + bytes.len()].copy_from_slice(bytes);
+        self.lens[slot] = bytes.len() as u32;
+        self.socks[slot] = sock;
+        self.dests[slot] = to;
+        self.tags[slot] = tag;
+        self.retried[slot] = false;
+        self.pending.push(slot as u32);
+        true
+    }
+
+    /// Drops the oldest queued datagram that already met EAGAIN (reported as
+    /// `WouldBlock`); returns its slot.
+    fn evict_retried(&mut self) -> Option<u32> {
+        let pos = self
+            .pending
+            .iter()
+            .position(|&s| self.retried[s as usize])?;
+        let slot = self.pending.remove(pos);
+        self.failures
+            .push_back((self.tags[slot as usize], io::ErrorKind::WouldBlock));
+        Some(slot)
+    }
+
+    /// Datagrams waiting to be sent (not counting those the kernel has now).
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// True when nothing waits to be sent.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Most datagrams the queue holds.
+    pub fn capacity(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Largest datagram accepted by [`push`](Self::push).
+    pub fn max_datagram(&self) -> usize {
+        self.slot_size
+    }
+
+    /// True when a fresh datagram would find no free slot.
+    pub fn is_full(&self) -> bool {
+        self.free.is_empty()
+    }
+
+    pub(crate) fn take_failure(&mut self) -> Option<(u64, io::ErrorKind)> {
+        self.failures.pop_front()
+    }
+
+    pub(crate) fn has_failures(&self) -> bool {
+        !self.failures.is_empty()
+    }
+
+    /// Fails every queued datagram of `sock` (closed) with `NotConnected`.
+    pub(crate) fn fail_socket(&mut self, sock: SocketId) {
+        let mut i = 0;
+        while i < self.pending.len() {
+            let s = self.pending[i] as usize;
+            if self.socks[s] == sock {
+                self.pending.remove(i);
+                self.failures
+                    .push_back((self.tags[s], io::ErrorKind::NotConnected));
+                self.free.push(s as u32);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// True while groups are built and not yet finished.
+    pub(crate) fn in_flight(&self) -> bool {
+        !self.groups.is_empty()
+    }
+
+    /// Groups the queued datagrams for sending (`info` tells each socket's family and
+    /// whether it may use GSO; datagrams of closed sockets fail here) and builds their
+    /// message headers. Returns the number of groups. Only while none is in flight.
+    pub(crate) fn build(&mut self, mut info: impl FnMut(SocketId) -> Option<SockInfo>) -> usize {
+        debug_assert!(self.groups.is_empty());
+        self.order.clear();
+        for (pos, &slot) in self.pending.iter().enumerate() {
+            self.order.push((pos as u32, slot));
+        }
+        self.pending.clear();
+        {
+            let (socks, dests, lens) = (&self.socks, &self.dests, &self.lens);
+            self.order.sort_unstable_by(|a, b| {
+                let (x, y) = (a.1 as usize, b.1 as usize);
+                socks[x]
+                    .cmp(&socks[y])
+                    .then_with(|| dests[x].cmp(&dests[y]))
+                    .then_with(|| Reverse(lens[x]).cmp(&Reverse(lens[y])))
+                    .then_with(|| a.0.cmp(&b.0))
+            });
+        }
+        let mut cur_info: Option<(SocketId, Option<SockInfo>)> = None;
+        for k in 0..self.order.len() {
+            let slot = self.order[k].1 as usize;
+            let sock = self.socks[slot];
+            let si = match cur_info {
+                Some((s, i)) if s == sock => i,
+                _ => {
+                    let i = info(sock);
+                    cur_info = Some((sock, i));
+                    i
+                }
+            };
+            let Some(si) = si else {
+                self.failures
+                    .push_back((self.tags[slot], io::ErrorKind::NotConnected));
+                self.free.push(slot as u32);
+                continue;
+            };
+            let len = self.lens[slot];
+            let dest = self.dests[slot];
+            let joins = si.gso
+                && self.groups.last().is_some_and(|g| {
+                    g.sock == sock
+                        && g.dest == dest
+                        && !g.closed
+                        && (g.count as usize) < GSO_MAX_SEGMENTS
+                        && (g.bytes + len) as usize <= GSO_MAX_BYTES
+                        && len <= g.seg
+                        && len > 0
+                });
+            if joins {
+                let g = self.groups.last_mut().expect("checked above");
+                g.count += 1;
+                g.bytes += len;
+                g.closed = len < g.seg;
+            } else {
+                self.groups.push(Group {
+                    sock,
+                    seg: len,
+                    start: self.group_slots.len() as u32,
+                    count: 1,
+                    bytes: len,
+                    closed: false,
+                    dest,
+                });
+            }
+            self.group_slots.push(slot as u32);
+        }
+        for g in 0..self.groups.len() {
+            let grp = self.groups[g];
+            let v6 = info(grp.sock).is_some_and(|i| i.v6);
+            self.build_header(g, &grp, v6);
+        }
+        self.groups.len()
+    }
+
+    fn build_header(&mut self, g: usize, grp: &Group, v6: bool) {
+        let start = grp.start as usize;
+        for i in 0..grp.count as usize {
+            let slot = self.group_slots[start + i] as usize;
+            self.iovs[start + i] = libc::iovec {
+                iov_base: self.data[slot * self.slot_size..].as_mut_ptr().cast(),
+                iov_len: self.lens[slot] as usize,
+            };
+        }
+        let addr_len = to_c(grp.dest, v6, &mut self.addrs[g]);
+        let h = &mut self.hdrs[g];
+        h.msg_len = 0;
+        let m = &mut h.msg_hdr;
+        m.msg_name = (&mut self.addrs[g] as *mut libc::sockaddr_storage).cast();
+        m.msg_namelen = addr_len;
+        m.msg_iov = &mut self.iovs[start];
+        m.msg_iovlen = grp.count as usize;
+        m.msg_flags = 0;
+        if grp.count > 1 {
+            m.msg_control = self.ctrl[g].as_mut_ptr().cast();
+            // SAFETY: CMSG_* compute sizes and pointers inside the 32-byte, 8-aligned
+            // control buffer of this group, which fits CMSG_SPACE(2).
+            unsafe {
+                m.msg_controllen = libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+                let c = libc::CMSG_FIRSTHDR(m);
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = libc::UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), grp.seg as u16);
+            }
+        } else {
+            m.msg_control = std::ptr::null_mut();
+            m.msg_controllen = 0;
+        }
+    }
+
+    /// Number of groups built.
+    pub(crate) fn group_count(&self) -> usize {
+        self.groups.len()
+    }
+
+    pub(crate) fn group(&self, g: usize) -> Group {
+        self.groups[g]
+    }
+
+    /// The message headers of groups `g..` (contiguous, for `sendmmsg`).
+    pub(crate) fn hdrs_from(&mut self, g: usize) -> *mut libc::mmsghdr {
+        self.hdrs[g..].as_mut_ptr()
+    }
+
+    /// The message header of group `g` (stable until [`clear_groups`](Self::clear_groups)).
+    pub(crate) fn msghdr(&self, g: usize) -> *const libc::msghdr {
+        &self.hdrs[g].msg_hdr
+    }
+
+    /// Records what became of group `g`.
+    pub(crate) fn finish(&mut self, g: usize, outcome: Outcome) {
+        let grp = self.groups[g];
+        let slots = grp.start as usize..(grp.start + grp.count) as usize;
+        for i in slots {
+            let slot = self.group_slots[i];
+            match outcome {
+                Outcome::Sent => self.free.push(slot),
+                Outcome::Retry { eagain } => {
+                    self.retried[slot as usize] |= eagain;
+                    self.pending.push(slot);
+                }
+                Outcome::Failed(kind) => {
+                    self.failures.push_back((self.tags[slot as usize], kind));
+                    self.free.push(slot);
+                }
+            }
+        }
+    }
+
+    /// Forgets the built groups (every one must have been finished).
+    pub(crate) fn clear_groups(&mut self) {
+        self.groups.clear();
+        self.group_slots.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    fn info(_: SocketId) -> Option<SockInfo> {
+        Some(SockInfo {
+            v6: false,
+            gso: true,
+        })
+    }
+
+    #[test]
+    fn groups_by_socket_destination_and_length() {
+        let mut q = SendQueue::new(512, 2048);
+        let s0 = SocketId(0);
+        let s1 = SocketId(1);
+        // 130 equal datagrams to one destination: 64 + 64 + 2
+        for i in 0..130 {
+            assert!(q.push(s0, a(1), &[1; 200], i));
+        }
+        // a longer one starts the first group and takes one 200 as its shorter end;
+        // a shorter one ends the last 200 group
+        assert!(q.push(s0, a(1), &[2; 100], 1000));
+        assert!(q.push(s0, a(1), &[3; 300], 1001));
+        // other destination, other socket
+        assert!(q.push(s0, a(2), &[4; 200], 1002));
+        assert!(q.push(s1, a(1), &[5; 200], 1003));
+        let n = q.build(info);
+        let groups: Vec<(u32, u32, u32)> = (0..n)
+            .map(|g| {
+                let x = q.group(g);
+                (x.sock.0, x.count, x.seg)
+            })
+            .collect();
+        assert_eq!(
+            groups,
+            vec![
+                (0, 2, 300),
+                (0, 64, 200),
+                (0, 64, 200),
+                (0, 2, 200),
+                (0, 1, 200),
+                (1, 1, 200)
+            ]
+        );
+        for g in 0..n {
+            q.finish(g, Outcome::Sent);
+        }
+        q.clear_groups();
+        assert!(q.is_empty());
+        assert_eq!(q.free.len(), 512);
+    }
+
+    #[test]
+    fn byte_limit_splits_groups() {
+        let mut q = SendQueue::new(256, 2048);
+        for i in 0..60 {
+            q.push(SocketId(0), a(1), &[0; 1500], i);
+        }
+        let n = q.build(info);
+        // 43 * 1500 = 64500 <= 65507 < 44 * 1500
+        assert_eq!(q.group(0).count, 43);
+        assert_eq!(q.group(1).count, 17);
+        assert_eq!(n, 2);
+    }
+
+    #[test]
+    fn no_gso_means_one_datagram_per_group() {
+        let mut q = SendQueue::new(64, 2048);
+        for i in 0..5 {
+            q.push(SocketId(0), a(1), &[0; 100], i);
+        }
+        let n = q.build(|_| {
+            Some(SockInfo {
+                v6: false,
+                gso: false,
+            })
+        });
+        assert_eq!(n, 5);
+    }
+
+    #[test]
+    fn full_queue_evicts_retried_datagrams_only() {
+        let mut q = SendQueue::new(4, 64);
+        for i in 0..4 {
+            assert!(q.push(SocketId(0), a(1), &[0; 10], i));
+        }
+        assert!(!q.push(SocketId(0), a(1), &[0; 10], 9));
+        assert!(!q.push(SocketId(0), a(1), &[0; 65], 9), "too long");
+        let n = q.build(info);
+        assert_eq!(n, 1);
+        q.finish(0, Outcome::Retry { eagain: true });
+        q.clear_groups();
+        assert_eq!(q.len(), 4);
+        assert!(q.push(SocketId(0), a(1), &[0; 10], 10));
+        assert_eq!(q.take_failure(), Some((0, io::ErrorKind::WouldBlock)));
+        assert_eq!(q.take_failure(), None);
+        // closed socket: queued datagrams fail
+        q.fail_socket(SocketId(0));
+        assert_eq!(q.len(), 0);
+        let mut tags: Vec<u64> = std::iter::from_fn(|| q.take_failure().map(|f| f.0)).collect();
+        tags.sort();
+        assert_eq!(tags, vec![1, 2, 3, 10]);
+    }
+}

@@ -1,0 +1,454 @@
+//! The mmsg backend: `sendmmsg` of the GSO groups, `recvmmsg` into fixed buffers (with
+//! the `UDP_GRO` control message), and a `poll(2)` wait over every socket and the
+//! waker's eventfd. Used where io_uring is refused, or when configured.
+//!
+//! Owns: the receive buffers and the poll set. Must not touch: grouping (gso.rs),
+//! socket creation (socket.rs).
+//!
+//! While datagrams keep arriving it skips the `poll` and receives directly from every
+//! socket (one `recvmmsg` each), polling at least every 8th loop so that no socket and
+//! no wake-up waits behind a busy one.
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::gro::{self, CONTROL_LEN};
+use super::gso::Outcome;
+use super::socket::from_c;
+use super::wake::Waker;
+use super::{Common, GRO_BUFFER, IoConfig, IoEvent, SendQueue, sock_info};
+
+/// Loops without a `poll` at most while busy.
+const HOT_LOOPS: u32 = 8;
+/// `sendmmsg` takes at most this many messages (UIO_MAXIOV).
+const MAX_MSGS: usize = 1024;
+
+struct RecvBufs {
+    buf_size: usize,
+    bufs: Box<[u8]>,
+    addrs: Box<[libc::sockaddr_storage]>,
+    ctrl: Box<[[u64; CONTROL_LEN / 8]]>,
+    iovs: Box<[libc::iovec]>,
+    hdrs: Box<[libc::mmsghdr]>,
+}
+
+impl RecvBufs {
+    fn new(n: usize, buf_size: usize) -> RecvBufs {
+        RecvBufs {
+            buf_size,
+            bufs: vec![0u8; n * buf_size].into_boxed_slice(),
+            // SAFETY: all-zero is a valid value of these plain C structs.
+            addrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
+            ctrl: vec![[0u64; CONTROL_LEN / 8]; n].into_boxed_slice(),
+            iovs: (0..n)
+                .map(|_| libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                })
+                .collect(),
+            hdrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
+        }
+    }
+
+    fn prepare(&mut self, control: bool) {
+        for i in 0..self.hdrs.len() {
+            self.iovs[i] = libc::iovec {
+                iov_base: self.bufs[i * self.buf_size..].as_mut_ptr().cast(),
+                iov_len: self.buf_size,
+            };
+            let h = &mut self.hdrs[i];
+            h.msg_len = 0;
+            let m = &mut h.msg_hdr;
+            m.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+            m.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
+            m.msg_iov = &mut self.iovs[i];
+            m.msg_iovlen = 1;
+            if control {
+                m.msg_control = self.ctrl[i].as_mut_ptr().cast();
+                m.msg_controllen = CONTROL_LEN;
+            } else {
+                m.msg_control = std::ptr::null_mut();
+                m.msg_controllen = 0;
+            }
+            m.msg_flags = 0;
+        }
+    }
+}
+
+/// Receive messages per `recvmmsg` and the size of each buffer.
+pub(crate) fn recv_shape(cfg: &IoConfig) -> (usize, usize) {
+    if cfg.gro {
+        ((cfg.batch / 8).clamp(8, 64), GRO_BUFFER)
+    } else {
+        (cfg.batch.clamp(1, 1024), cfg.max_datagram)
+    }
+}
+
+/// Messages of the last `recvmmsg` not yet handed to the caller.
+#[derive(Clone, Copy)]
+struct Backlog {
+    slot: usize,
+    id: super::SocketId,
+    gro: bool,
+    next: usize,
+    len: usize,
+}
+
+pub(crate) struct Mmsg {
+    rx: RecvBufs,
+    backlog: Option<Backlog>,
+    pollfds: Vec<libc::pollfd>,
+    pollidx: Vec<usize>,
+    hot: bool,
+    hot_loops: u32,
+}
+
+/// Poll timeout in ms, rounded up so the wait never ends before the deadline.
+fn poll_ms(timeout: Option<Duration>) -> i32 {
+    match timeout {
+        None => -1,
+        Some(d) => d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
+    }
+}
+
+impl Mmsg {
+    pub(crate) fn new(cfg: &IoConfig) -> io::Result<(Mmsg, Arc<Waker>)> {
+        let waker = Arc::new(Waker::new(true)?);
+        let (n, size) = recv_shape(cfg);
+        Ok((
+            Mmsg {
+                rx: RecvBufs::new(n, size),
+                backlog: None,
+                pollfds: Vec::with_capacity(cfg.max_sockets + 1),
+                pollidx: Vec::with_capacity(cfg.max_sockets + 1),
+                hot: false,
+                hot_loops: 0,
+            },
+            waker,
+        ))
+    }
+
+    pub(crate) fn run_once(
+        &mut self,
+        c: &mut Common,
+        timeout: Option<Duration>,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> io::Result<()> {
+        c.report_failures(on_event);
+        self.send_all(c);
+        c.report_failures(on_event);
+        let batch = c.cfg.batch;
+        // what the last loop received beyond its batch goes first, without a syscall
+        let mut got = self.deliver(c, batch, on_event);
+        if self.backlog.is_some() {
+            self.hot = true;
+            return Ok(());
+        }
+        if self.hot && self.hot_loops < HOT_LOOPS {
+            self.hot_loops += 1;
+            for i in 0..c.socks.len() {
+                if c.socks[i].is_some() {
+                    got += self.recv_from(c, i, batch.saturating_sub(got), on_event);
+                }
+            }
+            let woken = self.take_wake(c, on_event);
+            if got > 0 || woken {
+                self.hot = got > 0;
+                return Ok(());
+            }
+        }
+        self.hot_loops = 0;
+        self.pollfds.clear();
+        self.pollidx.clear();
+        self.pollfds.push(libc::pollfd {
+            fd: c.waker.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        self.pollidx.push(usize::MAX);
+        for (i, s) in c.socks.iter().enumerate() {
+            if let Some(e) = s {
+                let mut events = libc::POLLIN;
+                if e.want_write {
+                    events |= libc::POLLOUT;
+                }
+                self.pollfds.push(libc::pollfd {
+                    fd: e.sock.as_raw_fd(),
+                    events,
+                    revents: 0,
+                });
+                self.pollidx.push(i);
+            }
+        }
+        let ms = if c.waker.is_pending() || c.sendq.has_failures() {
+            0
+        } else {
+            poll_ms(timeout)
+        };
+        // SAFETY: pollfds is a valid array of that many pollfd entries.
+        let r = unsafe {
+            libc::poll(
+                self.pollfds.as_mut_ptr(),
+                self.pollfds.len() as libc::nfds_t,
+                ms,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        let mut writable = false;
+        for k in 1..self.pollfds.len() {
+            let rev = self.pollfds[k].revents;
+            if rev == 0 {
+                continue;
+            }
+            let i = self.pollidx[k];
+            if rev & libc::POLLOUT != 0
+                && let Some(e) = c.socks[i].as_mut()
+            {
+                e.want_write = false;
+                writable = true;
+            }
+            if rev & (libc::POLLIN | libc::POLLERR) != 0 {
+                got += self.recv_from(c, i, batch.saturating_sub(got), on_event);
+            }
+        }
+        self.take_wake(c, on_event);
+        if writable && !c.sendq.is_empty() {
+            self.send_all(c);
+        }
+        c.report_failures(on_event);
+        self.hot = got > 0;
+        Ok(())
+    }
+
+    /// Reports a pending wake-up (clears the flag, then drains the eventfd).
+    fn take_wake(
+        &mut self,
+        c: &mut Common,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> bool {
+        if !c.waker.clear() {
+            return false;
+        }
+        c.waker.drain();
+        c.stats.wakes += 1;
+        on_event(&mut c.sendq, IoEvent::Woken);
+        true
+    }
+
+    /// One `recvmmsg` on socket slot `i`, then delivers up to `budget` datagrams (whole
+    /// messages; the rest stays as backlog for the next loop). Returns those delivered.
+    fn recv_from(
+        &mut self,
+        c: &mut Common,
+        i: usize,
+        budget: usize,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> usize {
+        if self.backlog.is_some() || budget == 0 {
+            return 0;
+        }
+        let Some(id) = c.id_at(i) else { return 0 };
+        let Some(e) = c.socks[i].as_ref() else {
+            return 0;
+        };
+        let (fd, gro) = (e.sock.as_raw_fd(), e.gro);
+        self.rx.prepare(gro);
+        // SAFETY: the headers point into buffers owned by `self.rx`, valid for the
+        // lengths given; the kernel writes at most those lengths.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.rx.hdrs.as_mut_ptr(),
+                self.rx.hdrs.len() as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            match err.kind() {
+                io::ErrorKind::WouldBlock
+                | io::ErrorKind::Interrupted
+                | io::ErrorKind::ConnectionRefused => {}
+                _ => c.stats.recv_errors += 1,
+            }
+            return 0;
+        }
+        if n == 0 {
+            return 0;
+        }
+        c.stats.recv_calls += 1;
+        self.backlog = Some(Backlog {
+            slot: i,
+            id,
+            gro,
+            next: 0,
+            len: n as usize,
+        });
+        self.deliver(c, budget, on_event)
+    }
+
+    /// Delivers received messages of the backlog until `budget` datagrams went out
+    /// (never splitting one GRO buffer). Returns the datagrams delivered.
+    fn deliver(
+        &mut self,
+        c: &mut Common,
+        budget: usize,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> usize {
+        let Some(b) = self.backlog else { return 0 };
+        if c.id_at(b.slot) != Some(b.id) {
+            self.backlog = None; // closed meanwhile
+            return 0;
+        }
+        let mut total = 0;
+        let mut k = b.next;
+        while k < b.len && total < budget {
+            let h = &self.rx.hdrs[k];
+            let idx = k;
+            k += 1;
+            if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                c.stats.recv_truncated += 1;
+                continue;
+            }
+            let len = (h.msg_len as usize).min(self.rx.buf_size);
+            let Some(from) = from_c(&self.rx.addrs[idx], h.msg_hdr.msg_namelen) else {
+                continue;
+            };
+            let seg = if b.gro {
+                let cl = h.msg_hdr.msg_controllen.min(CONTROL_LEN);
+                // SAFETY: the control buffer is CONTROL_LEN plain bytes.
+                let ctrl = unsafe {
+                    std::slice::from_raw_parts(self.rx.ctrl[idx].as_ptr().cast::<u8>(), cl)
+                };
+                gro::segment_size(ctrl)
+            } else {
+                None
+            };
+            let at = idx * self.rx.buf_size;
+            let data = &mut self.rx.bufs[at..at + len];
+            let sendq = &mut c.sendq;
+            let m = gro::split(data, seg, |d| {
+                on_event(
+                    sendq,
+                    IoEvent::Datagram {
+                        sock: b.id,
+                        from,
+                        data: d,
+                    },
+                )
+            });
+            c.stats.count_recv_op(m);
+            c.stats.datagrams_received += m as u64;
+            total += m;
+        }
+        self.backlog = if k < b.len {
+            Some(Backlog { next: k, ..b })
+        } else {
+            None
+        };
+        total
+    }
+
+    /// Sends every queued datagram it can (GSO groups, one `sendmmsg` per socket and
+    /// run of successes). EAGAIN keeps the rest of that socket's groups queued; a
+    /// kernel refusing GSO re-queues the group and the socket sends per datagram from
+    /// then on (a second pass does so at once).
+    pub(crate) fn send_all(&mut self, c: &mut Common) {
+        for _pass in 0..2 {
+            if c.sendq.is_empty() {
+                return;
+            }
+            let n = {
+                let (socks, gens) = (&c.socks, &c.gens);
+                c.sendq.build(|id| sock_info(socks, gens, id))
+            };
+            let mut again = false;
+            let mut g = 0;
+            while g < n {
+                let sock = c.sendq.group(g).sock;
+                let mut h = g;
+                while h < n && c.sendq.group(h).sock == sock {
+                    h += 1;
+                }
+                let Some(fd) = c.entry(sock).map(|e| e.sock.as_raw_fd()) else {
+                    for k in g..h {
+                        c.sendq
+                            .finish(k, Outcome::Failed(io::ErrorKind::NotConnected));
+                    }
+                    g = h;
+                    continue;
+                };
+                let mut at = g;
+                while at < h {
+                    let cnt = (h - at).min(MAX_MSGS);
+                    let r = if c.fake_eagain() {
+                        -1
+                    } else {
+                        // SAFETY: headers at..at+cnt point into the send queue's arena,
+                        // addresses and control buffers, all alive and unchanged here.
+                        unsafe {
+                            libc::sendmmsg(
+                                fd,
+                                c.sendq.hdrs_from(at),
+                                cnt as u32,
+                                libc::MSG_DONTWAIT,
+                            )
+                        }
+                    };
+                    c.stats.send_calls += 1;
+                    if r > 0 {
+                        for k in at..at + r as usize {
+                            c.stats.count_send_op(c.sendq.group(k).count as usize);
+                            c.sendq.finish(k, Outcome::Sent);
+                        }
+                        at += r as usize;
+                        continue;
+                    }
+                    let err = if r == -1 && c.faked() {
+                        io::Error::from_raw_os_error(libc::EAGAIN)
+                    } else {
+                        io::Error::last_os_error()
+                    };
+                    let grp = c.sendq.group(at);
+                    match err.raw_os_error() {
+                        Some(libc::EINTR) => {}
+                        Some(libc::EAGAIN) => {
+                            c.stats.eagain_waits += 1;
+                            for k in at..h {
+                                c.sendq.finish(k, Outcome::Retry { eagain: true });
+                            }
+                            if let Some(e) = c.entry_mut(sock) {
+                                e.want_write = true;
+                            }
+                            at = h;
+                        }
+                        Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE) if grp.count > 1 => {
+                            c.gso_refused(sock);
+                            c.sendq.finish(at, Outcome::Retry { eagain: false });
+                            again = true;
+                            at += 1;
+                        }
+                        _ => {
+                            c.sendq.finish(at, Outcome::Failed(err.kind()));
+                            at += 1;
+                        }
+                    }
+                }
+                g = h;
+            }
+            c.sendq.clear_groups();
+            if !again {
+                return;
+            }
+        }
+    }
+}

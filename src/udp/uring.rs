@@ -1,0 +1,684 @@
+//! The io_uring backend (the `io-uring` crate).
+//!
+//! - Receives: one multishot `IORING_OP_RECVMSG` per socket, selecting buffers from one
+//!   provided-buffer ring (`IORING_REGISTER_PBUF_RING`). Each completion holds one
+//!   `io_uring_recvmsg_out` header, the source address, the control messages (the
+//!   `UDP_GRO` segment size) and the payload; the buffer goes back to the ring as soon
+//!   as the caller's callback returns. A multishot that ends (out of buffers, CQ
+//!   overflow) is re-armed on the next loop.
+//! - Sends: one `IORING_OP_SENDMSG` per GSO group with `MSG_DONTWAIT`, so a full socket
+//!   buffer completes at once with `EAGAIN` (kept queued, and a one-shot `POLLOUT` poll
+//!   ends a later wait when there is room) instead of parking the request in the kernel.
+//! - Waiting: one `io_uring_enter` per loop submits the loop's SQEs and waits for one
+//!   completion with the timeout as extended argument (`IORING_ENTER_EXT_ARG`).
+//! - Wake-ups: an 8-byte read of the waker's (blocking) eventfd stays armed in the ring.
+//!
+//! The ring is created with `SINGLE_ISSUER | DEFER_TASKRUN` (completions are produced
+//! only while this thread waits: no interrupts of the running loop) and disabled until
+//! the first `run_once`, so the thread that runs the driver becomes its issuer. It needs
+//! Linux 6.1; older kernels refuse with EINVAL and `Auto` falls back to mmsg.
+//!
+//! Owns: the ring, the buffer ring and every byte the kernel may write asynchronously
+//! (receive buffers, the eventfd read's target, the receive template). Must not touch:
+//! grouping (gso.rs), socket creation (socket.rs). On drop it cancels everything
+//! synchronously before freeing that memory, and leaks it if the kernel does not
+//! confirm.
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+use io_uring::types::{BufRingEntry, CancelBuilder, Fd, SubmitArgs, Timespec};
+use io_uring::{IoUring, cqueue, opcode, squeue};
+
+use super::gro::{self, CONTROL_LEN};
+use super::gso::Outcome;
+use super::socket::from_c_bytes;
+use super::wake::Waker;
+use super::{Common, GRO_BUFFER, IoConfig, IoEvent, SendQueue, SocketId, sock_info};
+
+const K_RECV: u64 = 1;
+const K_SEND: u64 = 2;
+const K_WAKE: u64 = 3;
+const K_POLLOUT: u64 = 4;
+const K_CANCEL: u64 = 5;
+
+/// Buffer group id of the receive buffers.
+const BGID: u16 = 0;
+/// Size of `io_uring_recvmsg_out` at the start of every receive buffer.
+const RECVMSG_OUT: usize = 16;
+/// Address room reserved per receive buffer.
+const NAME_LEN: usize = size_of::<libc::sockaddr_storage>();
+/// Submission queue entries.
+const SQ_ENTRIES: u32 = 256;
+/// Loops of wait inside one `run_once` that produced nothing for the caller.
+const MAX_ROUNDS: usize = 4;
+
+fn ud(kind: u64, low: u32) -> u64 {
+    (kind << 56) | u64::from(low)
+}
+
+/// Memory the kernel reads or writes asynchronously.
+struct KernelMem {
+    ring: *mut BufRingEntry,
+    ring_bytes: usize,
+    bufs: Box<[u8]>,
+    wake_buf: Box<u64>,
+    recv_hdr: Box<libc::msghdr>,
+}
+
+impl Drop for KernelMem {
+    fn drop(&mut self) {
+        // SAFETY: `ring` was mapped with this length in `Uring::new`, and the ring that
+        // used it is gone (or never got it).
+        unsafe { libc::munmap(self.ring.cast(), self.ring_bytes) };
+    }
+}
+
+pub(crate) struct Uring {
+    ring: IoUring,
+    /// Created disabled; enabled by the first `run_once` (its thread becomes the issuer).
+    disabled: bool,
+    mem: Option<KernelMem>,
+    buf_size: usize,
+    buf_mask: u16,
+    tail: u16,
+    /// Per socket slot: a multishot receive is armed for the current socket.
+    recv_armed: Vec<bool>,
+    /// Per socket slot: armed at least once (a new arm is a re-arm).
+    armed_once: Vec<bool>,
+    /// Per socket slot: a POLLOUT poll is armed.
+    pollout_armed: Vec<bool>,
+    wake_armed: bool,
+    need_arm: bool,
+    /// Requests to cancel (closed sockets), submitted with the next enter.
+    cancels: Vec<u64>,
+    sends_in_flight: usize,
+    /// Receive completions reaped by `flush` (socket id, buffer id, result), delivered
+    /// by the next `run_once`; each holds one buffer, so the buffer count bounds it.
+    deferred: Vec<(u32, u16, i32)>,
+    /// A wake-up reaped by `flush`, reported by the next `run_once`.
+    deferred_wake: bool,
+    ts: Timespec,
+}
+
+/// A ring with `SINGLE_ISSUER | DEFER_TASKRUN` (Linux 6.1), created disabled. Older
+/// kernels fail with EINVAL, which `BackendChoice::Auto` takes as a refusal: they also
+/// lack pieces this backend relies on (multishot `RECVMSG` and synchronous cancel
+/// arrived in 6.0), so they get the mmsg backend instead.
+fn build_ring(cq: u32) -> io::Result<IoUring> {
+    let mut b = IoUring::builder();
+    b.setup_cqsize(cq)
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .setup_r_disabled();
+    b.build(SQ_ENTRIES)
+}
+
+impl Uring {
+    pub(crate) fn new(cfg: &IoConfig) -> io::Result<(Uring, Arc<Waker>)> {
+        let ring = build_ring(8192)?;
+        let disabled = true;
+        if !ring.params().is_feature_ext_arg() || !ring.params().is_feature_nodrop() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let payload = if cfg.gro {
+            GRO_BUFFER
+        } else {
+            cfg.max_datagram
+        };
+        let count: usize = if cfg.gro {
+            (cfg.batch / 4).next_power_of_two().clamp(16, 256)
+        } else {
+            (cfg.batch * 2).next_power_of_two().clamp(16, 4096)
+        };
+        let control = if cfg.gro { CONTROL_LEN } else { 0 };
+        let buf_size = RECVMSG_OUT + NAME_LEN + control + payload;
+        let page = 4096;
+        let ring_bytes = (count * size_of::<BufRingEntry>()).div_ceil(page) * page;
+        // SAFETY: anonymous private mapping; checked below.
+        let ring_mem = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ring_bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ring_mem == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: all-zero is a valid msghdr.
+        let mut recv_hdr: Box<libc::msghdr> = Box::new(unsafe { zeroed() });
+        recv_hdr.msg_namelen = NAME_LEN as u32;
+        recv_hdr.msg_controllen = control;
+        let mem = KernelMem {
+            ring: ring_mem.cast(),
+            ring_bytes,
+            bufs: vec![0u8; count * buf_size].into_boxed_slice(),
+            wake_buf: Box::new(0),
+            recv_hdr,
+        };
+        // SAFETY: the ring memory is page aligned, `count` entries long, and lives in
+        // `mem` until the ring is gone (see Drop).
+        unsafe {
+            ring.submitter().register_buf_ring_with_flags(
+                mem.ring as u64,
+                count as u16,
+                BGID,
+                0,
+            )?;
+        }
+        let waker = Arc::new(Waker::new(false)?);
+        let mut u = Uring {
+            ring,
+            disabled,
+            mem: Some(mem),
+            buf_size,
+            buf_mask: (count - 1) as u16,
+            tail: 0,
+            recv_armed: vec![false; cfg.max_sockets],
+            armed_once: vec![false; cfg.max_sockets],
+            pollout_armed: vec![false; cfg.max_sockets],
+            wake_armed: false,
+            need_arm: true,
+            cancels: Vec::with_capacity(cfg.max_sockets * 2),
+            sends_in_flight: 0,
+            deferred: Vec::with_capacity(count),
+            deferred_wake: false,
+            ts: Timespec::new(),
+        };
+        for bid in 0..count {
+            u.recycle(bid as u16);
+        }
+        u.publish();
+        Ok((u, waker))
+    }
+
+    /// Puts buffer `bid` back at the ring's tail (published by [`publish`](Self::publish)).
+    fn recycle(&mut self, bid: u16) {
+        if let Some(mem) = self.mem.as_mut() {
+            recycle(mem, &mut self.tail, self.buf_mask, self.buf_size, bid);
+        }
+    }
+
+    fn publish(&mut self) {
+        let Some(mem) = self.mem.as_ref() else { return };
+        // SAFETY: the tail field lives in the first ring entry, inside our mapping; the
+        // kernel reads it concurrently, hence the atomic release store.
+        unsafe {
+            let tail = BufRingEntry::tail(mem.ring) as *mut u16;
+            AtomicU16::from_ptr(tail).store(self.tail, Ordering::Release);
+        }
+    }
+
+    pub(crate) fn socket_added(&mut self, slot: usize) {
+        self.recv_armed[slot] = false;
+        self.armed_once[slot] = false;
+        self.pollout_armed[slot] = false;
+        self.need_arm = true;
+    }
+
+    pub(crate) fn socket_closed(&mut self, slot: usize, old: SocketId) {
+        if self.recv_armed[slot] {
+            self.cancels.push(ud(K_RECV, old.raw()));
+        }
+        if self.pollout_armed[slot] {
+            self.cancels.push(ud(K_POLLOUT, old.raw()));
+        }
+        self.recv_armed[slot] = false;
+        self.pollout_armed[slot] = false;
+        self.need_arm = true;
+    }
+
+    fn enable(&mut self) -> io::Result<()> {
+        if self.disabled {
+            self.ring.submitter().register_enable_rings()?;
+            self.disabled = false;
+        }
+        Ok(())
+    }
+
+    /// Pushes one SQE, submitting what is queued when the SQ is full.
+    fn push(&mut self, e: &squeue::Entry, c: &mut Common) -> io::Result<()> {
+        for _ in 0..3 {
+            // SAFETY: every entry points into memory owned by the driver that stays
+            // valid until its completion is reaped (send arena, kernel memory, sockets
+            // kept open by the ring's file references).
+            if unsafe { self.ring.submission().push(e) }.is_ok() {
+                return Ok(());
+            }
+            self.ring.submit()?;
+            c.stats.send_calls += 1;
+        }
+        Err(io::Error::other("io_uring submission queue stays full"))
+    }
+
+    /// Builds the GSO groups and pushes one SENDMSG per group. Returns whether any was
+    /// pushed. Only while no earlier group is in flight.
+    fn queue_sends(&mut self, c: &mut Common) -> io::Result<bool> {
+        if c.sendq.in_flight() || c.sendq.is_empty() {
+            return Ok(false);
+        }
+        let n = {
+            let (socks, gens) = (&c.socks, &c.gens);
+            c.sendq.build(|id| sock_info(socks, gens, id))
+        };
+        if n == 0 {
+            c.sendq.clear_groups();
+            return Ok(false);
+        }
+        let mut pushed = false;
+        for g in 0..n {
+            let grp = c.sendq.group(g);
+            if c.fake_eagain() {
+                c.stats.eagain_waits += 1;
+                c.sendq.finish(g, Outcome::Retry { eagain: true });
+                if let Some(e) = c.entry_mut(grp.sock) {
+                    e.want_write = true;
+                    self.need_arm = true;
+                }
+                continue;
+            }
+            let fd = match c.entry(grp.sock) {
+                Some(e) => e.sock.as_raw_fd(),
+                None => -1, // cannot happen: build() dropped closed sockets
+            };
+            let sqe = opcode::SendMsg::new(Fd(fd), c.sendq.msghdr(g))
+                .flags(libc::MSG_DONTWAIT as u32)
+                .build()
+                .user_data(ud(K_SEND, g as u32));
+            self.push(&sqe, c)?;
+            self.sends_in_flight += 1;
+            pushed = true;
+        }
+        if !pushed {
+            c.sendq.clear_groups();
+        }
+        Ok(pushed)
+    }
+
+    /// Arms what is missing: multishot receives, POLLOUT polls, the eventfd read, and
+    /// pushes pending cancellations.
+    fn arm(&mut self, c: &mut Common) -> io::Result<()> {
+        while let Some(target) = self.cancels.pop() {
+            let sqe = opcode::AsyncCancel::new(target)
+                .build()
+                .user_data(ud(K_CANCEL, 0));
+            self.push(&sqe, c)?;
+        }
+        if !self.wake_armed {
+            let buf: *mut u64 = match self.mem.as_mut() {
+                Some(m) => &mut *m.wake_buf,
+                None => return Err(io::Error::other("io_uring driver memory released")),
+            };
+            let sqe = opcode::Read::new(Fd(c.waker.as_raw_fd()), buf.cast(), 8)
+                .build()
+                .user_data(ud(K_WAKE, 0));
+            self.push(&sqe, c)?;
+            self.wake_armed = true;
+        }
+        if !self.need_arm {
+            return Ok(());
+        }
+        self.need_arm = false;
+        let hdr: *const libc::msghdr = match self.mem.as_ref() {
+            Some(m) => &*m.recv_hdr,
+            None => return Err(io::Error::other("io_uring driver memory released")),
+        };
+        for i in 0..c.socks.len() {
+            let Some(id) = c.id_at(i) else { continue };
+            let (fd, want_write) = match c.socks[i].as_ref() {
+                Some(e) => (e.sock.as_raw_fd(), e.want_write),
+                None => continue,
+            };
+            if !self.recv_armed[i] {
+                let sqe = opcode::RecvMsgMulti::new(Fd(fd), hdr, BGID)
+                    .build()
+                    .user_data(ud(K_RECV, id.raw()));
+                self.push(&sqe, c)?;
+                self.recv_armed[i] = true;
+                if self.armed_once[i] {
+                    c.stats.recv_rearms += 1;
+                }
+                self.armed_once[i] = true;
+            }
+            if want_write && !self.pollout_armed[i] {
+                let sqe = opcode::PollAdd::new(Fd(fd), libc::POLLOUT as u32)
+                    .build()
+                    .user_data(ud(K_POLLOUT, id.raw()));
+                self.push(&sqe, c)?;
+                self.pollout_armed[i] = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Submits and waits for one completion or `wait`. Returns true on timeout.
+    fn enter(&mut self, wait: Option<Duration>) -> io::Result<bool> {
+        let r = match wait {
+            None => self.ring.submit_and_wait(1),
+            Some(d) => {
+                self.ts = Timespec::from(d);
+                let args = SubmitArgs::new().timespec(&self.ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+        };
+        match r {
+            Ok(_) => Ok(false),
+            Err(e) => match e.raw_os_error() {
+                Some(libc::ETIME) => Ok(true),
+                Some(libc::EINTR | libc::EBUSY | libc::EAGAIN) => Ok(false),
+                _ => Err(e),
+            },
+        }
+    }
+
+    pub(crate) fn run_once(
+        &mut self,
+        c: &mut Common,
+        timeout: Option<Duration>,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> io::Result<()> {
+        self.enable()?;
+        let mut events = self.deliver_deferred(c, on_event);
+        events += report(c, on_event);
+        let start = match timeout {
+            Some(d) if !d.is_zero() => Some(Instant::now()),
+            _ => None,
+        };
+        for round in 0..MAX_ROUNDS {
+            let sent = self.queue_sends(c)?;
+            self.arm(c)?;
+            let wait = match (timeout, start) {
+                (Some(d), Some(t0)) if round > 0 => Some(d.saturating_sub(t0.elapsed())),
+                _ => timeout,
+            };
+            let ready = events > 0 || !self.ring.completion().is_empty();
+            let timed_out = self.enter(if ready { Some(Duration::ZERO) } else { wait })?;
+            if sent {
+                c.stats.send_calls += 1;
+            }
+            events += self.reap(c, on_event, true);
+            events += report(c, on_event);
+            let expired = timed_out || wait.is_some_and(|w| w.is_zero());
+            if events > 0 || expired {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends what is queued without waiting; reports whatever completed meanwhile.
+    pub(crate) fn flush(
+        &mut self,
+        c: &mut Common,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> io::Result<()> {
+        self.enable()?;
+        if self.queue_sends(c)? {
+            c.stats.send_calls += 1;
+        }
+        self.arm(c)?;
+        self.enter(Some(Duration::ZERO))?;
+        self.reap(c, on_event, false);
+        report(c, on_event);
+        Ok(())
+    }
+
+    /// Delivers what `flush` reaped but kept back. Returns the events delivered.
+    fn deliver_deferred(
+        &mut self,
+        c: &mut Common,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> usize {
+        let mut events = 0;
+        if std::mem::take(&mut self.deferred_wake) {
+            c.stats.wakes += 1;
+            events += 1;
+            on_event(&mut c.sendq, IoEvent::Woken);
+        }
+        if self.deferred.is_empty() {
+            return events;
+        }
+        let Some(mem) = self.mem.as_mut() else {
+            return events;
+        };
+        let mut got = 0;
+        for &(low, bid, res) in &self.deferred {
+            let id = SocketId(low);
+            if res >= 0 && c.entry(id).is_some() {
+                let at = bid as usize * self.buf_size;
+                let buf = &mut mem.bufs[at..at + (res as usize).min(self.buf_size)];
+                got += deliver(c, id, buf, &mem.recv_hdr, on_event);
+            }
+            recycle(mem, &mut self.tail, self.buf_mask, self.buf_size, bid);
+        }
+        self.deferred.clear();
+        self.publish();
+        if got > 0 {
+            c.stats.recv_calls += 1;
+        }
+        events + got
+    }
+
+    /// Handles completions until the CQ is empty or a batch of datagrams went to the
+    /// caller. Returns the events delivered. Without `deliver` (flush), datagrams and
+    /// wake-ups are kept for the next `run_once`; send results are handled at once.
+    fn reap(
+        &mut self,
+        c: &mut Common,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+        deliver_now: bool,
+    ) -> usize {
+        let batch = c.cfg.batch;
+        let mut datagrams = 0usize;
+        let mut events = 0usize;
+        let mut recycled = false;
+        let mut woken = false;
+        let Uring {
+            ring,
+            mem,
+            buf_size,
+            buf_mask,
+            tail,
+            recv_armed,
+            pollout_armed,
+            wake_armed,
+            need_arm,
+            sends_in_flight,
+            deferred,
+            deferred_wake,
+            ..
+        } = self;
+        let Some(mem) = mem.as_mut() else { return 0 };
+        {
+            let mut cq = ring.completion();
+            while datagrams < batch {
+                let Some(cqe) = cq.next() else { break };
+                let data = cqe.user_data();
+                let kind = data >> 56;
+                let low = data as u32;
+                let res = cqe.result();
+                let flags = cqe.flags();
+                match kind {
+                    K_RECV => {
+                        let id = SocketId(low);
+                        let current = c.entry(id).is_some();
+                        if let Some(bid) = cqueue::buffer_select(flags) {
+                            if !deliver_now {
+                                deferred.push((low, bid, res));
+                            } else if res >= 0 && current {
+                                let at = bid as usize * *buf_size;
+                                let buf = &mut mem.bufs[at..at + (res as usize).min(*buf_size)];
+                                let n = deliver(c, id, buf, &mem.recv_hdr, on_event);
+                                datagrams += n;
+                                events += n;
+                            }
+                            if deliver_now {
+                                recycle(mem, tail, *buf_mask, *buf_size, bid);
+                                recycled = true;
+                            }
+                        }
+                        if res < 0 && res != -libc::ENOBUFS && res != -libc::ECANCELED {
+                            c.stats.recv_errors += 1;
+                        }
+                        if !cqueue::more(flags) && current {
+                            recv_armed[id.index()] = false;
+                            *need_arm = true;
+                        }
+                    }
+                    K_SEND => {
+                        *sends_in_flight = sends_in_flight.saturating_sub(1);
+                        let g = low as usize;
+                        if g < c.sendq.group_count() {
+                            let grp = c.sendq.group(g);
+                            let outcome = if res >= 0 {
+                                c.stats.count_send_op(grp.count as usize);
+                                Outcome::Sent
+                            } else {
+                                match -res {
+                                    libc::EAGAIN => {
+                                        c.stats.eagain_waits += 1;
+                                        if let Some(e) = c.entry_mut(grp.sock) {
+                                            e.want_write = true;
+                                            *need_arm = true;
+                                        }
+                                        Outcome::Retry { eagain: true }
+                                    }
+                                    libc::EIO | libc::EINVAL | libc::EMSGSIZE if grp.count > 1 => {
+                                        c.gso_refused(grp.sock);
+                                        Outcome::Retry { eagain: false }
+                                    }
+                                    e => Outcome::Failed(io::Error::from_raw_os_error(e).kind()),
+                                }
+                            };
+                            c.sendq.finish(g, outcome);
+                        }
+                        if *sends_in_flight == 0 {
+                            c.sendq.clear_groups();
+                        }
+                    }
+                    K_WAKE => {
+                        *wake_armed = false;
+                        if !deliver_now {
+                            *deferred_wake |= c.waker.clear();
+                        } else if !woken && c.waker.clear() {
+                            woken = true;
+                            c.stats.wakes += 1;
+                            events += 1;
+                            on_event(&mut c.sendq, IoEvent::Woken);
+                        }
+                    }
+                    K_POLLOUT => {
+                        let id = SocketId(low);
+                        if let Some(e) = c.entry_mut(id) {
+                            pollout_armed[id.index()] = false;
+                            e.want_write = false;
+                            *need_arm = true;
+                        }
+                    }
+                    _ => {} // K_CANCEL and anything stale
+                }
+            }
+        }
+        if datagrams > 0 {
+            c.stats.recv_calls += 1;
+        }
+        if recycled {
+            self.publish();
+        }
+        events
+    }
+}
+
+/// Puts buffer `bid` back at the ring's tail (not yet published).
+fn recycle(mem: &mut KernelMem, tail: &mut u16, mask: u16, buf_size: usize, bid: u16) {
+    let addr = mem.bufs[bid as usize * buf_size..].as_mut_ptr() as u64;
+    // SAFETY: the index is masked into the ring's entries; the kernel reads entries
+    // only between its head and our published tail, and this one is past the tail.
+    unsafe {
+        let e = mem.ring.add((*tail & mask) as usize);
+        (*e).set_addr(addr);
+        (*e).set_len(buf_size as u32);
+        (*e).set_bid(bid);
+    }
+    *tail = tail.wrapping_add(1);
+}
+
+/// Reports queued send failures; returns how many.
+fn report(c: &mut Common, on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>)) -> usize {
+    let mut n = 0;
+    while let Some((tag, error)) = c.sendq.take_failure() {
+        c.stats.count_send_error(error, 1);
+        on_event(&mut c.sendq, IoEvent::SendFailed { tag, error });
+        n += 1;
+    }
+    n
+}
+
+/// Parses one multishot receive buffer and hands its datagrams to the caller.
+fn deliver(
+    c: &mut Common,
+    id: SocketId,
+    buf: &mut [u8],
+    hdr: &libc::msghdr,
+    on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+) -> usize {
+    let (from, seg, payload_len, truncated) = match io_uring::types::RecvMsgOut::parse(buf, hdr) {
+        Ok(out) => (
+            from_c_bytes(out.name_data()),
+            gro::segment_size(out.control_data()),
+            out.payload_data().len(),
+            out.is_payload_truncated(),
+        ),
+        Err(()) => return 0,
+    };
+    if truncated {
+        c.stats.recv_truncated += 1;
+        return 0;
+    }
+    let Some(from) = from else { return 0 };
+    let start = RECVMSG_OUT + hdr.msg_namelen as usize + hdr.msg_controllen;
+    let Some(data) = buf.get_mut(start..start + payload_len) else {
+        return 0;
+    };
+    let sendq = &mut c.sendq;
+    let n = gro::split(data, seg, |d| {
+        on_event(
+            sendq,
+            IoEvent::Datagram {
+                sock: id,
+                from,
+                data: d,
+            },
+        )
+    });
+    c.stats.count_recv_op(n);
+    c.stats.datagrams_received += n as u64;
+    n
+}
+
+impl Drop for Uring {
+    fn drop(&mut self) {
+        if self.disabled {
+            return; // nothing was ever submitted
+        }
+        let ok = match self.ring.submitter().register_sync_cancel(
+            Some(Timespec::from(Duration::from_secs(1))),
+            CancelBuilder::any(),
+        ) {
+            Ok(()) => true,
+            Err(e) => e.raw_os_error() == Some(libc::ENOENT),
+        };
+        if !ok {
+            // The kernel may still write into these buffers: never free them.
+            std::mem::forget(self.mem.take());
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! The cross-thread waker of one driver: an eventfd plus a "wake pending" flag, so that
+//! [`Waker::wake`] makes a system call only when no wake-up is pending yet.
+//!
+//! Owns: the eventfd and the flag. Must not touch: the driver's sockets or ring (the
+//! driver reads the eventfd: io_uring through a read SQE, mmsg through `poll` + `read`).
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Ends a driver's wait from any thread. Obtained from `UdpDriver::waker`.
+#[derive(Debug)]
+pub struct Waker {
+    fd: OwnedFd,
+    pending: AtomicBool,
+}
+
+impl Waker {
+    /// `nonblocking`: the mmsg backend drains the eventfd with plain reads; io_uring
+    /// reads it through the ring and wants a blocking fd (so the read waits in the
+    /// kernel instead of failing with EAGAIN).
+    pub(crate) fn new(nonblocking: bool) -> io::Result<Waker> {
+        let flags = libc::EFD_CLOEXEC | if nonblocking { libc::EFD_NONBLOCK } else { 0 };
+        // SAFETY: plain syscall; the fd is owned by the returned value.
+        let fd = unsafe { libc::eventfd(0, flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Waker {
+            // SAFETY: `fd` is a fresh eventfd nobody else owns.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            pending: AtomicBool::new(false),
+        })
+    }
+
+    /// Wakes the driver: its current or next wait ends and it reports `IoEvent::Woken`.
+    /// Work published before this call is visible to the driver's caller when it sees
+    /// the event. One `write(2)` per wake-up at most; none while one is pending.
+    pub fn wake(&self) {
+        if self.pending.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our eventfd. It cannot block: the
+        // pending flag keeps the counter far below its maximum.
+        unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// True while a wake-up is pending (not yet reported by the driver).
+    pub fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    /// Clears the pending flag (the driver, before it reports `Woken`); returns whether
+    /// it was set.
+    pub(crate) fn clear(&self) -> bool {
+        self.pending.swap(false, Ordering::AcqRel)
+    }
+
+    /// Reads the eventfd counter back to zero (non-blocking fd only).
+    pub(crate) fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid u64 from our eventfd.
+        unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+}
+
+impl AsRawFd for Waker {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
