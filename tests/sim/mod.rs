@@ -205,12 +205,12 @@ impl Sim {
     pub fn new(cfg: SimConfig) -> Sim {
         let t0 = Instant::now();
         let key = key();
-        let mut rng = Rng::new(cfg.seed);
+        let rng = Rng::new(cfg.seed);
         let servers: Vec<Server> = (0..cfg.servers)
             .map(|i| Server {
                 id: 1000 + i as u64,
                 addr: server_addr(i),
-                logic: Self::logic(&key, 1000 + i as u64, t0, rng.next() as u32),
+                logic: Self::logic(&key, 1000 + i as u64, t0),
                 alive: true,
                 slow: Duration::ZERO,
                 received: 0,
@@ -279,13 +279,13 @@ impl Sim {
         }
     }
 
-    fn logic(key: &ApiKey, id: u64, t0: Instant, nonce: u32) -> Responder {
+    fn logic(key: &ApiKey, id: u64, t0: Instant) -> Responder {
         let caps = Capacities {
             dedup: 16_384,
             buckets: 4096,
             trackers: 256,
         };
-        Responder::new(std::slice::from_ref(key), id, caps, t0, nonce).expect("responder")
+        Responder::new(std::slice::from_ref(key), id, caps, t0).expect("responder")
     }
 
     /// Submits `n` requests of one token of `res` (through the public handle).
@@ -306,7 +306,7 @@ impl Sim {
     pub fn set_alive(&mut self, i: usize, alive: bool) {
         let s = &mut self.servers[i];
         if alive && !s.alive {
-            s.logic = Self::logic(&self.key, s.id, self.t0, self.rng.next() as u32);
+            s.logic = Self::logic(&self.key, s.id, self.t0);
         }
         s.alive = alive;
     }

@@ -1,6 +1,6 @@
 //! Test helpers: a minimal client-side request/report builder and response reader on top
 //! of the responder's own framing (so these tests do not depend on the engine's codec).
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use ratelimitly_engine::key::ApiKey;
 use rl_responder::frame::{KeyAuth, Tenant, tenant};
