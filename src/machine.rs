@@ -664,6 +664,7 @@ impl RequestMachine {
             .map(|g| GuardResult::new(g.tracker_id(), g.threshold_ms(), g.current_latency_ms()));
         let resources = resp.resources().map(|r| ResourceResult {
             bucket_id: r.bucket_id(),
+            window_ms: r.window_ms(),
             actual_rate: r.actual_rate(),
             deficit: r.deficit(),
         });

@@ -49,6 +49,25 @@ pub enum ScheduleError {
 }
 
 impl Schedule {
+    /// `Schedule::Fixed(units)`, under the official crate's constructor name.
+    pub const fn fixed(units: u32) -> Schedule {
+        Schedule::Fixed(units)
+    }
+
+    /// `Schedule::Linear { .. }`, as a constructor.
+    pub const fn linear(initial: u32, step: u32, max: u32) -> Schedule {
+        Schedule::Linear { initial, step, max }
+    }
+
+    /// `Schedule::Exponential { .. }`, as a constructor.
+    pub const fn exponential(initial: u32, factor: u32, max: u32) -> Schedule {
+        Schedule::Exponential {
+            initial,
+            factor,
+            max,
+        }
+    }
+
     /// Checks the schedule's domain (client.md §2).
     pub fn validate(&self) -> Result<(), ScheduleError> {
         let (initial, max) = match *self {
@@ -279,6 +298,17 @@ impl RequestPolicyBuilder {
     pub fn final_units(mut self, f: u32) -> Self {
         self.final_units = f;
         self
+    }
+
+    /// The official crate's name for [`RequestPolicyBuilder::final_units`].
+    pub fn final_receive_units(self, f: u32) -> Self {
+        self.final_units(f)
+    }
+
+    /// The official crate's name for [`RequestPolicyBuilder::schedule`] (the replay-gap
+    /// schedule B(k)).
+    pub fn replay_gap(self, schedule: Schedule) -> Self {
+        self.schedule(schedule)
     }
 
     /// Completion delivery on or off.

@@ -274,6 +274,7 @@ impl Core {
                         }),
                         resp.resources().map(|r| ResourceResult {
                             bucket_id: r.bucket_id(),
+                            window_ms: r.window_ms(),
                             actual_rate: r.actual_rate(),
                             deficit: r.deficit(),
                         }),

@@ -106,7 +106,13 @@ impl EngineBuilder {
         self
     }
 
-    /// Cores (default: all CPUs but one, at least one).
+    /// The official crate's name for [`EngineBuilder::policy`].
+    pub fn request_policy(self, p: RequestPolicy) -> Self {
+        self.policy(p)
+    }
+
+    /// Cores (default: one core, on the last CPU of the process's affinity set; see
+    /// [`Cores`]).
     pub fn cores(mut self, c: Cores) -> Self {
         self.cores = Some(c);
         self
@@ -490,6 +496,25 @@ impl EngineHandle {
     /// Merged statistics of every core (asks each core for a snapshot).
     pub fn stats(&self) -> Stats {
         self.collect_stats(Msg::Stats)
+    }
+
+    /// Statistics of each core, in core order (one snapshot per core).
+    // LEAD-MERGE: minimal version over the existing per-core stats request.
+    pub fn core_stats(&self) -> Vec<Stats> {
+        self.inner
+            .queues
+            .iter()
+            .map(|q| {
+                let (tx, rx) = crossbeam_channel::bounded(1);
+                if q.push(Msg::Stats(tx)).is_ok() {
+                    q.wake_now();
+                    if let Ok(s) = rx.recv_timeout(Duration::from_secs(2)) {
+                        return s;
+                    }
+                }
+                Stats::new()
+            })
+            .collect()
     }
 
     /// Sends every latency report queued so far (by any thread, before this call) at

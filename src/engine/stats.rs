@@ -66,6 +66,9 @@ pub struct Stats {
     pub report_failures: u64,
     /// Outcomes delivered to callers by the cores.
     pub completions: u64,
+    /// Requests in flight on the core when the snapshot was taken (a gauge; merged
+    /// statistics add the cores' values). LEAD-MERGE: 0 until the core fills it.
+    pub in_flight: u64,
     /// Decision latency (submit to outcome) in microseconds.
     pub latency_us: Histogram<u64>,
     /// Decision latency as a fraction of the horizon H, in per-mille (1000 = H).
@@ -104,6 +107,7 @@ impl Stats {
             report_datagrams: 0,
             report_failures: 0,
             completions: 0,
+            in_flight: 0,
             // 1 µs .. 1 h, 3 significant digits: recording never allocates.
             latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
             latency_permille_of_h: Histogram::new_with_bounds(1, 1_000_000, 3)
@@ -172,6 +176,7 @@ impl Stats {
         self.report_datagrams += other.report_datagrams;
         self.report_failures += other.report_failures;
         self.completions += other.completions;
+        self.in_flight += other.in_flight;
         let _ = self.latency_us.add(&other.latency_us);
         let _ = self.latency_permille_of_h.add(&other.latency_permille_of_h);
     }

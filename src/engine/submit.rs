@@ -103,12 +103,14 @@ impl CoreQueue {
     }
 }
 
-/// Whole milliseconds of `d` as u32, or `BadLatency`.
-fn latency_ms(d: Duration) -> Result<u32, RequestError> {
-    if !d.subsec_nanos().is_multiple_of(1_000_000) {
-        return Err(RequestError::BadLatency);
+/// A guard threshold in whole milliseconds, sub-millisecond parts rounded up (as the
+/// official crate does); zero or above u32::MAX ms is `BadLatency`.
+fn threshold_ms(d: Duration) -> Result<u32, RequestError> {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    match u32::try_from(ms) {
+        Ok(0) | Err(_) => Err(RequestError::BadLatency),
+        Ok(ms) => Ok(ms),
     }
-    u32::try_from(d.as_millis()).map_err(|_| RequestError::BadLatency)
 }
 
 /// Builds one resource request. Obtained from [`EngineHandle::request`].
@@ -162,9 +164,11 @@ impl<'a> RequestBuilder<'a> {
         self
     }
 
-    /// Requires `tracker`'s current latency to be below `threshold` (whole ms).
+    /// Requires `tracker`'s current latency to be below `threshold`. A sub-millisecond
+    /// part rounds up to the next millisecond; a zero threshold is refused
+    /// (`RequestError::BadLatency`), as in the official crate.
     pub fn guard(mut self, tracker: &LatencyTracker, threshold: Duration) -> Self {
-        match latency_ms(threshold) {
+        match threshold_ms(threshold) {
             Ok(ms) => self.guards.push(GuardSpec {
                 tracker_id: tracker.id(),
                 ttl_ms: tracker.ttl_ms(),
@@ -182,6 +186,11 @@ impl<'a> RequestBuilder<'a> {
     pub fn label(mut self, label: &'a str) -> Self {
         self.label = label;
         self
+    }
+
+    /// The official crate's name for [`RequestBuilder::label`].
+    pub fn metrics_label(self, label: &'a str) -> Self {
+        self.label(label)
     }
 
     /// Validates and encodes the request (for [`EngineHandle::submit_batch`]).
