@@ -191,14 +191,16 @@ impl Exporter {
                 None,
                 MetricType::Histogram,
             )?;
-            let mut cumulative = 0u64;
+            // Per-bucket (not cumulative) counts: the encoder accumulates them.
+            let mut in_buckets = 0u64;
             let mut buckets = Vec::with_capacity(LATENCY_BUCKETS.len() + 1);
             for (i, ub) in LATENCY_BUCKETS.iter().enumerate() {
-                cumulative += m.buckets[i].load(Ordering::Relaxed);
-                buckets.push((*ub, cumulative));
+                let n = m.buckets[i].load(Ordering::Relaxed);
+                in_buckets += n;
+                buckets.push((*ub, n));
             }
-            let count = m.count.load(Ordering::Relaxed).max(cumulative);
-            buckets.push((f64::INFINITY, count));
+            let count = m.count.load(Ordering::Relaxed).max(in_buckets);
+            buckets.push((f64::INFINITY, count - in_buckets));
             let sum = m.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
             me.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
         }
@@ -305,7 +307,7 @@ mod tests {
         assert!(text.contains("ratelimitly_requests_total{outcome=\"timeout\"} 1"));
         assert!(text.contains("ratelimitly_decision_latency_seconds_count 3"));
         assert!(text.contains("ratelimitly_decision_latency_seconds_bucket{le=\"0.0005\"} 1"));
-        assert!(text.contains("ratelimitly_decision_latency_seconds_bucket{le=\"+Inf\"} 3"));
+        assert!(text.contains("ratelimitly_decision_latency_seconds_bucket{le=\"+Inf\"} 3"), "{text}");
         assert_eq!(m.outcome("rejected"), 1);
         assert_eq!(m.decisions(), 3);
     }
