@@ -232,6 +232,25 @@ impl Resolver {
     /// attempt; a whole [`Resolver::resolve`] takes at most [`TOTAL_TIME_FACTOR`] times
     /// it.
     pub fn new(dns_server: Option<SocketAddr>, timeout: Duration) -> Result<Self, DiscoveryError> {
+        match dns_server {
+            Some(addr) => Self::build(Some(&[addr]), timeout),
+            None => Self::build(None, timeout),
+        }
+    }
+
+    /// A resolver asking `servers` in turn (failover between them, UDP with TCP on
+    /// truncation). An empty list is [`DiscoveryError::NoDnsServer`].
+    pub fn with_nameservers(
+        servers: &[SocketAddr],
+        timeout: Duration,
+    ) -> Result<Self, DiscoveryError> {
+        if servers.is_empty() {
+            return Err(DiscoveryError::NoDnsServer);
+        }
+        Self::build(Some(servers), timeout)
+    }
+
+    fn build(servers: Option<&[SocketAddr]>, timeout: Duration) -> Result<Self, DiscoveryError> {
         let timeout = timeout.max(Duration::from_millis(1));
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -239,21 +258,21 @@ impl Resolver {
             .build()
             .map_err(DiscoveryError::from)?;
         let provider = TokioRuntimeProvider::default();
-        let mut builder = match dns_server {
-            Some(addr) => {
-                let mut udp = ConnectionConfig::udp();
-                udp.port = addr.port();
-                let mut tcp = ConnectionConfig::tcp();
-                tcp.port = addr.port();
-                let ns = NameServerConfig::new(addr.ip(), true, vec![udp, tcp]);
-                TokioResolver::builder_with_config(
-                    ResolverConfig::from_name_servers(vec![ns]),
-                    provider,
-                )
+        let mut builder = match servers {
+            Some(list) => {
+                let ns = list
+                    .iter()
+                    .map(|addr| {
+                        let mut udp = ConnectionConfig::udp();
+                        udp.port = addr.port();
+                        let mut tcp = ConnectionConfig::tcp();
+                        tcp.port = addr.port();
+                        NameServerConfig::new(addr.ip(), true, vec![udp, tcp])
+                    })
+                    .collect();
+                TokioResolver::builder_with_config(ResolverConfig::from_name_servers(ns), provider)
             }
-            None => {
-                TokioResolver::builder(provider).map_err(|_| DiscoveryError::NoDnsServer)?
-            }
+            None => TokioResolver::builder(provider).map_err(|_| DiscoveryError::NoDnsServer)?,
         };
         let opts: &mut ResolverOpts = builder.options_mut();
         opts.timeout = timeout;
@@ -319,7 +338,10 @@ struct Pending {
     ttl_s: u32,
 }
 
-async fn resolve_async(resolver: TokioResolver, srv_name: Name) -> Result<Discovery, DiscoveryError> {
+async fn resolve_async(
+    resolver: TokioResolver,
+    srv_name: Name,
+) -> Result<Discovery, DiscoveryError> {
     let srv = resolver
         .srv_lookup(srv_name)
         .await
@@ -398,7 +420,12 @@ async fn resolve_async(resolver: TokioResolver, srv_name: Name) -> Result<Discov
             continue;
         }
         if addrs.len() > MAX_ADDRS_PER_SERVER {
-            tracing::debug!(server_id = id, addrs = addrs.len(), kept = MAX_ADDRS_PER_SERVER, "server addresses capped");
+            tracing::debug!(
+                server_id = id,
+                addrs = addrs.len(),
+                kept = MAX_ADDRS_PER_SERVER,
+                "server addresses capped"
+            );
             addrs.truncate(MAX_ADDRS_PER_SERVER);
         }
         servers.push(DiscoveredServer {
@@ -577,6 +604,45 @@ mod tests {
         let r = resolve("example.com", Some(addr), Duration::from_millis(30));
         assert_eq!(r, Err(DiscoveryError::Timeout));
         assert!(t0.elapsed() < Duration::from_secs(5));
+    }
+
+    /// One server with many addresses keeps at most MAX_ADDRS_PER_SERVER of them, so it
+    /// cannot crowd the others out of the 64 endpoints a request addresses.
+    #[test]
+    fn addresses_per_server_are_capped() {
+        let many: Vec<SocketAddr> = (1..=7u8)
+            .map(|i| SocketAddr::from(([127, 0, 1, i], 4300)))
+            .collect();
+        let other: SocketAddr = "127.0.0.9:4301".parse().unwrap();
+        let dns = rl_responder::dns::spawn("caps.test", vec![(5, many.clone()), (9, vec![other])])
+            .unwrap();
+        let d = resolve("caps.test", Some(dns.addr()), Duration::from_secs(2)).unwrap();
+        assert_eq!(d.servers.len(), 2);
+        assert_eq!(d.servers[0].addrs.len(), MAX_ADDRS_PER_SERVER);
+        assert_eq!(d.servers[0].addrs[0], many[0].ip());
+        assert_eq!(d.servers[1].addrs, vec![other.ip()]);
+        dns.stop();
+    }
+
+    /// A dead first nameserver does not stop discovery: the resolver fails over.
+    #[test]
+    fn fails_over_to_the_next_nameserver() {
+        let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let a: SocketAddr = "127.0.0.1:4500".parse().unwrap();
+        let dns = rl_responder::dns::spawn("fo.test", vec![(77, vec![a])]).unwrap();
+        let r = Resolver::with_nameservers(
+            &[silent.local_addr().unwrap(), dns.addr()],
+            Duration::from_millis(300),
+        )
+        .unwrap();
+        let d = r.resolve("fo.test").unwrap();
+        assert_eq!(d.servers[0].server_id, 77);
+        // Cached, then asked again after the cache is cleared: the same answer.
+        assert_eq!(r.resolve("fo.test").unwrap(), d);
+        r.clear_cache();
+        assert_eq!(r.resolve("fo.test").unwrap(), d);
+        assert!(Resolver::with_nameservers(&[], Duration::from_millis(10)).is_err());
+        dns.stop();
     }
 
     /// Against the project's test DNS responder on loopback (SRV + additional A records).

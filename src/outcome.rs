@@ -60,7 +60,9 @@ impl ResourceResult {
         }
         let window = u64::from(self.window_ms.max(1));
         let used = u64::from(self.actual_rate.max(1));
-        let ms = (window * u64::from(self.deficit)).div_ceil(used).clamp(1, window);
+        let ms = (window * u64::from(self.deficit))
+            .div_ceil(used)
+            .clamp(1, window);
         std::time::Duration::from_millis(ms)
     }
 }
@@ -328,7 +330,8 @@ mod tests {
         // Nothing consumed (request larger than the limit): one window.
         assert_eq!(r(1000, 0, 3).retry_after().as_millis(), 1000);
         assert_eq!(r(0, 0, 3).retry_after().as_millis(), 1);
-        let resp = Response::from_results(1, 1, Phase::Final, [], [r(60_000, 10, 1), r(1000, 5, 5)]);
+        let resp =
+            Response::from_results(1, 1, Phase::Final, [], [r(60_000, 10, 1), r(1000, 5, 5)]);
         assert_eq!(resp.retry_after().map(|d| d.as_millis()), Some(6000));
         assert_eq!(resp.decision(), Decision::Rejected);
         assert_eq!(resp.selected_server_id(), Some(1));

@@ -33,11 +33,17 @@ pub async fn serve(listener: TcpListener, exporter: Exporter) {
     }
 }
 
-fn text(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+fn text(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status;
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
     r
 }
 
@@ -55,6 +61,10 @@ async fn route(req: Request<Incoming>, exporter: Exporter) -> Response<Full<Byte
             }
         }
         (&Method::GET, "/healthz") => text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n"),
-        _ => text(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n"),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            "not found\n",
+        ),
     }
 }

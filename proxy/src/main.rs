@@ -110,7 +110,9 @@ fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
     if server_id == 0 {
         return Err("endpoint id must not be 0".into());
     }
-    let addr: SocketAddr = addr.parse().map_err(|_| "endpoint address must be IP:PORT")?;
+    let addr: SocketAddr = addr
+        .parse()
+        .map_err(|_| "endpoint address must be IP:PORT")?;
     Ok(Endpoint { server_id, addr })
 }
 
@@ -254,9 +256,9 @@ async fn serve_all(
     let listener = TcpListener::bind(cli.listen)
         .await
         .map_err(|e| StartError::Runtime(format!("cannot listen on {}: {e}", cli.listen)))?;
-    let admin = TcpListener::bind(cli.admin_listen).await.map_err(|e| {
-        StartError::Runtime(format!("cannot listen on {}: {e}", cli.admin_listen))
-    })?;
+    let admin = TcpListener::bind(cli.admin_listen)
+        .await
+        .map_err(|e| StartError::Runtime(format!("cannot listen on {}: {e}", cli.admin_listen)))?;
     let local = listener
         .local_addr()
         .map_err(|e| StartError::Runtime(e.to_string()))?;
@@ -273,8 +275,8 @@ async fn serve_all(
             tokio::spawn(serve(listener, upstream))
         }
         (LimitArg::On(limit), Some(h), _) => {
-            let layer = RateLimitLayer::new(h, keyed(limit, cli.key_by.clone()))
-                .failure_policy(failure);
+            let layer =
+                RateLimitLayer::new(h, keyed(limit, cli.key_by.clone())).failure_policy(failure);
             metrics = layer.metrics();
             tokio::spawn(serve(listener, layer.layer(upstream)))
         }

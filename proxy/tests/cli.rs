@@ -76,7 +76,10 @@ async fn start(mut cmd: Command) -> Proc {
     Proc {
         child,
         port: v["port"].as_u64().unwrap() as u16,
-        admin_port: v.get("admin_port").and_then(|p| p.as_u64()).map(|p| p as u16),
+        admin_port: v
+            .get("admin_port")
+            .and_then(|p| p.as_u64())
+            .map(|p| p as u16),
     }
 }
 
@@ -112,7 +115,11 @@ async fn get(addr: SocketAddr, path: &str) -> Response<Bytes> {
 }
 
 fn retry_after(r: &Response<Bytes>) -> u64 {
-    r.headers()["retry-after"].to_str().unwrap().parse().unwrap()
+    r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 /// `name{labels} value` lines of a Prometheus text page.
@@ -165,7 +172,10 @@ async fn grants_rejects_metrics_healthz_and_sigterm() {
     assert!(v("ratelimitly_datagrams_sent_total") >= 3.0);
     assert!(m.contains_key("ratelimitly_responses_dropped_total{reason=\"truncated\"}"));
     assert!(m.contains_key("ratelimitly_in_flight{core=\"0\"}"));
-    assert_eq!(get(proxy.admin(), "/nope").await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        get(proxy.admin(), "/nope").await.status(),
+        StatusCode::NOT_FOUND
+    );
 
     let status = proxy.signal(libc::SIGTERM).await;
     assert_eq!(status.code(), Some(0), "SIGTERM exits 0");
@@ -181,7 +191,11 @@ async fn on_failure_open_forwards_and_closed_answers_503() {
     r.stop();
     let up = upstream().await;
     let open = start(proxy_cmd(&up, &["--endpoint", &ep, "--on-failure", "open"])).await;
-    let closed = start(proxy_cmd(&up, &["--endpoint", &ep, "--on-failure", "closed"])).await;
+    let closed = start(proxy_cmd(
+        &up,
+        &["--endpoint", &ep, "--on-failure", "closed"],
+    ))
+    .await;
     let resp = get(open.addr(), "/").await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(resp.body().as_ref(), UPSTREAM_BODY);
@@ -194,7 +208,11 @@ async fn on_failure_open_forwards_and_closed_answers_503() {
         parse_prometheus(&text)["ratelimitly_requests_total{outcome=\"timeout\"}"],
         1.0
     );
-    assert_eq!(open.signal(libc::SIGINT).await.code(), Some(0), "SIGINT exits 0");
+    assert_eq!(
+        open.signal(libc::SIGINT).await.code(),
+        Some(0),
+        "SIGINT exits 0"
+    );
     assert_eq!(closed.signal(libc::SIGTERM).await.code(), Some(0));
     up.signal(libc::SIGTERM).await;
 }
@@ -230,8 +248,13 @@ async fn bad_key_or_arguments_exit_2_without_echoing_the_key() {
         if let Some(k) = key {
             cmd.env("RATELIMITLY_API_KEY", k);
         }
-        cmd.args(["--upstream", "http://127.0.0.1:9", "--endpoint", "7@127.0.0.1:9"])
-            .args(args);
+        cmd.args([
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--endpoint",
+            "7@127.0.0.1:9",
+        ])
+        .args(args);
         cmd
     };
     let (code, err) = run_to_exit(base(Some(secret), &[])).await;
@@ -345,7 +368,11 @@ async fn discovers_through_dns_with_either_admission() {
             ],
         ))
         .await;
-        assert_eq!(get(proxy.addr(), path).await.status(), StatusCode::OK, "{admission}");
+        assert_eq!(
+            get(proxy.addr(), path).await.status(),
+            StatusCode::OK,
+            "{admission}"
+        );
         let resp = get(proxy.addr(), path).await;
         assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS, "{admission}");
         assert_eq!(retry_after(&resp), 60, "{admission}");

@@ -1,7 +1,7 @@
 //! Engine configuration: the builder's options, their validation, and the errors of
 //! `EngineBuilder::build()`.
 //!
-//! Owns: [`Cores`], [`DnsConfig`], [`BuildError`], the validated [`EngineConfig`] and the
+//! Owns: [`Cores`], [`DnsConfig`], [`BuildError`], the validated `EngineConfig` and the
 //! locked-memory check for glommio's io_uring buffers.
 //! Must not touch: sockets, threads (build() starts them in `mod.rs` only after
 //! validation succeeded). Errors never contain the API key.
@@ -173,7 +173,9 @@ fn select_cores(cores: Option<&Cores>, allowed: &[usize]) -> Result<Vec<usize>, 
     }
     // The last `count` CPUs of the set; more than the set holds wraps around.
     let first = available.saturating_sub(count);
-    Ok((0..count).map(|i| allowed[(first + i) % available]).collect())
+    Ok((0..count)
+        .map(|i| allowed[(first + i) % available])
+        .collect())
 }
 
 /// Validates a static endpoint list.
@@ -244,7 +246,10 @@ mod tests {
     fn core_selection_in_a_set_not_starting_at_zero() {
         let set = [6, 7];
         assert_eq!(select_cores(None, &set).unwrap(), vec![7]);
-        assert_eq!(select_cores(Some(&Cores::Count(2)), &set).unwrap(), vec![6, 7]);
+        assert_eq!(
+            select_cores(Some(&Cores::Count(2)), &set).unwrap(),
+            vec![6, 7]
+        );
         assert_eq!(
             select_cores(Some(&Cores::Count(3)), &set).unwrap(),
             vec![6, 7, 6]

@@ -1,6 +1,6 @@
 //! The per-core table of requests in flight.
 //!
-//! Owns: a generation-checked slab of [`Entry`] (request delivery state, sealed datagram
+//! Owns: a generation-checked slab of `Entry` (request delivery state, sealed datagram
 //! bytes, completion slot index, timer handle, source socket), the O(1) routing of a response by the
 //! slab index and generation that the core writes into bytes 0..5 of the unique id
 //! (masked with a per-core random value; the remaining bytes stay random and v4-shaped),
@@ -357,7 +357,7 @@ impl InFlight {
 
 /// Size in bytes of one in-flight entry: the slab cell (free cells link through
 /// themselves, so there is no separate free list). Excludes the shared snapshot, the
-/// pooled buffers of datagrams over [`DGRAM_INLINE`] bytes, and the engine-wide
+/// pooled buffers of datagrams over `DGRAM_INLINE` bytes, and the engine-wide
 /// completion slot (which also holds the retained / selected response).
 pub fn entry_size() -> usize {
     std::mem::size_of::<Cell>()

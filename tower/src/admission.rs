@@ -134,7 +134,10 @@ impl Future for EngineDecision {
 
 /// `d` in whole milliseconds, rounded up, at least 1 ms (what latency reports carry).
 pub fn whole_ms_up(d: Duration) -> Duration {
-    let ms = d.as_nanos().div_ceil(1_000_000).clamp(1, u128::from(u32::MAX));
+    let ms = d
+        .as_nanos()
+        .div_ceil(1_000_000)
+        .clamp(1, u128::from(u32::MAX));
     Duration::from_millis(ms as u64)
 }
 
@@ -145,7 +148,10 @@ mod tests {
     #[test]
     fn rounding_up() {
         assert_eq!(whole_ms_up(Duration::ZERO), Duration::from_millis(1));
-        assert_eq!(whole_ms_up(Duration::from_micros(1)), Duration::from_millis(1));
+        assert_eq!(
+            whole_ms_up(Duration::from_micros(1)),
+            Duration::from_millis(1)
+        );
         assert_eq!(
             whole_ms_up(Duration::from_micros(1001)),
             Duration::from_millis(2)

@@ -303,7 +303,9 @@ mod tests {
             "3/2m".parse::<Limit>().unwrap().window(),
             Duration::from_secs(120)
         );
-        for bad in ["", "10", "10/", "/1s", "0/1s", "10/0s", "10/1", "10/1x", "-1/1s", "a/1s"] {
+        for bad in [
+            "", "10", "10/", "/1s", "0/1s", "10/0s", "10/1", "10/1x", "-1/1s", "a/1s",
+        ] {
             assert!(bad.parse::<Limit>().is_err(), "{bad}");
         }
     }
@@ -324,7 +326,10 @@ mod tests {
             .body(())
             .unwrap();
         assert_eq!(k.key_of(&req), "alice");
-        let k = keyed(Limit::new(1, Duration::from_secs(1)).unwrap(), KeyBy::ClientIp);
+        let k = keyed(
+            Limit::new(1, Duration::from_secs(1)).unwrap(),
+            KeyBy::ClientIp,
+        );
         let mut req = http::Request::get("/").body(()).unwrap();
         assert_eq!(k.key_of(&req), "unknown");
         req.extensions_mut()

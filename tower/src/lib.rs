@@ -83,11 +83,11 @@ mod service;
 
 pub use crate::admission::{Admission, EngineAdmission, EngineDecision, Verdict, whole_ms_up};
 pub use crate::consumption::{
-    ClientAddr, Classify, Consumption, KeyBy, Keyed, Limit, LimitError, keyed,
+    Classify, ClientAddr, Consumption, KeyBy, Keyed, Limit, LimitError, keyed,
 };
 pub use crate::failure::{FailureKind, FailurePolicy, OnFailure};
 pub use crate::metrics::{CONTENT_TYPE, Exporter, LATENCY_BUCKETS, LayerMetrics, OUTCOMES};
 pub use crate::service::{
-    DEFAULT_MAX_PENDING, RateLimit, RateLimitLayer, ResponseBody, ResponseFuture,
-    retry_after_secs, too_many_requests,
+    DEFAULT_MAX_PENDING, RateLimit, RateLimitLayer, ResponseBody, ResponseFuture, retry_after_secs,
+    too_many_requests,
 };

@@ -42,8 +42,7 @@ use crate::failure::FailureKind;
 
 /// Upper bounds of the decision-latency histogram buckets, in seconds.
 pub const LATENCY_BUCKETS: [f64; 14] = [
-    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-    2.5,
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
 /// The `outcome` label values, in counter order.
@@ -234,10 +233,7 @@ impl Exporter {
                 None,
                 MetricType::Counter,
             )?;
-            me.encode_counter::<NoLabelSet, _, u64>(
-                &(total.sends + total.report_datagrams),
-                None,
-            )?;
+            me.encode_counter::<NoLabelSet, _, u64>(&(total.sends + total.report_datagrams), None)?;
         }
         {
             let mut me = enc.encode_descriptor(
@@ -307,7 +303,10 @@ mod tests {
         assert!(text.contains("ratelimitly_requests_total{outcome=\"timeout\"} 1"));
         assert!(text.contains("ratelimitly_decision_latency_seconds_count 3"));
         assert!(text.contains("ratelimitly_decision_latency_seconds_bucket{le=\"0.0005\"} 1"));
-        assert!(text.contains("ratelimitly_decision_latency_seconds_bucket{le=\"+Inf\"} 3"), "{text}");
+        assert!(
+            text.contains("ratelimitly_decision_latency_seconds_bucket{le=\"+Inf\"} 3"),
+            "{text}"
+        );
         assert_eq!(m.outcome("rejected"), 1);
         assert_eq!(m.decisions(), 3);
     }

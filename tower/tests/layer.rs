@@ -111,7 +111,11 @@ async fn get(
 }
 
 fn retry_after(r: &Response<Bytes>) -> u64 {
-    r.headers()["retry-after"].to_str().unwrap().parse().unwrap()
+    r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,7 +166,11 @@ async fn fail_open_and_fail_closed_with_the_responder_stopped() {
     assert_eq!(resp.status(), StatusCode::OK, "fail-open forwards");
     assert_eq!(resp.body().as_ref(), b"ok");
     let resp = get(&c, closed_addr, "/").await;
-    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE, "fail-closed answers 503");
+    assert_eq!(
+        resp.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "fail-closed answers 503"
+    );
     // No answer within the horizon: a timeout, counted as such.
     assert_eq!(open_m.outcome("timeout"), 1);
     assert_eq!(closed_m.outcome("timeout"), 1);
@@ -170,11 +178,12 @@ async fn fail_open_and_fail_closed_with_the_responder_stopped() {
     // A stopped engine is a failure of its own kind.
     let h = e.handle();
     e.shutdown();
-    let stopped = RateLimitLayer::new(h, keyed(limit, KeyBy::ClientIp))
-        .failure_policy(FailurePolicy::open().set(
+    let stopped = RateLimitLayer::new(h, keyed(limit, KeyBy::ClientIp)).failure_policy(
+        FailurePolicy::open().set(
             ratelimitly_tower::FailureKind::EngineStopped,
             OnFailure::Closed,
-        ));
+        ),
+    );
     let m = stopped.metrics();
     let addr = listen(stopped.layer(tower::service_fn(app))).await;
     assert_eq!(
@@ -192,8 +201,11 @@ async fn observed_latency_feeds_the_guard() {
     let tracker = LatencyTracker::new("upstream", Duration::from_secs(60), 100, 1).unwrap();
     let layer = RateLimitLayer::new(
         e.handle(),
-        keyed(Limit::new(1000, Duration::from_secs(1)).unwrap(), KeyBy::Path)
-            .guard(tracker, Duration::from_millis(100)),
+        keyed(
+            Limit::new(1000, Duration::from_secs(1)).unwrap(),
+            KeyBy::Path,
+        )
+        .guard(tracker, Duration::from_millis(100)),
     );
     let addr = listen(layer.layer(tower::service_fn(app))).await;
     let c = client();
@@ -236,7 +248,10 @@ async fn poll_ready_is_pending_at_the_pending_limit() {
     let e = engine(&r);
     let layer = RateLimitLayer::new(
         e.handle(),
-        keyed(Limit::new(1000, Duration::from_secs(1)).unwrap(), KeyBy::Path),
+        keyed(
+            Limit::new(1000, Duration::from_secs(1)).unwrap(),
+            KeyBy::Path,
+        ),
     )
     .max_pending(1);
     let metrics = layer.metrics();
@@ -295,8 +310,17 @@ async fn metrics_parse() {
     };
     assert_eq!(v("ratelimitly_requests_total{outcome=\"granted\"}"), 2.0);
     assert_eq!(v("ratelimitly_requests_total{outcome=\"rejected\"}"), 1.0);
-    for o in ["timeout", "overloaded", "discovery", "communication", "stopped"] {
-        assert_eq!(v(&format!("ratelimitly_requests_total{{outcome=\"{o}\"}}")), 0.0);
+    for o in [
+        "timeout",
+        "overloaded",
+        "discovery",
+        "communication",
+        "stopped",
+    ] {
+        assert_eq!(
+            v(&format!("ratelimitly_requests_total{{outcome=\"{o}\"}}")),
+            0.0
+        );
     }
     assert_eq!(v("ratelimitly_decision_latency_seconds_count"), 3.0);
     assert_eq!(
