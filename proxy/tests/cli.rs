@@ -382,3 +382,30 @@ async fn discovers_through_dns_with_either_admission() {
     dns.stop();
     r.stop();
 }
+
+/// `--limit off` is the baseline: no admission, no key needed, requests proxied as is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_off_proxies_without_a_key() {
+    let _s = SERIAL.lock().await;
+    let up = upstream().await;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env_remove("RATELIMITLY_API_KEY").args([
+        "--upstream",
+        &format!("http://{}", up.addr()),
+        "--limit",
+        "off",
+    ]);
+    let proxy = start(cmd).await;
+    for _ in 0..3 {
+        let resp = get(proxy.addr(), "/x").await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.body().as_ref(), UPSTREAM_BODY);
+    }
+    let text = String::from_utf8(get(proxy.admin(), "/metrics").await.body().to_vec()).unwrap();
+    assert_eq!(
+        parse_prometheus(&text)["ratelimitly_requests_total{outcome=\"granted\"}"],
+        0.0
+    );
+    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    up.signal(libc::SIGTERM).await;
+}

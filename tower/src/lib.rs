@@ -73,7 +73,7 @@
 //! names differ on purpose in one place: the official client has no HTTP layer, so
 //! "failure policy" here is the HTTP answer to a failed admission, not a retry policy.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, missing_debug_implementations)]
 
 mod admission;
 mod consumption;
