@@ -127,6 +127,8 @@ stop_proxy() {
     wait "$PROXY_PID" || { echo "proxy exited non-zero" >&2; cat "$TMP/proxy.err" >&2; }
 }
 
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+
 # A limit no request reaches: every request is decided (granted) by the service.
 LIMIT="4000000000/1s"
 
@@ -145,9 +147,10 @@ start_proxy --domain "$DOMAIN" --dns-server "127.0.0.1:$DPORT" --limit "$LIMIT" 
 run "rl-proxy, official crate" "$PPORT" "$PROXY_PID"
 stop_proxy
 
-python3 - "$OUT" "$PROXY_CPUS" "$ENV_CPUS" "$DURATION" "$CONNS" "$(nproc)" "$(uname -r)" "${ROWS[@]}" <<'EOF'
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+python3 - "$OUT" "$PROXY_CPUS" "$ENV_CPUS" "$DURATION" "$CONNS" "$(nproc)" "$(uname -r)" "$LOAD_START" "$LOAD_END" "${ROWS[@]}" <<'EOF'
 import sys, datetime
-out, proxy_cpus, env_cpus, dur, conns, ncpu, kernel, *rows = sys.argv[1:]
+out, proxy_cpus, env_cpus, dur, conns, ncpu, kernel, load0, load1, *rows = sys.argv[1:]
 rows = [r.split("|") for r in rows]
 base = next(r for r in rows if "limit off" in r[0])
 base_rps, base_cpu = float(base[1]), float(base[4])
@@ -160,6 +163,8 @@ lines = [
     f"rl-responder (AES key, 1 core) on CPU(s) {env_cpus}.",
     "Every admitted request is decided by the service (limit 4000000000/1s keyed by client IP, "
     "--on-failure closed, so a failure would show as non-2xx).",
+    f"Load average (1/5/15 min) of the whole machine at start {load0}, at end {load1}: other work "
+    "shares these CPUs, so compare rows of this one run only.",
     "",
     "| setup | req/s | vs limit off | p50 | p99 | proxy CPU µs/req | admission CPU µs/req | req/s one proxy CPU sustains | vs limit off | non-2xx |",
     "|---|---|---|---|---|---|---|---|---|---|",
