@@ -645,6 +645,76 @@ mod tests {
         dns.stop();
     }
 
+    /// A nameserver whose UDP answers are truncated (TC bit, no records) and whose TCP
+    /// answer is complete: discovery retries over TCP and finds the server.
+    #[test]
+    fn truncated_udp_answer_falls_back_to_tcp() {
+        use std::io::{Read, Write};
+        use std::net::TcpListener;
+
+        use hickory_proto::rr::rdata::{A, SRV};
+        // UDP and TCP on the same port number (separate namespaces; retry if taken).
+        let (udp, tcp) = (0..20)
+            .find_map(|_| {
+                let udp = UdpSocket::bind("127.0.0.1:0").ok()?;
+                let tcp = TcpListener::bind(udp.local_addr().ok()?).ok()?;
+                Some((udp, tcp))
+            })
+            .expect("a free port for UDP and TCP");
+        let addr = udp.local_addr().unwrap();
+        udp.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        // Answers the first UDP query (bounded wait) with an empty, truncated response.
+        let udp_thread = std::thread::spawn(move || {
+            let mut buf = [0u8; 1500];
+            for _ in 0..20 {
+                let Ok((n, from)) = udp.recv_from(&mut buf) else {
+                    continue;
+                };
+                let q = Message::from_vec(&buf[..n]).unwrap();
+                let mut r = Message::response(q.metadata.id, q.metadata.op_code);
+                r.metadata.truncation = true;
+                r.add_query(q.queries[0].clone());
+                udp.send_to(&r.to_vec().unwrap(), from).unwrap();
+                return 1;
+            }
+            0
+        });
+        let tcp_thread = std::thread::spawn(move || {
+            let (mut conn, _) = tcp.accept().unwrap();
+            conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut len = [0u8; 2];
+            conn.read_exact(&mut len).unwrap();
+            let mut q = vec![0u8; usize::from(u16::from_be_bytes(len))];
+            conn.read_exact(&mut q).unwrap();
+            let q = Message::from_vec(&q).unwrap();
+            let name = q.queries[0].name().clone();
+            let mut r = Message::response(q.metadata.id, q.metadata.op_code);
+            r.add_query(q.queries[0].clone());
+            let target = Name::from_ascii("s-42.tc.test.").unwrap();
+            r.add_answer(Record::from_rdata(
+                name,
+                60,
+                RData::SRV(SRV::new(0, 0, 4600, target.clone())),
+            ));
+            r.add_additional(Record::from_rdata(
+                target,
+                60,
+                RData::A(A(Ipv4Addr::new(127, 0, 0, 42))),
+            ));
+            let bytes = r.to_vec().unwrap();
+            let mut framed = (bytes.len() as u16).to_be_bytes().to_vec();
+            framed.extend_from_slice(&bytes);
+            conn.write_all(&framed).unwrap();
+        });
+        let d = resolve("tc.test", Some(addr), Duration::from_secs(1)).unwrap();
+        assert_eq!(d.servers.len(), 1);
+        assert_eq!(d.servers[0].server_id, 42);
+        assert_eq!(d.servers[0].addrs, vec![IpAddr::from([127, 0, 0, 42])]);
+        assert_eq!(udp_thread.join().unwrap(), 1, "asked over UDP first");
+        tcp_thread.join().unwrap();
+    }
+
     /// Against the project's test DNS responder on loopback (SRV + additional A records).
     #[test]
     fn resolves_from_test_dns_responder() {
