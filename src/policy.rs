@@ -361,6 +361,39 @@ fn total_units(schedule: Schedule, replays: u16, final_units: u32) -> u64 {
 mod tests {
     use super::*;
 
+    #[test]
+    fn official_crate_names_are_aliases() {
+        let a = RequestPolicy::builder()
+            .replays(2)
+            .replay_gap(Schedule::fixed(2))
+            .final_receive_units(3)
+            .build()
+            .unwrap();
+        let b = RequestPolicy::builder()
+            .replays(2)
+            .schedule(Schedule::Fixed(2))
+            .final_units(3)
+            .build()
+            .unwrap();
+        assert_eq!(a, b);
+        assert_eq!(
+            Schedule::linear(1, 2, 5),
+            Schedule::Linear {
+                initial: 1,
+                step: 2,
+                max: 5
+            }
+        );
+        assert_eq!(
+            Schedule::exponential(1, 2, 8),
+            Schedule::Exponential {
+                initial: 1,
+                factor: 2,
+                max: 8
+            }
+        );
+    }
+
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
     }

@@ -339,3 +339,20 @@ impl Future for Batch {
         )
     }
 }
+
+#[cfg(test)]
+mod threshold_tests {
+    use super::*;
+
+    #[test]
+    fn sub_millisecond_thresholds_round_up_and_zero_is_refused() {
+        assert_eq!(threshold_ms(Duration::from_micros(1)), Ok(1));
+        assert_eq!(threshold_ms(Duration::from_micros(1500)), Ok(2));
+        assert_eq!(threshold_ms(Duration::from_millis(100)), Ok(100));
+        assert_eq!(threshold_ms(Duration::ZERO), Err(RequestError::BadLatency));
+        assert_eq!(
+            threshold_ms(Duration::from_secs(u64::MAX)),
+            Err(RequestError::BadLatency)
+        );
+    }
+}
