@@ -407,5 +407,23 @@ async fn limit_off_proxies_without_a_key() {
         0.0
     );
     assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    let dead = up.addr();
     up.signal(libc::SIGTERM).await;
+
+    // An upstream that is gone: 502 Bad Gateway, and the proxy keeps serving.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env_remove("RATELIMITLY_API_KEY").args([
+        "--upstream",
+        &format!("http://{dead}"),
+        "--limit",
+        "off",
+    ]);
+    let proxy = start(cmd).await;
+    for _ in 0..2 {
+        assert_eq!(
+            get(proxy.addr(), "/").await.status(),
+            StatusCode::BAD_GATEWAY
+        );
+    }
+    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
 }
