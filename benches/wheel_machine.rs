@@ -31,6 +31,7 @@ fn machine(c: &mut Criterion) {
     let t0 = Instant::now();
     let result = ResourceResult {
         bucket_id: [7; 16],
+        window_ms: 60_000,
         actual_rate: 1,
         deficit: 0,
     };

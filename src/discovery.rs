@@ -1,24 +1,37 @@
-//! Server discovery by DNS (docs/protocol.md §7, §13): a blocking SRV lookup of
+//! Server discovery by DNS (docs/protocol.md §7, §13): an SRV lookup of
 //! `_ratelimitly._udp.<domain>`, then the A/AAAA addresses of every SRV target whose first
 //! label is `s-<canonical decimal server id>`.
 //!
-//! Owns: the DNS query/response exchange (hickory-proto `Message` encode/decode over a std
-//! `UdpSocket`, with a TCP retry when an answer comes back truncated), the server-label
-//! rule, the server-id → start-time arithmetic, and the conversion of a discovery result
-//! into engine [`Endpoint`]s.
+//! Owns: the DNS lookups (through `hickory-resolver`, which honours every resolv.conf
+//! nameserver and its options, fails over between nameservers, retries over TCP when a
+//! UDP answer is truncated, and caches answers by TTL), the caps on what one discovery
+//! may look up, the server-label rule, the server-id → start-time arithmetic, and the
+//! conversion of a discovery result into engine [`Endpoint`]s.
 //!
 //! Must not touch: request policy, the wire format of Ratelimitly datagrams, or any
 //! background scheduling — refreshing periodically and keeping the last good set is the
-//! caller's job (the engine's). Everything here is blocking and bounded by the timeout
-//! passed in; nothing is cached.
+//! caller's job (the engine's membership). A [`Resolver`] is blocking (it runs its own
+//! current-thread Tokio runtime) and every call is bounded in time.
+//!
+//! Caps, so that a large or hostile answer cannot make one discovery unbounded or let
+//! one server crowd out the others once the endpoint list is cut to 64:
+//! - at most [`MAX_SRV_TARGETS`] SRV targets are looked up (the oldest servers, by id);
+//! - at most [`MAX_ADDRS_PER_SERVER`] addresses are kept per server;
+//! - one discovery takes at most [`TOTAL_TIME_FACTOR`] × the per-attempt timeout.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
-use std::time::{Duration, Instant};
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
-use hickory_proto::op::{Edns, Message, MessageType, Query, ResponseCode};
-use hickory_proto::rr::{Name, RData, Record, RecordType};
+use hickory_resolver::config::{
+    ConnectionConfig, NameServerConfig, ResolveHosts, ResolverConfig, ResolverOpts,
+};
+use hickory_resolver::net::NetError;
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::proto::rr::{Name, RData, Record};
+use hickory_resolver::{TokioResolver, lookup::Lookup};
 
 use crate::machine::Endpoint;
 
@@ -30,12 +43,16 @@ pub const SERVER_ID_TIME_SHIFT: u32 = 23;
 pub const SRV_PREFIX: &str = "_ratelimitly._udp.";
 /// Default per-attempt timeout used by callers that have no opinion.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Largest DNS message we accept over UDP (advertised through EDNS).
-const UDP_PAYLOAD: usize = 4096;
-/// Attempts per query over UDP (the first try plus one retry).
-const UDP_ATTEMPTS: u32 = 2;
-/// Bound on datagrams read while waiting for one answer (stray or mismatched replies).
-const MAX_STRAY_REPLIES: u32 = 64;
+/// SRV targets whose addresses one discovery looks up (the smallest ids: the oldest).
+pub const MAX_SRV_TARGETS: usize = 64;
+/// Addresses kept per server (A before AAAA, in the order received).
+pub const MAX_ADDRS_PER_SERVER: usize = 4;
+/// One discovery lasts at most this many per-attempt timeouts.
+pub const TOTAL_TIME_FACTOR: u32 = 3;
+/// UDP attempts per query and nameserver.
+const ATTEMPTS: usize = 2;
+/// Entries of the resolver's answer cache.
+const CACHE_SIZE: u64 = 256;
 
 /// One Ratelimitly server found in DNS.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,7 +63,8 @@ pub struct DiscoveredServer {
     pub target: String,
     /// SRV port; every address of the server uses it.
     pub port: u16,
-    /// A and AAAA addresses of the target, deduplicated, in the order received.
+    /// A and AAAA addresses of the target, deduplicated, in the order received, at most
+    /// [`MAX_ADDRS_PER_SERVER`].
     pub addrs: Vec<IpAddr>,
     /// Smallest TTL among this server's SRV and address records, in seconds.
     pub ttl_s: u32,
@@ -71,6 +89,25 @@ impl Discovery {
 }
 
 pub use crate::error::DiscoveryError;
+
+impl From<&NetError> for DiscoveryError {
+    fn from(e: &NetError) -> Self {
+        use hickory_resolver::net::DnsError;
+        if e.is_nx_domain() {
+            return Self::NxDomain;
+        }
+        if e.is_no_records_found() {
+            return Self::NoServer;
+        }
+        match e {
+            NetError::Timeout => Self::Timeout,
+            NetError::Io(io) => Self::from(io::Error::new(io.kind(), "dns")),
+            NetError::Dns(DnsError::ResponseCode(code)) => Self::ServerError(u16::from(*code)),
+            NetError::NoConnections => Self::Io(io::ErrorKind::NotConnected),
+            _ => Self::Malformed,
+        }
+    }
+}
 
 /// Start time of a server, Unix seconds: `(id >> 23) + 1735689600`.
 pub fn server_start_unix_s(server_id: u64) -> u64 {
@@ -104,7 +141,8 @@ pub fn endpoints(d: &Discovery) -> Vec<Endpoint> {
         .collect()
 }
 
-/// The first `nameserver` of /etc/resolv.conf, port 53.
+/// The first `nameserver` of /etc/resolv.conf, port 53 (informational: the resolver
+/// itself reads every nameserver).
 pub fn system_dns_server() -> Option<SocketAddr> {
     let text = std::fs::read_to_string("/etc/resolv.conf").ok()?;
     parse_resolv_conf(&text)
@@ -125,80 +163,230 @@ pub fn parse_resolv_conf(text: &str) -> Option<SocketAddr> {
     })
 }
 
-/// Resolves the Ratelimitly servers of `domain`.
-///
-/// `dns_server`: where to send the queries; `None` uses the first nameserver of
-/// /etc/resolv.conf. `timeout` bounds each attempt of each query; a UDP query is tried
-/// twice, and an answer with the truncation bit is asked again over TCP. Additional
-/// records of the SRV answer are used when they hold the targets' addresses; otherwise
-/// A and AAAA are queried for each target. Targets not named `s-<id>` are skipped, and so
-/// are targets without any address.
+/// A blocking DNS resolver for discovery, kept across refreshes so that its cache and
+/// its nameserver statistics (failover order) carry over.
+pub struct Resolver {
+    rt: tokio::runtime::Runtime,
+    inner: TokioResolver,
+    timeout: Duration,
+}
+
+impl fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Resolver")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Resolver {
+    /// A resolver asking `dns_server` (UDP, TCP on truncation), or, with `None`, every
+    /// nameserver of the system configuration with its options. `timeout` bounds each
+    /// attempt; a whole [`Resolver::resolve`] takes at most [`TOTAL_TIME_FACTOR`] times
+    /// it.
+    pub fn new(dns_server: Option<SocketAddr>, timeout: Duration) -> Result<Self, DiscoveryError> {
+        match dns_server {
+            Some(addr) => Self::build(Some(&[addr]), timeout),
+            None => Self::build(None, timeout),
+        }
+    }
+
+    /// A resolver asking `servers` in turn (failover between them, UDP with TCP on
+    /// truncation). An empty list is [`DiscoveryError::NoDnsServer`].
+    pub fn with_nameservers(
+        servers: &[SocketAddr],
+        timeout: Duration,
+    ) -> Result<Self, DiscoveryError> {
+        if servers.is_empty() {
+            return Err(DiscoveryError::NoDnsServer);
+        }
+        Self::build(Some(servers), timeout)
+    }
+
+    fn build(servers: Option<&[SocketAddr]>, timeout: Duration) -> Result<Self, DiscoveryError> {
+        let timeout = timeout.max(Duration::from_millis(1));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(DiscoveryError::from)?;
+        let provider = TokioRuntimeProvider::default();
+        let mut builder = match servers {
+            Some(list) => {
+                let ns = list
+                    .iter()
+                    .map(|addr| {
+                        let mut udp = ConnectionConfig::udp();
+                        udp.port = addr.port();
+                        let mut tcp = ConnectionConfig::tcp();
+                        tcp.port = addr.port();
+                        NameServerConfig::new(addr.ip(), true, vec![udp, tcp])
+                    })
+                    .collect();
+                TokioResolver::builder_with_config(ResolverConfig::from_name_servers(ns), provider)
+            }
+            None => TokioResolver::builder(provider).map_err(|_| DiscoveryError::NoDnsServer)?,
+        };
+        let opts: &mut ResolverOpts = builder.options_mut();
+        opts.timeout = timeout;
+        opts.attempts = ATTEMPTS;
+        opts.cache_size = CACHE_SIZE;
+        opts.use_hosts_file = ResolveHosts::Never;
+        opts.edns0 = true;
+        opts.try_tcp_on_error = true;
+        let inner = {
+            // The resolver's background work is spawned on this runtime.
+            let _guard = rt.enter();
+            builder.build().map_err(|e| DiscoveryError::from(&e))?
+        };
+        Ok(Resolver { rt, inner, timeout })
+    }
+
+    /// Forgets every cached answer (the next resolve asks the nameservers).
+    pub fn clear_cache(&self) {
+        self.inner.clear_cache();
+    }
+
+    /// Resolves the Ratelimitly servers of `domain`. Additional records of the SRV answer
+    /// are used when they hold the targets' addresses; otherwise A and AAAA are looked up
+    /// for each target (concurrently). Targets not named `s-<id>` are skipped, and so are
+    /// targets without any address.
+    pub fn resolve(&self, domain: &str) -> Result<Discovery, DiscoveryError> {
+        let srv_name = srv_name(domain)?;
+        let budget = self.timeout * TOTAL_TIME_FACTOR;
+        let resolver = self.inner.clone();
+        self.rt.block_on(async move {
+            match tokio::time::timeout(budget, resolve_async(resolver, srv_name)).await {
+                Ok(r) => r,
+                Err(_) => Err(DiscoveryError::Timeout),
+            }
+        })
+    }
+}
+
+fn srv_name(domain: &str) -> Result<Name, DiscoveryError> {
+    let domain = domain.trim_end_matches('.');
+    if domain.is_empty() {
+        return Err(DiscoveryError::InvalidDomain);
+    }
+    Name::from_ascii(format!("{SRV_PREFIX}{domain}.")).map_err(|_| DiscoveryError::InvalidDomain)
+}
+
+/// Resolves the Ratelimitly servers of `domain` with a one-off [`Resolver`] (no cache
+/// carried over). `dns_server`: where to send the queries; `None` uses the system
+/// configuration. `timeout` bounds each attempt.
 pub fn resolve(
     domain: &str,
     dns_server: Option<SocketAddr>,
     timeout: Duration,
 ) -> Result<Discovery, DiscoveryError> {
-    let server = match dns_server {
-        Some(s) => s,
-        None => system_dns_server().ok_or(DiscoveryError::NoDnsServer)?,
-    };
-    let timeout = timeout.max(Duration::from_millis(1));
-    let domain = domain.trim_end_matches('.');
-    if domain.is_empty() {
-        return Err(DiscoveryError::InvalidDomain);
-    }
-    let srv_name = Name::from_ascii(format!("{SRV_PREFIX}{domain}."))
-        .map_err(|_| DiscoveryError::InvalidDomain)?;
-    let client = DnsClient::new(server, timeout)?;
-    let srv_answer = client.query(&srv_name, RecordType::SRV)?;
+    srv_name(domain)?;
+    Resolver::new(dns_server, timeout)?.resolve(domain)
+}
 
-    // Collect SRV targets with a valid server label, keyed by server id.
-    struct Pending {
-        target: Name,
-        port: u16,
-        ttl_s: u32,
-    }
+/// An SRV target with a valid server label.
+struct Pending {
+    target: Name,
+    port: u16,
+    ttl_s: u32,
+}
+
+async fn resolve_async(
+    resolver: TokioResolver,
+    srv_name: Name,
+) -> Result<Discovery, DiscoveryError> {
+    let srv = resolver
+        .srv_lookup(srv_name)
+        .await
+        .map_err(|e| DiscoveryError::from(&e))?;
+
+    // SRV targets with a valid server label, keyed (and so sorted) by server id.
     let mut pending: BTreeMap<u64, Pending> = BTreeMap::new();
-    for rec in &srv_answer.answers {
-        let RData::SRV(srv) = &rec.data else { continue };
-        let target_text = name_text(&srv.target);
-        let Some(id) = parse_server_label(&target_text) else {
+    let mut skipped = 0usize;
+    for rec in srv.answers() {
+        let RData::SRV(s) = &rec.data else { continue };
+        let Some(id) = parse_server_label(&name_text(&s.target)) else {
+            skipped += 1;
             continue;
         };
         pending
             .entry(id)
             .and_modify(|p| p.ttl_s = p.ttl_s.min(rec.ttl))
             .or_insert(Pending {
-                target: srv.target.clone(),
-                port: srv.port,
+                target: s.target.clone(),
+                port: s.port,
                 ttl_s: rec.ttl,
             });
     }
+    if skipped > 0 {
+        tracing::debug!(skipped, "SRV targets without a server label ignored");
+    }
+    if pending.len() > MAX_SRV_TARGETS {
+        tracing::warn!(
+            found = pending.len(),
+            kept = MAX_SRV_TARGETS,
+            "more SRV targets than one discovery looks up; keeping the oldest servers"
+        );
+    }
 
-    let mut servers = Vec::with_capacity(pending.len());
-    let mut last_err = None;
-    for (id, p) in pending {
+    let mut lookups = tokio::task::JoinSet::new();
+    let mut found: Vec<(u64, Pending, Vec<IpAddr>)> = Vec::new();
+    for (id, mut p) in pending.into_iter().take(MAX_SRV_TARGETS) {
         let mut addrs = Vec::new();
-        let mut ttl_s = p.ttl_s;
-        collect_addrs(&srv_answer.additionals, &p.target, &mut addrs, &mut ttl_s);
-        collect_addrs(&srv_answer.answers, &p.target, &mut addrs, &mut ttl_s);
+        collect_addrs(srv.additionals(), &p.target, &mut addrs, &mut p.ttl_s);
+        collect_addrs(srv.answers(), &p.target, &mut addrs, &mut p.ttl_s);
         if addrs.is_empty() {
-            for rtype in [RecordType::A, RecordType::AAAA] {
-                match client.query(&p.target, rtype) {
-                    Ok(msg) => collect_addrs(&msg.answers, &p.target, &mut addrs, &mut ttl_s),
-                    Err(e) => last_err = Some(e),
+            let r = resolver.clone();
+            lookups.spawn(async move {
+                let v4 = r.ipv4_lookup(p.target.clone());
+                let v6 = r.ipv6_lookup(p.target.clone());
+                let (v4, v6) = tokio::join!(v4, v6);
+                (id, p, v4, v6)
+            });
+        } else {
+            found.push((id, p, addrs));
+        }
+    }
+    let mut last_err = None;
+    while let Some(joined) = lookups.join_next().await {
+        let Ok((id, mut p, v4, v6)) = joined else {
+            continue;
+        };
+        let mut addrs = Vec::new();
+        for r in [v4, v6] {
+            match r {
+                Ok(l) => add_lookup(&l, &p.target, &mut addrs, &mut p.ttl_s),
+                Err(e) if e.is_no_records_found() => {}
+                Err(e) => {
+                    tracing::debug!(target = %p.target, error = %e, "address lookup failed");
+                    last_err = Some(DiscoveryError::from(&e));
                 }
             }
         }
+        found.push((id, p, addrs));
+    }
+    found.sort_by_key(|(id, _, _)| *id);
+
+    let mut servers = Vec::with_capacity(found.len());
+    for (id, p, mut addrs) in found {
         if addrs.is_empty() {
             continue;
+        }
+        if addrs.len() > MAX_ADDRS_PER_SERVER {
+            tracing::debug!(
+                server_id = id,
+                addrs = addrs.len(),
+                kept = MAX_ADDRS_PER_SERVER,
+                "server addresses capped"
+            );
+            addrs.truncate(MAX_ADDRS_PER_SERVER);
         }
         servers.push(DiscoveredServer {
             server_id: id,
             target: name_text(&p.target),
             port: p.port,
             addrs,
-            ttl_s,
+            ttl_s: p.ttl_s,
             start_time_unix_s: server_start_unix_s(id),
         });
     }
@@ -214,17 +402,21 @@ pub fn resolve(
 
 /// Lowercase target text without the trailing dot.
 fn name_text(name: &Name) -> String {
-    let mut s = name.to_ascii();
+    let mut s = name.to_ascii().to_ascii_lowercase();
     if s.ends_with('.') {
         s.pop();
     }
     s
 }
 
+fn add_lookup(l: &Lookup, owner: &Name, addrs: &mut Vec<IpAddr>, ttl_s: &mut u32) {
+    collect_addrs(l.answers(), owner, addrs, ttl_s);
+}
+
 /// Appends the A/AAAA addresses for `owner` found in `records` (deduplicated).
 fn collect_addrs(records: &[Record], owner: &Name, addrs: &mut Vec<IpAddr>, ttl_s: &mut u32) {
     for rec in records {
-        if rec.name != *owner {
+        if !rec.name.eq_case(owner) && rec.name != *owner {
             continue;
         }
         let ip = match &rec.data {
@@ -239,133 +431,14 @@ fn collect_addrs(records: &[Record], owner: &Name, addrs: &mut Vec<IpAddr>, ttl_
     }
 }
 
-/// One DNS server, one UDP socket, bounded attempts.
-struct DnsClient {
-    server: SocketAddr,
-    socket: UdpSocket,
-    timeout: Duration,
-}
-
-impl DnsClient {
-    fn new(server: SocketAddr, timeout: Duration) -> Result<Self, DiscoveryError> {
-        let bind: SocketAddr = if server.is_ipv4() {
-            (Ipv4Addr::UNSPECIFIED, 0).into()
-        } else {
-            (Ipv6Addr::UNSPECIFIED, 0).into()
-        };
-        let socket = UdpSocket::bind(bind)?;
-        socket.connect(server)?;
-        Ok(Self {
-            server,
-            socket,
-            timeout,
-        })
-    }
-
-    /// Asks `name`/`rtype`; checks id, question and response code.
-    fn query(&self, name: &Name, rtype: RecordType) -> Result<Message, DiscoveryError> {
-        let mut msg = Message::query();
-        msg.metadata.recursion_desired = true;
-        msg.add_query(Query::query(name.clone(), rtype));
-        let mut edns = Edns::new();
-        edns.set_max_payload(UDP_PAYLOAD as u16);
-        msg.set_edns(edns);
-        let bytes = msg.to_vec().map_err(|_| DiscoveryError::Malformed)?;
-        let id = msg.metadata.id;
-
-        let mut last = DiscoveryError::Timeout;
-        for _ in 0..UDP_ATTEMPTS {
-            match self.exchange_udp(&bytes, id, name, rtype) {
-                Ok(answer) if answer.metadata.truncation => {
-                    return check_rcode(self.exchange_tcp(&bytes, id, name, rtype)?);
-                }
-                Ok(answer) => return check_rcode(answer),
-                Err(e @ (DiscoveryError::Timeout | DiscoveryError::Io(_))) => last = e,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last)
-    }
-
-    fn exchange_udp(
-        &self,
-        query: &[u8],
-        id: u16,
-        name: &Name,
-        rtype: RecordType,
-    ) -> Result<Message, DiscoveryError> {
-        self.socket.send(query)?;
-        let deadline = Instant::now() + self.timeout;
-        let mut buf = vec![0u8; UDP_PAYLOAD];
-        for _ in 0..MAX_STRAY_REPLIES {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(DiscoveryError::Timeout);
-            }
-            self.socket.set_read_timeout(Some(left))?;
-            // ICMP port unreachable surfaces as ConnectionRefused: the caller retries once.
-            let n = self.socket.recv(&mut buf)?;
-            match Message::from_vec(&buf[..n]) {
-                Ok(m) if is_answer_to(&m, id, name, rtype) => return Ok(m),
-                // A stray or stale reply (e.g. to the first attempt): keep waiting.
-                Ok(_) => continue,
-                Err(_) => {
-                    // Undecodable but addressed to us: report it as malformed.
-                    if n >= 2 && u16::from_be_bytes([buf[0], buf[1]]) == id {
-                        return Err(DiscoveryError::Malformed);
-                    }
-                }
-            }
-        }
-        Err(DiscoveryError::Timeout)
-    }
-
-    fn exchange_tcp(
-        &self,
-        query: &[u8],
-        id: u16,
-        name: &Name,
-        rtype: RecordType,
-    ) -> Result<Message, DiscoveryError> {
-        let mut stream = TcpStream::connect_timeout(&self.server, self.timeout)?;
-        stream.set_read_timeout(Some(self.timeout))?;
-        stream.set_write_timeout(Some(self.timeout))?;
-        let len = u16::try_from(query.len()).map_err(|_| DiscoveryError::Malformed)?;
-        let mut framed = Vec::with_capacity(query.len() + 2);
-        framed.extend_from_slice(&len.to_be_bytes());
-        framed.extend_from_slice(query);
-        stream.write_all(&framed)?;
-        let mut len_buf = [0u8; 2];
-        stream.read_exact(&mut len_buf)?;
-        let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len_buf))];
-        stream.read_exact(&mut buf)?;
-        let m = Message::from_vec(&buf).map_err(|_| DiscoveryError::Malformed)?;
-        if is_answer_to(&m, id, name, rtype) {
-            Ok(m)
-        } else {
-            Err(DiscoveryError::Malformed)
-        }
-    }
-}
-
-fn is_answer_to(m: &Message, id: u16, name: &Name, rtype: RecordType) -> bool {
-    m.metadata.id == id
-        && m.metadata.message_type == MessageType::Response
-        && m.queries.len() == 1
-        && m.queries[0].name() == name
-        && m.queries[0].query_type() == rtype
-}
-
-fn check_rcode(m: Message) -> Result<Message, DiscoveryError> {
-    match m.metadata.response_code {
-        ResponseCode::NoError => Ok(m),
-        ResponseCode::NXDomain => Err(DiscoveryError::NxDomain),
-        other => Err(DiscoveryError::ServerError(u16::from(other))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::net::{Ipv4Addr, UdpSocket};
+    use std::time::Instant;
+
+    use hickory_proto::op::Message;
+    use hickory_proto::rr::RecordType;
+
     use super::*;
 
     #[test]
@@ -484,6 +557,115 @@ mod tests {
         let r = resolve("example.com", Some(addr), Duration::from_millis(30));
         assert_eq!(r, Err(DiscoveryError::Timeout));
         assert!(t0.elapsed() < Duration::from_secs(5));
+    }
+
+    /// One server with many addresses keeps at most MAX_ADDRS_PER_SERVER of them, so it
+    /// cannot crowd the others out of the 64 endpoints a request addresses.
+    #[test]
+    fn addresses_per_server_are_capped() {
+        let many: Vec<SocketAddr> = (1..=7u8)
+            .map(|i| SocketAddr::from(([127, 0, 1, i], 4300)))
+            .collect();
+        let other: SocketAddr = "127.0.0.9:4301".parse().unwrap();
+        let dns = rl_responder::dns::spawn("caps.test", vec![(5, many.clone()), (9, vec![other])])
+            .unwrap();
+        let d = resolve("caps.test", Some(dns.addr()), Duration::from_secs(2)).unwrap();
+        assert_eq!(d.servers.len(), 2);
+        assert_eq!(d.servers[0].addrs.len(), MAX_ADDRS_PER_SERVER);
+        assert_eq!(d.servers[0].addrs[0], many[0].ip());
+        assert_eq!(d.servers[1].addrs, vec![other.ip()]);
+        dns.stop();
+    }
+
+    /// A dead first nameserver does not stop discovery: the resolver fails over.
+    #[test]
+    fn fails_over_to_the_next_nameserver() {
+        let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let a: SocketAddr = "127.0.0.1:4500".parse().unwrap();
+        let dns = rl_responder::dns::spawn("fo.test", vec![(77, vec![a])]).unwrap();
+        let r = Resolver::with_nameservers(
+            &[silent.local_addr().unwrap(), dns.addr()],
+            Duration::from_millis(300),
+        )
+        .unwrap();
+        let d = r.resolve("fo.test").unwrap();
+        assert_eq!(d.servers[0].server_id, 77);
+        // Cached, then asked again after the cache is cleared: the same answer.
+        assert_eq!(r.resolve("fo.test").unwrap(), d);
+        r.clear_cache();
+        assert_eq!(r.resolve("fo.test").unwrap(), d);
+        assert!(Resolver::with_nameservers(&[], Duration::from_millis(10)).is_err());
+        dns.stop();
+    }
+
+    /// A nameserver whose UDP answers are truncated (TC bit, no records) and whose TCP
+    /// answer is complete: discovery retries over TCP and finds the server.
+    #[test]
+    fn truncated_udp_answer_falls_back_to_tcp() {
+        use std::io::{Read, Write};
+        use std::net::TcpListener;
+
+        use hickory_proto::rr::rdata::{A, SRV};
+        // UDP and TCP on the same port number (separate namespaces; retry if taken).
+        let (udp, tcp) = (0..20)
+            .find_map(|_| {
+                let udp = UdpSocket::bind("127.0.0.1:0").ok()?;
+                let tcp = TcpListener::bind(udp.local_addr().ok()?).ok()?;
+                Some((udp, tcp))
+            })
+            .expect("a free port for UDP and TCP");
+        let addr = udp.local_addr().unwrap();
+        udp.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        // Answers the first UDP query (bounded wait) with an empty, truncated response.
+        let udp_thread = std::thread::spawn(move || {
+            let mut buf = [0u8; 1500];
+            for _ in 0..20 {
+                let Ok((n, from)) = udp.recv_from(&mut buf) else {
+                    continue;
+                };
+                let q = Message::from_vec(&buf[..n]).unwrap();
+                let mut r = Message::response(q.metadata.id, q.metadata.op_code);
+                r.metadata.truncation = true;
+                r.add_query(q.queries[0].clone());
+                udp.send_to(&r.to_vec().unwrap(), from).unwrap();
+                return 1;
+            }
+            0
+        });
+        let tcp_thread = std::thread::spawn(move || {
+            let (mut conn, _) = tcp.accept().unwrap();
+            conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut len = [0u8; 2];
+            conn.read_exact(&mut len).unwrap();
+            let mut q = vec![0u8; usize::from(u16::from_be_bytes(len))];
+            conn.read_exact(&mut q).unwrap();
+            let q = Message::from_vec(&q).unwrap();
+            let name = q.queries[0].name().clone();
+            let mut r = Message::response(q.metadata.id, q.metadata.op_code);
+            r.add_query(q.queries[0].clone());
+            let target = Name::from_ascii("s-42.tc.test.").unwrap();
+            r.add_answer(Record::from_rdata(
+                name,
+                60,
+                RData::SRV(SRV::new(0, 0, 4600, target.clone())),
+            ));
+            r.add_additional(Record::from_rdata(
+                target,
+                60,
+                RData::A(A(Ipv4Addr::new(127, 0, 0, 42))),
+            ));
+            let bytes = r.to_vec().unwrap();
+            let mut framed = (bytes.len() as u16).to_be_bytes().to_vec();
+            framed.extend_from_slice(&bytes);
+            conn.write_all(&framed).unwrap();
+        });
+        let d = resolve("tc.test", Some(addr), Duration::from_secs(1)).unwrap();
+        assert_eq!(d.servers.len(), 1);
+        assert_eq!(d.servers[0].server_id, 42);
+        assert_eq!(d.servers[0].addrs, vec![IpAddr::from([127, 0, 0, 42])]);
+        assert_eq!(udp_thread.join().unwrap(), 1, "asked over UDP first");
+        tcp_thread.join().unwrap();
     }
 
     /// Against the project's test DNS responder on loopback (SRV + additional A records).

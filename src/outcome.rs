@@ -31,6 +31,8 @@ pub enum Decision {
 pub struct ResourceResult {
     /// Bucket id (match it against `Resource::id()`).
     pub bucket_id: [u8; 16],
+    /// The bucket's window as echoed by the server, in milliseconds.
+    pub window_ms: u32,
     /// Tokens already consumed in the bucket's window.
     pub actual_rate: u32,
     /// 0 if the tokens were available, else the shortfall.
@@ -42,9 +44,40 @@ impl ResourceResult {
     pub fn from_view(r: &ResourceResultView<'_>) -> Self {
         ResourceResult {
             bucket_id: r.bucket_id(),
+            window_ms: r.window_ms(),
             actual_rate: r.actual_rate(),
             deficit: r.deficit(),
         }
+    }
+
+    /// The official crate's name for [`ResourceResult::deficit`].
+    pub fn tokens_deficit(&self) -> u16 {
+        self.deficit
+    }
+
+    /// The bucket's window.
+    pub fn window(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(u64::from(self.window_ms))
+    }
+
+    /// How long until `deficit` tokens are expected back, or zero when nothing is
+    /// missing.
+    ///
+    /// The server keeps a sliding window and does not say when its oldest grants leave it,
+    /// so the estimate assumes the `actual_rate` tokens of the window were consumed evenly:
+    /// `deficit` of them leave the window within `window × deficit / actual_rate`. The
+    /// result is never more than one window (after a whole window every token of the
+    /// current one has left it) and never less than 1 ms when a deficit exists.
+    pub fn retry_after(&self) -> std::time::Duration {
+        if self.deficit == 0 {
+            return std::time::Duration::ZERO;
+        }
+        let window = u64::from(self.window_ms.max(1));
+        let used = u64::from(self.actual_rate.max(1));
+        let ms = (window * u64::from(self.deficit))
+            .div_ceil(used)
+            .clamp(1, window);
+        std::time::Duration::from_millis(ms)
     }
 }
 
@@ -183,6 +216,41 @@ impl Response {
     pub fn is_granted(&self) -> bool {
         self.decision == Decision::Granted
     }
+
+    /// The decision (accessor named as in the official crate).
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// The server whose response was selected (accessor named as in the official crate).
+    pub fn selected_server_id(&self) -> Option<u64> {
+        self.server_id
+    }
+
+    /// Per-resource results (accessor named as in the official crate).
+    pub fn resource_results(&self) -> &[ResourceResult] {
+        &self.resources
+    }
+
+    /// Per-guard results (accessor named as in the official crate).
+    pub fn guard_results(&self) -> &[GuardResult] {
+        &self.guards
+    }
+
+    /// How long a rejected caller should wait before trying again: the largest
+    /// [`ResourceResult::retry_after`] of the resources with a deficit. `None` for a grant,
+    /// and for a rejection by guards only (the server says nothing about when latency
+    /// recovers).
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        if self.is_granted() {
+            return None;
+        }
+        self.resources
+            .iter()
+            .filter(|r| r.deficit > 0)
+            .map(ResourceResult::retry_after)
+            .max()
+    }
 }
 
 /// Why no datagram could be sent.
@@ -274,6 +342,7 @@ mod tests {
         let g = |t, c| GuardResult::new([1; 16], t, c);
         let r = |d| ResourceResult {
             bucket_id: [2; 16],
+            window_ms: 1000,
             actual_rate: 5,
             deficit: d,
         };
@@ -292,6 +361,32 @@ mod tests {
             (local.phase, local.server_id, local.sends),
             (Phase::Local, None, 0)
         );
+    }
+
+    #[test]
+    fn retry_after_from_window_and_deficit() {
+        let r = |window_ms, actual_rate, deficit| ResourceResult {
+            bucket_id: [2; 16],
+            window_ms,
+            actual_rate,
+            deficit,
+        };
+        assert_eq!(r(1000, 10, 0).retry_after(), std::time::Duration::ZERO);
+        // 10 tokens per 60 s consumed evenly: 1 token back after 6 s.
+        assert_eq!(r(60_000, 10, 1).retry_after().as_millis(), 6000);
+        // A deficit larger than what was consumed: at most one window.
+        assert_eq!(r(1000, 2, 5).retry_after().as_millis(), 1000);
+        // Nothing consumed (request larger than the limit): one window.
+        assert_eq!(r(1000, 0, 3).retry_after().as_millis(), 1000);
+        assert_eq!(r(0, 0, 3).retry_after().as_millis(), 1);
+        let resp =
+            Response::from_results(1, 1, Phase::Final, [], [r(60_000, 10, 1), r(1000, 5, 5)]);
+        assert_eq!(resp.retry_after().map(|d| d.as_millis()), Some(6000));
+        assert_eq!(resp.decision(), Decision::Rejected);
+        assert_eq!(resp.selected_server_id(), Some(1));
+        assert_eq!(resp.resource_results()[1].tokens_deficit(), 5);
+        let ok = Response::from_results(1, 1, Phase::Final, [], [r(1000, 1, 0)]);
+        assert_eq!(ok.retry_after(), None);
     }
 
     #[test]

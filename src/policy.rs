@@ -49,6 +49,25 @@ pub enum ScheduleError {
 }
 
 impl Schedule {
+    /// `Schedule::Fixed(units)`, under the official crate's constructor name.
+    pub const fn fixed(units: u32) -> Schedule {
+        Schedule::Fixed(units)
+    }
+
+    /// `Schedule::Linear { .. }`, as a constructor.
+    pub const fn linear(initial: u32, step: u32, max: u32) -> Schedule {
+        Schedule::Linear { initial, step, max }
+    }
+
+    /// `Schedule::Exponential { .. }`, as a constructor.
+    pub const fn exponential(initial: u32, factor: u32, max: u32) -> Schedule {
+        Schedule::Exponential {
+            initial,
+            factor,
+            max,
+        }
+    }
+
     /// Checks the schedule's domain (docs/protocol.md §10).
     pub fn validate(&self) -> Result<(), ScheduleError> {
         let (initial, max) = match *self {
@@ -353,6 +372,17 @@ impl RequestPolicyBuilder {
         self
     }
 
+    /// The official crate's name for [`RequestPolicyBuilder::final_units`].
+    pub fn final_receive_units(self, f: u32) -> Self {
+        self.final_units(f)
+    }
+
+    /// The official crate's name for [`RequestPolicyBuilder::schedule`] (the replay-gap
+    /// schedule B(k)).
+    pub fn replay_gap(self, schedule: Schedule) -> Self {
+        self.schedule(schedule)
+    }
+
     /// Completion delivery on or off.
     pub fn completion_delivery(mut self, on: bool) -> Self {
         self.completion = on;
@@ -402,6 +432,39 @@ fn total_units(schedule: Schedule, replays: u16, final_units: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn official_crate_names_are_aliases() {
+        let a = RequestPolicy::builder()
+            .replays(2)
+            .replay_gap(Schedule::fixed(2))
+            .final_receive_units(3)
+            .build()
+            .unwrap();
+        let b = RequestPolicy::builder()
+            .replays(2)
+            .schedule(Schedule::Fixed(2))
+            .final_units(3)
+            .build()
+            .unwrap();
+        assert_eq!(a, b);
+        assert_eq!(
+            Schedule::linear(1, 2, 5),
+            Schedule::Linear {
+                initial: 1,
+                step: 2,
+                max: 5
+            }
+        );
+        assert_eq!(
+            Schedule::exponential(1, 2, 8),
+            Schedule::Exponential {
+                initial: 1,
+                factor: 2,
+                max: 8
+            }
+        );
+    }
 
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)

@@ -133,6 +133,7 @@ fn grant(m: &mut RequestMachine, now: Instant, server: u64) -> Result<Accepted, 
     let guards = [GuardResult::new([7; 16], 100, 10)];
     let res = [ResourceResult {
         bucket_id: [9; 16],
+        window_ms: 60_000,
         actual_rate: 1,
         deficit: 0,
     }];
@@ -142,6 +143,7 @@ fn grant(m: &mut RequestMachine, now: Instant, server: u64) -> Result<Accepted, 
 fn reject(m: &mut RequestMachine, now: Instant, server: u64) -> Result<Accepted, Ignored> {
     let res = [ResourceResult {
         bucket_id: [9; 16],
+        window_ms: 60_000,
         actual_rate: 10,
         deficit: 1,
     }];

@@ -15,13 +15,17 @@ use crate::key::ApiKey;
 use crate::machine::{Endpoint, MAX_ENDPOINTS};
 use crate::policy::RequestPolicy;
 
-/// Which CPUs run engine cores.
+/// Which CPUs run engine cores. CPUs are always taken from the process's own affinity
+/// set (`sched_getaffinity`), so a cpuset, `taskset` or a Kubernetes static CPU policy
+/// that hands the process CPUs 6-7 is honoured; ids are never assumed to start at 0.
+/// Without this option the engine runs one core, on the last CPU of that set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Cores {
-    /// `n` cores, pinned to the last `n` CPUs (CPU 0 is left to the application when
-    /// possible).
+    /// `n` cores, pinned to the last `n` CPUs of the affinity set (the first ones are
+    /// left to the application when possible). More cores than allowed CPUs wrap around
+    /// (useful for tests on small machines).
     Count(usize),
-    /// One core per listed CPU id.
+    /// One core per listed CPU id; every id must be in the affinity set.
     List(Vec<usize>),
 }
 
@@ -63,12 +67,12 @@ pub enum BuildError {
 /// An engine option out of range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum OptionError {
-    /// Zero cores, or a CPU id that does not exist.
+    /// Zero cores, or a CPU id outside the process's affinity set.
     #[error("bad core selection (count {count}, cpus available {available})")]
     BadCores {
         /// Cores asked for.
         count: usize,
-        /// CPUs on this machine.
+        /// CPUs in the process's affinity set.
         available: usize,
     },
     /// Static endpoints: none, or more than 64.
@@ -113,42 +117,59 @@ pub(crate) struct EngineConfig {
     pub spin: Option<Duration>,
 }
 
-/// Number of CPUs this process may run on.
-pub(crate) fn available_cpus() -> usize {
-    std::thread::available_parallelism()
+/// The CPU ids this process may run on (its `sched_getaffinity` set), ascending.
+/// Falls back to `0..available_parallelism` when the set cannot be read.
+pub(crate) fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set. sched_getaffinity writes at
+    // most size_of::<cpu_set_t>() bytes into the set we own.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc == 0 {
+        let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: CPU_ISSET reads the set we own; every index is below its capacity.
+        let cpus: Vec<usize> = (0..max)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect();
+        if !cpus.is_empty() {
+            return cpus;
+        }
+    }
+    let n = std::thread::available_parallelism()
         .map(|n| n.get())
-        .unwrap_or(1)
+        .unwrap_or(1);
+    (0..n).collect()
 }
 
-/// Resolves the core selection to CPU ids.
+/// Resolves the core selection to CPU ids of the process's affinity set.
 pub(crate) fn resolve_cores(cores: Option<&Cores>) -> Result<Vec<usize>, OptionError> {
-    let available = available_cpus();
-    match cores {
-        None => {
-            let n = available.saturating_sub(1).max(1);
-            Ok((available - n..available).collect())
-        }
-        Some(Cores::Count(n)) => {
-            if *n == 0 {
-                return Err(OptionError::BadCores {
-                    count: 0,
-                    available,
-                });
-            }
-            // More cores than CPUs: wrap around (useful for tests on small machines).
-            let first = available.saturating_sub(*n);
-            Ok((0..*n).map(|i| (first + i) % available).collect())
-        }
+    select_cores(cores, &allowed_cpus())
+}
+
+/// [`resolve_cores`] against a given affinity set (ascending, non-empty).
+fn select_cores(cores: Option<&Cores>, allowed: &[usize]) -> Result<Vec<usize>, OptionError> {
+    let available = allowed.len();
+    let count = match cores {
+        None => 1,
+        Some(Cores::Count(n)) => *n,
         Some(Cores::List(list)) => {
-            if list.is_empty() || list.iter().any(|c| *c >= available) {
+            if list.is_empty() || list.iter().any(|c| !allowed.contains(c)) {
                 return Err(OptionError::BadCores {
                     count: list.len(),
                     available,
                 });
             }
-            Ok(list.clone())
+            return Ok(list.clone());
         }
+    };
+    if count == 0 || available == 0 {
+        return Err(OptionError::BadCores { count, available });
     }
+    // The last `count` CPUs of the set; more than the set holds wraps around.
+    let first = available.saturating_sub(count);
+    Ok((0..count)
+        .map(|i| allowed[(first + i) % available])
+        .collect())
 }
 
 /// Validates a static endpoint list.
@@ -168,12 +189,54 @@ mod tests {
 
     #[test]
     fn core_selection() {
-        let n = available_cpus();
-        let d = resolve_cores(None).unwrap();
-        assert_eq!(d.len(), n.saturating_sub(1).max(1));
+        let allowed = allowed_cpus();
+        let last = *allowed.last().unwrap();
+        // Default: one core, on the last CPU the process may use.
+        assert_eq!(resolve_cores(None).unwrap(), vec![last]);
         assert!(resolve_cores(Some(&Cores::Count(0))).is_err());
         assert_eq!(resolve_cores(Some(&Cores::Count(3))).unwrap().len(), 3);
-        assert!(resolve_cores(Some(&Cores::List(vec![n]))).is_err());
-        assert_eq!(resolve_cores(Some(&Cores::List(vec![0]))).unwrap(), vec![0]);
+        assert!(
+            resolve_cores(Some(&Cores::Count(3)))
+                .unwrap()
+                .iter()
+                .all(|c| allowed.contains(c))
+        );
+        assert!(resolve_cores(Some(&Cores::List(vec![last + 1]))).is_err());
+        assert!(resolve_cores(Some(&Cores::List(vec![]))).is_err());
+        assert_eq!(
+            resolve_cores(Some(&Cores::List(vec![allowed[0]]))).unwrap(),
+            vec![allowed[0]]
+        );
+    }
+
+    /// A cpuset that does not start at CPU 0 (e.g. `taskset -c 6,7` or a Kubernetes
+    /// static CPU policy): every choice stays inside it.
+    #[test]
+    fn core_selection_in_a_set_not_starting_at_zero() {
+        let set = [6, 7];
+        assert_eq!(select_cores(None, &set).unwrap(), vec![7]);
+        assert_eq!(
+            select_cores(Some(&Cores::Count(2)), &set).unwrap(),
+            vec![6, 7]
+        );
+        assert_eq!(
+            select_cores(Some(&Cores::Count(3)), &set).unwrap(),
+            vec![6, 7, 6]
+        );
+        assert_eq!(
+            select_cores(Some(&Cores::List(vec![6])), &set).unwrap(),
+            vec![6]
+        );
+        assert!(select_cores(Some(&Cores::List(vec![0])), &set).is_err());
+        assert!(select_cores(Some(&Cores::Count(1)), &[]).is_err());
+    }
+
+    /// The process's real affinity set is what the engine reads.
+    #[test]
+    fn allowed_cpus_matches_the_affinity_mask() {
+        let cpus = allowed_cpus();
+        assert!(!cpus.is_empty());
+        assert!(cpus.windows(2).all(|w| w[0] < w[1]));
+        assert!(cpus.len() <= std::thread::available_parallelism().unwrap().get());
     }
 }

@@ -1,10 +1,12 @@
 //! Membership: the current endpoint set, and the background discovery thread.
 //!
 //! Owns: the atomically swapped endpoint snapshot (`ArcSwap`; a request clones the
-//! `Arc`, never the endpoints), and the discovery thread that resolves DNS
-//! (`discovery::resolve`) every 300 s or sooner by the smallest SRV TTL, keeps the last
-//! good set when a refresh fails or finds nothing, and refreshes at once (at most once a
-//! second) when a core finds the set empty.
+//! `Arc`, never the endpoints), and the discovery thread that resolves DNS (one
+//! `discovery::Resolver`, kept for the thread's life so its cache and nameserver
+//! failover state carry over) every 300 s or sooner by the smallest SRV TTL, keeps the
+//! last good set when a refresh fails or finds nothing, and refreshes at once (at most
+//! once a second, bypassing the cache) when a core finds the set empty. Changes and
+//! failures are `tracing` events (target `ratelimitly_engine::engine::membership`).
 //! Must not touch: the request path (cores only load the snapshot and may ask for a
 //! refresh), sockets of the cores.
 
@@ -92,7 +94,7 @@ pub(crate) fn spawn_discovery(
         .name("rl-discovery".into())
         .spawn(move || discovery_loop(m2, domain, server, ready_tx))?;
     *m.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h.thread().clone());
-    let _ = ready_rx.recv_timeout(DNS_TIMEOUT * 3);
+    let _ = ready_rx.recv_timeout(DNS_TIMEOUT * (discovery::TOTAL_TIME_FACTOR + 1));
     Ok(h)
 }
 
@@ -102,24 +104,74 @@ fn discovery_loop(
     server: Option<SocketAddr>,
     ready: crossbeam_channel::Sender<()>,
 ) {
+    let mut resolver = None;
     let mut last_attempt;
+    let mut failed_before = false;
     loop {
         if m.stop.load(Ordering::Acquire) {
             return;
         }
         last_attempt = Instant::now();
-        m.force.store(false, Ordering::Release);
-        let next = match discovery::resolve(&domain, server, DNS_TIMEOUT) {
+        let forced = m.force.swap(false, Ordering::AcqRel);
+        if resolver.is_none() {
+            match discovery::Resolver::new(server, DNS_TIMEOUT) {
+                Ok(r) => resolver = Some(r),
+                Err(e) => tracing::warn!(error = %e, "DNS resolver could not be set up"),
+            }
+        }
+        let result = match &resolver {
+            Some(r) => {
+                // A forced refresh (no endpoint) or a retry after a failure must ask the
+                // nameservers, not the cache (which may hold the failed answer).
+                if forced || failed_before {
+                    r.clear_cache();
+                }
+                r.resolve(&domain)
+            }
+            None => Err(discovery::DiscoveryError::NoDnsServer),
+        };
+        let next = match result {
             Ok(d) if !d.servers.is_empty() => {
+                failed_before = false;
                 let mut eps = discovery::endpoints(&d);
-                eps.truncate(MAX_ENDPOINTS);
+                if eps.len() > MAX_ENDPOINTS {
+                    tracing::warn!(
+                        endpoints = eps.len(),
+                        kept = MAX_ENDPOINTS,
+                        "discovery found more endpoints than a request addresses"
+                    );
+                    eps.truncate(MAX_ENDPOINTS);
+                }
+                let old = m.snapshot();
+                if old[..] != eps[..] {
+                    tracing::info!(
+                        %domain,
+                        servers = d.servers.len(),
+                        endpoints = eps.len(),
+                        previous = old.len(),
+                        oldest = d.oldest().map(|s| s.server_id),
+                        "discovery: endpoint set changed"
+                    );
+                }
                 m.store(eps);
                 m.refreshes.fetch_add(1, Ordering::Relaxed);
                 REFRESH.min(Duration::from_secs(u64::from(d.min_ttl_s.max(1))))
             }
-            _ => {
+            other => {
+                failed_before = true;
                 m.refresh_failures.fetch_add(1, Ordering::Relaxed);
-                if m.snapshot().is_empty() {
+                let kept = m.snapshot().len();
+                match other {
+                    Err(e) => tracing::warn!(
+                        %domain, error = %e, kept_endpoints = kept,
+                        "discovery failed; keeping the last good endpoint set"
+                    ),
+                    Ok(_) => tracing::warn!(
+                        %domain, kept_endpoints = kept,
+                        "discovery found no server; keeping the last good endpoint set"
+                    ),
+                }
+                if kept == 0 {
                     FORCE_GAP
                 } else {
                     REFRESH.min(Duration::from_secs(30))
@@ -137,6 +189,7 @@ fn discovery_loop(
                 break;
             }
             if m.force.load(Ordering::Acquire) && now >= last_attempt + FORCE_GAP {
+                tracing::debug!(%domain, "discovery: forced refresh (no endpoint)");
                 break;
             }
             let wake = if m.force.load(Ordering::Acquire) {

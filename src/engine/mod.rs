@@ -178,7 +178,13 @@ impl EngineBuilder {
         self
     }
 
-    /// Cores (default: all CPUs but one, at least one).
+    /// The official crate's name for [`EngineBuilder::policy`].
+    pub fn request_policy(self, p: RequestPolicy) -> Self {
+        self.policy(p)
+    }
+
+    /// Cores (default: one core, on the last CPU of the process's affinity set; see
+    /// [`Cores`]).
     pub fn cores(mut self, c: Cores) -> Self {
         self.cores = Some(c);
         self

@@ -1,7 +1,7 @@
 //! Engine statistics: per-core counters and decision-latency histograms, and the merged
 //! snapshot returned by `EngineHandle::stats()`.
 //!
-//! Owns: `CoreStats` (plain counters, updated only by the owning core, so no atomics on
+//! Owns: the per-core counters (plain counters, updated only by the owning core, so no atomics on
 //! the hot path), [`Stats`] (the merged snapshot) and the drop-reason indexing.
 //! Must not touch: sockets, request state, clocks (latencies are passed in).
 

@@ -182,6 +182,11 @@ impl<'a> RequestBuilder<'a> {
         self
     }
 
+    /// The official crate's name for [`RequestBuilder::label`].
+    pub fn metrics_label(self, label: &'a str) -> Self {
+        self.label(label)
+    }
+
     /// Validates and encodes the request (for [`EngineHandle::submit_batch`]).
     pub fn build(self) -> Request {
         let kind = if let Some(e) = self.error {
@@ -347,5 +352,27 @@ impl Future for Batch {
                 .map(|o| o.expect("every outcome"))
                 .collect(),
         )
+    }
+}
+
+#[cfg(test)]
+mod threshold_tests {
+    use super::*;
+    use crate::ids::{LatencyField, latency_ms};
+
+    /// Guard thresholds follow the official crate (`ratelimitly` 0.1.0 refuses any
+    /// duration that is zero or not a whole number of milliseconds): no rounding.
+    #[test]
+    fn thresholds_are_positive_whole_milliseconds() {
+        let t = |d| latency_ms(d, LatencyField::GuardThreshold);
+        assert_eq!(t(Duration::from_millis(100)), Ok(100));
+        for bad in [
+            Duration::from_micros(1),
+            Duration::from_micros(1500),
+            Duration::ZERO,
+            Duration::from_secs(u64::MAX),
+        ] {
+            assert_eq!(t(bad), Err(RequestError::BadLatency));
+        }
     }
 }

@@ -1,0 +1,376 @@
+//! `rl-proxy`: a small HTTP/1.1 reverse proxy that admits every request through
+//! Ratelimitly (the `ratelimitly-tower` layer over the client engine) before forwarding
+//! it to one upstream. It is the embedding example and the end-to-end benchmark subject.
+//!
+//! ```text
+//! RATELIMITLY_API_KEY=... rl-proxy --upstream http://HOST:PORT
+//!     (--endpoint ID@IP:PORT ... | --domain D [--dns-server IP:PORT])
+//!     [--listen 127.0.0.1:0] [--admin-listen 127.0.0.1:0]
+//!     [--limit COUNT/WINDOW|off] [--key-by ip|path|header:NAME] [--on-failure open|closed]
+//!     [--admission engine|official]
+//! ```
+//!
+//! Owns: the command line, key loading (environment or `--key-file`, never the command
+//! line, never echoed), the readiness line, the listeners, SIGINT/SIGTERM handling.
+//! Must not touch: admission rules (the layer) and forwarding (`upstream`).
+
+mod admin;
+mod official;
+mod upstream;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use ratelimitly_engine::{ApiKey, DnsConfig, Endpoint, Engine, EngineHandle};
+use ratelimitly_tower::{
+    ClientAddr, Exporter, FailurePolicy, KeyBy, LayerMetrics, Limit, OnFailure, RateLimitLayer,
+    keyed,
+};
+use tokio::net::TcpListener;
+use tower::{Layer, ServiceExt};
+
+use crate::official::OfficialAdmission;
+use crate::upstream::Upstream;
+
+/// Which client admits requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum AdmissionKind {
+    /// The thread-per-core engine of this repository.
+    Engine,
+    /// The official `ratelimitly` crate (needs --domain).
+    Official,
+}
+
+/// HTTP/1.1 reverse proxy admitting requests through Ratelimitly. The API key comes from
+/// RATELIMITLY_API_KEY or --key-file, never from the command line.
+#[derive(Parser, Debug)]
+#[command(name = "rl-proxy", version)]
+struct Cli {
+    /// Upstream to forward granted requests to: http://HOST:PORT.
+    #[arg(long)]
+    upstream: String,
+    /// A service endpoint ID@IP:PORT (repeatable); bypasses DNS.
+    #[arg(long = "endpoint", value_parser = parse_endpoint, conflicts_with = "domain")]
+    endpoints: Vec<Endpoint>,
+    /// Service domain discovered through DNS.
+    #[arg(long)]
+    domain: Option<String>,
+    /// DNS server for --domain (default: the system resolver).
+    #[arg(long, requires = "domain")]
+    dns_server: Option<SocketAddr>,
+    /// Proxy listener.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Admin listener (GET /metrics, GET /healthz).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    admin_listen: SocketAddr,
+    /// COUNT/WINDOW (e.g. 10/60s, 1000/1s) per key, or `off` (no admission: the baseline).
+    #[arg(long, default_value = "100/1s", value_parser = parse_limit)]
+    limit: LimitArg,
+    /// What a bucket is keyed by: ip, path or header:NAME.
+    #[arg(long, default_value = "ip", value_parser = |s: &str| s.parse::<KeyBy>())]
+    key_by: KeyBy,
+    /// When the service gives no decision: open (forward) or closed (503).
+    #[arg(long, default_value = "open", value_parser = |s: &str| s.parse::<OnFailure>())]
+    on_failure: OnFailure,
+    /// Which client admits requests.
+    #[arg(long, value_enum, default_value = "engine")]
+    admission: AdmissionKind,
+    /// Read the API key from this file instead of RATELIMITLY_API_KEY.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum LimitArg {
+    Off,
+    On(Limit),
+}
+
+fn parse_limit(s: &str) -> Result<LimitArg, String> {
+    if s == "off" {
+        return Ok(LimitArg::Off);
+    }
+    s.parse::<Limit>()
+        .map(LimitArg::On)
+        .map_err(|e| e.to_string())
+}
+
+fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
+    let (id, addr) = s.split_once('@').ok_or("endpoint must be ID@IP:PORT")?;
+    let server_id: u64 = id.parse().map_err(|_| "endpoint id must be a u64")?;
+    if server_id == 0 {
+        return Err("endpoint id must not be 0".into());
+    }
+    let addr: SocketAddr = addr
+        .parse()
+        .map_err(|_| "endpoint address must be IP:PORT")?;
+    Ok(Endpoint { server_id, addr })
+}
+
+/// Why the proxy could not start. Never carries the key.
+#[derive(Debug)]
+enum StartError {
+    /// Bad arguments or key: exit 2.
+    Usage(String),
+    /// Anything else (bind, engine start): exit 1.
+    Runtime(String),
+}
+
+// TODO: use key_source (the shared key loader) once it is on this branch.
+fn load_key(file: Option<&PathBuf>) -> Result<String, StartError> {
+    let raw = match file {
+        Some(p) => std::fs::read_to_string(p)
+            .map_err(|e| StartError::Usage(format!("cannot read --key-file: {}", e.kind())))?,
+        None => std::env::var("RATELIMITLY_API_KEY").map_err(|_| {
+            StartError::Usage("RATELIMITLY_API_KEY is not set (or use --key-file)".into())
+        })?,
+    };
+    let key = raw
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .unwrap_or("")
+        .to_owned();
+    Ok(key)
+}
+
+fn main() -> ExitCode {
+    init_tracing();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(StartError::Usage(m)) => {
+            eprintln!("rl-proxy: {m}");
+            ExitCode::from(2)
+        }
+        Err(StartError::Runtime(m)) => {
+            eprintln!("rl-proxy: {m}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_tracing() {
+    let level = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|l| l.parse::<tracing::Level>().ok())
+        .unwrap_or(tracing::Level::WARN);
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// What admits requests, once started.
+enum Backend {
+    Off,
+    Engine(Engine),
+    Official(ratelimitly::ApiKey),
+}
+
+fn run(cli: Cli) -> Result<(), StartError> {
+    let upstream = Upstream::new(&cli.upstream).map_err(|e| StartError::Usage(e.to_string()))?;
+    let backend = match cli.limit {
+        LimitArg::Off => Backend::Off,
+        LimitArg::On(_) => {
+            if cli.endpoints.is_empty() && cli.domain.is_none() {
+                return Err(StartError::Usage(
+                    "one of --endpoint or --domain is required".into(),
+                ));
+            }
+            let text = load_key(cli.key_file.as_ref())?;
+            let key: ApiKey = text
+                .parse()
+                .map_err(|e| StartError::Usage(format!("invalid API key: {e}")))?;
+            match cli.admission {
+                AdmissionKind::Engine => {
+                    let mut b = Engine::builder(key);
+                    b = if cli.endpoints.is_empty() {
+                        b.dns(DnsConfig {
+                            domain: cli.domain.clone(),
+                            server: cli.dns_server,
+                        })
+                    } else {
+                        b.endpoints(cli.endpoints.clone())
+                    };
+                    // Built before the runtime starts: build() blocks (first discovery).
+                    let engine = b.build().map_err(|e| match e {
+                        ratelimitly_engine::BuildError::Config(_)
+                        | ratelimitly_engine::BuildError::Option(_) => {
+                            StartError::Usage(e.to_string())
+                        }
+                        other => StartError::Runtime(other.to_string()),
+                    })?;
+                    Backend::Engine(engine)
+                }
+                AdmissionKind::Official => {
+                    if cli.domain.is_none() {
+                        return Err(StartError::Usage(
+                            "--admission official needs --domain (the official client discovers servers through DNS)"
+                                .into(),
+                        ));
+                    }
+                    let official: ratelimitly::ApiKey = text
+                        .parse()
+                        .map_err(|_| StartError::Usage("invalid API key".into()))?;
+                    Backend::Official(official)
+                }
+            }
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| StartError::Runtime(format!("runtime: {e}")))?;
+    let handle = match &backend {
+        Backend::Engine(e) => Some(e.handle()),
+        _ => None,
+    };
+    let official_key = match &backend {
+        Backend::Official(k) => Some(k.clone()),
+        _ => None,
+    };
+    let result = rt.block_on(serve_all(cli, upstream, handle, official_key));
+    rt.shutdown_timeout(Duration::from_secs(1));
+    if let Backend::Engine(e) = backend {
+        e.shutdown();
+    }
+    result
+}
+
+async fn serve_all(
+    cli: Cli,
+    upstream: Upstream,
+    engine: Option<EngineHandle>,
+    official_key: Option<ratelimitly::ApiKey>,
+) -> Result<(), StartError> {
+    let listener = TcpListener::bind(cli.listen)
+        .await
+        .map_err(|e| StartError::Runtime(format!("cannot listen on {}: {e}", cli.listen)))?;
+    let admin = TcpListener::bind(cli.admin_listen)
+        .await
+        .map_err(|e| StartError::Runtime(format!("cannot listen on {}: {e}", cli.admin_listen)))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| StartError::Runtime(e.to_string()))?;
+    let admin_port = admin
+        .local_addr()
+        .map_err(|e| StartError::Runtime(e.to_string()))?
+        .port();
+
+    let failure = FailurePolicy::all(cli.on_failure);
+    let metrics: Arc<LayerMetrics>;
+    let server = match (cli.limit, engine.clone(), official_key) {
+        (LimitArg::Off, _, _) => {
+            metrics = LayerMetrics::new();
+            tokio::spawn(serve(listener, upstream))
+        }
+        (LimitArg::On(limit), Some(h), _) => {
+            let layer =
+                RateLimitLayer::new(h, keyed(limit, cli.key_by.clone())).failure_policy(failure);
+            metrics = layer.metrics();
+            tokio::spawn(serve(listener, layer.layer(upstream)))
+        }
+        (LimitArg::On(limit), None, Some(key)) => {
+            let mut b = ratelimitly::Client::builder(key);
+            if let Some(d) = &cli.domain {
+                b = b
+                    .service_domain(d.clone())
+                    .map_err(|e| StartError::Usage(format!("bad --domain: {e}")))?;
+            }
+            if let Some(s) = cli.dns_server {
+                b = b.dns_server(s);
+            }
+            let client = b
+                .build()
+                .await
+                .map_err(|e| StartError::Runtime(format!("official client: {e}")))?;
+            let layer = RateLimitLayer::with_admission(
+                OfficialAdmission::new(client),
+                keyed(limit, cli.key_by.clone()),
+            )
+            .failure_policy(failure);
+            metrics = layer.metrics();
+            tokio::spawn(serve(listener, layer.layer(upstream)))
+        }
+        (LimitArg::On(_), None, None) => unreachable!("a backend exists when limiting"),
+    };
+    let mut exporter = Exporter::new(metrics);
+    if let Some(h) = engine {
+        exporter = exporter.with_engine(h);
+    }
+    let admin_task = tokio::spawn(admin::serve(admin, exporter));
+
+    println!(
+        "{{\"event\":\"ready\",\"address\":\"{}\",\"port\":{},\"admin_port\":{}}}",
+        local.ip(),
+        local.port(),
+        admin_port
+    );
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+
+    wait_for_signal().await?;
+    server.abort();
+    admin_task.abort();
+    Ok(())
+}
+
+async fn wait_for_signal() -> Result<(), StartError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())
+        .map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
+    let mut int = signal(SignalKind::interrupt())
+        .map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
+
+/// Accepts connections and serves each with HTTP/1.1 keep-alive; every request carries
+/// the peer address as [`ClientAddr`].
+async fn serve<S, B>(listener: TcpListener, svc: S)
+where
+    S: tower_service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                // Out of descriptors or similar: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let svc = svc.clone();
+        tokio::spawn(async move {
+            let conn_svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                req.extensions_mut().insert(ClientAddr(peer));
+                svc.clone().oneshot(req)
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), conn_svc)
+                .await;
+        });
+    }
+}

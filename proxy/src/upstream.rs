@@ -1,0 +1,131 @@
+//! Forwarding to the upstream: a tower service that sends each request, unchanged but for
+//! its URI (scheme and authority of the upstream) and the hop-by-hop headers, to one
+//! HTTP/1.1 upstream over pooled keep-alive connections.
+//!
+//! Owns: the upstream client and the `502` answer when the upstream cannot be reached.
+//! Must not touch: admission (the layer in front decides), listeners.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{HeaderMap, Request, Response, StatusCode, Uri, header};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use ratelimitly_tower::ResponseBody;
+
+/// Why `--upstream` was refused.
+#[derive(Debug)]
+pub struct BadUpstream;
+
+impl std::fmt::Display for BadUpstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("--upstream must be http://HOST:PORT")
+    }
+}
+
+/// The forwarding service (cheap to clone: the pool is shared).
+#[derive(Clone)]
+pub struct Upstream {
+    client: Client<HttpConnector, Incoming>,
+    scheme: Scheme,
+    authority: Authority,
+}
+
+impl Upstream {
+    /// A forwarder to `uri` (`http://HOST:PORT`; a path is ignored).
+    pub fn new(uri: &str) -> Result<Self, BadUpstream> {
+        let uri: Uri = uri.parse().map_err(|_| BadUpstream)?;
+        if uri.scheme() != Some(&Scheme::HTTP) {
+            return Err(BadUpstream);
+        }
+        let authority = uri.authority().cloned().ok_or(BadUpstream)?;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(1024)
+            .build(connector);
+        Ok(Upstream {
+            client,
+            scheme: Scheme::HTTP,
+            authority,
+        })
+    }
+}
+
+/// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [header::HeaderName; 6] = [
+    header::CONNECTION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+];
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Headers named by Connection are hop-by-hop too.
+    let named: Vec<header::HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| header::HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(n);
+    }
+    headers.remove("keep-alive");
+    headers.remove("proxy-connection");
+}
+
+impl tower_service::Service<Request<Incoming>> for Upstream {
+    type Response = Response<ResponseBody<Incoming>>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
+        let pq = req
+            .uri()
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let uri = Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(pq)
+            .build();
+        let client = self.client.clone();
+        Box::pin(async move {
+            let Ok(uri) = uri else {
+                return Ok(local(StatusCode::BAD_REQUEST, "bad request target\n"));
+            };
+            *req.uri_mut() = uri;
+            strip_hop_by_hop(req.headers_mut());
+            match client.request(req).await {
+                Ok(mut resp) => {
+                    strip_hop_by_hop(resp.headers_mut());
+                    Ok(resp.map(ResponseBody::inner))
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "upstream request failed");
+                    Ok(local(StatusCode::BAD_GATEWAY, "upstream unreachable\n"))
+                }
+            }
+        })
+    }
+}
+
+fn local(status: StatusCode, text: &'static str) -> Response<ResponseBody<Incoming>> {
+    let mut r = Response::new(ResponseBody::local(text));
+    *r.status_mut() = status;
+    r
+}

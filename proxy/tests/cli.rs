@@ -1,0 +1,429 @@
+//! The `rl-proxy` binary end to end: real processes, real listeners, a real HTTP client,
+//! our responder as the Ratelimitly service and `rl-upstream` as the upstream.
+
+use std::net::SocketAddr;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use ratelimitly_engine::ApiKey;
+use rl_responder::{ResponderConfig, ResponderHandle};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const NONE_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
+const UPSTREAM_BODY: &[u8] = b"hello from upstream\n";
+
+/// One test at a time: each starts several processes with engine and responder cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn responder(server_id: u64) -> ResponderHandle {
+    let key: ApiKey = NONE_KEY.parse().unwrap();
+    let mut cfg = ResponderConfig::new(vec![key]);
+    cfg.server_id = Some(server_id);
+    rl_responder::spawn(cfg).expect("responder starts")
+}
+
+struct Proc {
+    child: Child,
+    port: u16,
+    admin_port: Option<u16>,
+}
+
+impl Proc {
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn admin(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.admin_port.expect("admin port")))
+    }
+
+    async fn signal(mut self, sig: i32) -> ExitStatus {
+        let pid = self.child.id().expect("running") as i32;
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+        tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .expect("exits within 10 s after the signal")
+            .unwrap()
+    }
+}
+
+/// Starts `cmd` and reads its readiness line.
+async fn start(mut cmd: Command) -> Proc {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("spawn");
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        BufReader::new(stdout).read_line(&mut line),
+    )
+    .await
+    .expect("ready line within 20 s")
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(line.trim()).expect("JSON ready line");
+    assert_eq!(v["event"], "ready", "{line}");
+    assert_eq!(v["address"], "127.0.0.1", "{line}");
+    Proc {
+        child,
+        port: v["port"].as_u64().unwrap() as u16,
+        admin_port: v
+            .get("admin_port")
+            .and_then(|p| p.as_u64())
+            .map(|p| p as u16),
+    }
+}
+
+async fn upstream() -> Proc {
+    start(Command::new(env!("CARGO_BIN_EXE_rl-upstream"))).await
+}
+
+fn proxy_cmd(upstream: &Proc, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+        .arg("--upstream")
+        .arg(format!("http://{}", upstream.addr()))
+        .args(args);
+    cmd
+}
+
+fn endpoint(r: &ResponderHandle) -> String {
+    format!("{}@{}", r.server_id(), r.addr())
+}
+
+fn client() -> Client<HttpConnector, Empty<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+async fn get(addr: SocketAddr, path: &str) -> Response<Bytes> {
+    let uri = format!("http://{addr}{path}");
+    let resp = tokio::time::timeout(Duration::from_secs(10), client().get(uri.parse().unwrap()))
+        .await
+        .expect("answer within 10 s")
+        .expect("HTTP exchange");
+    let (parts, body) = resp.into_parts();
+    Response::from_parts(parts, body.collect().await.unwrap().to_bytes())
+}
+
+fn retry_after(r: &Response<Bytes>) -> u64 {
+    r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// `name{labels} value` lines of a Prometheus text page.
+fn parse_prometheus(text: &str) -> std::collections::HashMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (name, value) = l.rsplit_once(' ').expect("name value");
+            let value = if value == "+Inf" {
+                f64::INFINITY
+            } else {
+                value.parse().expect("number")
+            };
+            (name.to_owned(), value)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_rejects_metrics_healthz_and_sigterm() {
+    let _s = SERIAL.lock().await;
+    let r = responder(201);
+    let up = upstream().await;
+    let ep = endpoint(&r);
+    let proxy = start(proxy_cmd(
+        &up,
+        &["--endpoint", &ep, "--limit", "2/60s", "--key-by", "path"],
+    ))
+    .await;
+    for _ in 0..2 {
+        let resp = get(proxy.addr(), "/orders?id=1").await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.body().as_ref(), UPSTREAM_BODY, "proxied unchanged");
+    }
+    let resp = get(proxy.addr(), "/orders?id=1").await;
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    // 2 tokens used in a 60 s window, 1 missing: 60 s / 2 = 30 s.
+    assert_eq!(retry_after(&resp), 30);
+
+    let health = get(proxy.admin(), "/healthz").await;
+    assert_eq!(health.status(), StatusCode::OK);
+    let metrics = get(proxy.admin(), "/metrics").await;
+    assert_eq!(metrics.status(), StatusCode::OK);
+    let text = String::from_utf8(metrics.body().to_vec()).unwrap();
+    let m = parse_prometheus(&text);
+    let v = |k: &str| *m.get(k).unwrap_or_else(|| panic!("missing {k} in\n{text}"));
+    assert_eq!(v("ratelimitly_requests_total{outcome=\"granted\"}"), 2.0);
+    assert_eq!(v("ratelimitly_requests_total{outcome=\"rejected\"}"), 1.0);
+    assert_eq!(v("ratelimitly_decision_latency_seconds_count"), 3.0);
+    assert!(v("ratelimitly_datagrams_sent_total") >= 3.0);
+    assert!(m.contains_key("ratelimitly_responses_dropped_total{reason=\"truncated\"}"));
+    assert!(m.contains_key("ratelimitly_in_flight{core=\"0\"}"));
+    assert_eq!(
+        get(proxy.admin(), "/nope").await.status(),
+        StatusCode::NOT_FOUND
+    );
+
+    let status = proxy.signal(libc::SIGTERM).await;
+    assert_eq!(status.code(), Some(0), "SIGTERM exits 0");
+    assert_eq!(up.signal(libc::SIGTERM).await.code(), Some(0));
+    r.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_failure_open_forwards_and_closed_answers_503() {
+    let _s = SERIAL.lock().await;
+    let r = responder(202);
+    let ep = endpoint(&r);
+    r.stop();
+    let up = upstream().await;
+    let open = start(proxy_cmd(&up, &["--endpoint", &ep, "--on-failure", "open"])).await;
+    let closed = start(proxy_cmd(
+        &up,
+        &["--endpoint", &ep, "--on-failure", "closed"],
+    ))
+    .await;
+    let resp = get(open.addr(), "/").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.body().as_ref(), UPSTREAM_BODY);
+    assert_eq!(
+        get(closed.addr(), "/").await.status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let text = String::from_utf8(get(closed.admin(), "/metrics").await.body().to_vec()).unwrap();
+    assert_eq!(
+        parse_prometheus(&text)["ratelimitly_requests_total{outcome=\"timeout\"}"],
+        1.0
+    );
+    assert_eq!(
+        open.signal(libc::SIGINT).await.code(),
+        Some(0),
+        "SIGINT exits 0"
+    );
+    assert_eq!(closed.signal(libc::SIGTERM).await.code(), Some(0));
+    up.signal(libc::SIGTERM).await;
+}
+
+/// Runs rl-proxy to completion (it must exit by itself) and returns (code, stderr).
+async fn run_to_exit(mut cmd: Command) -> (Option<i32>, String) {
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .await
+        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exits")
+        .unwrap();
+    (status.code(), err)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_key_or_arguments_exit_2_without_echoing_the_key() {
+    let _s = SERIAL.lock().await;
+    let secret = "rl-aes1qypsqqqqqqqqqqqrSECRETSECRETqvpsxqcrqvpsxqcrq";
+    let base = |key: Option<&str>, args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+        cmd.env_remove("RATELIMITLY_API_KEY");
+        if let Some(k) = key {
+            cmd.env("RATELIMITLY_API_KEY", k);
+        }
+        cmd.args([
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--endpoint",
+            "7@127.0.0.1:9",
+        ])
+        .args(args);
+        cmd
+    };
+    let (code, err) = run_to_exit(base(Some(secret), &[])).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(!err.contains("SECRET"), "the key is echoed: {err}");
+    assert!(err.contains("invalid API key"), "{err}");
+    let (code, err) = run_to_exit(base(None, &[])).await;
+    assert_eq!(code, Some(2), "{err}");
+    for bad in [
+        &["--limit", "0/1s"][..],
+        &["--limit", "10"],
+        &["--key-by", "cookie"],
+        &["--on-failure", "maybe"],
+        &["--admission", "other"],
+        &["--listen", "nowhere"],
+    ] {
+        let (code, err) = run_to_exit(base(Some(NONE_KEY), bad)).await;
+        assert_eq!(code, Some(2), "{bad:?}: {err}");
+    }
+    // Neither --endpoint nor --domain.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+        .args(["--upstream", "http://127.0.0.1:9"]);
+    assert_eq!(run_to_exit(cmd).await.0, Some(2));
+    // Not an http upstream.
+    let mut cmd = base(Some(NONE_KEY), &[]);
+    cmd.args(["--upstream", "ftp://x"]);
+    assert_eq!(run_to_exit(cmd).await.0, Some(2));
+}
+
+/// The CPUs this test process may use (sched_getaffinity).
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: plain-data set filled by the kernel.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// Under `taskset -c N` with N > 0 (a CPU set not starting at CPU 0), the engine takes
+/// its core from that set and the proxy serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_inside_a_cpu_set_not_starting_at_zero() {
+    let _s = SERIAL.lock().await;
+    let Some(cpu) = allowed_cpus().into_iter().find(|&c| c > 0) else {
+        eprintln!("skipped: this process may only run on CPU 0");
+        return;
+    };
+    if std::process::Command::new("taskset")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: taskset is not installed");
+        return;
+    }
+    let r = responder(203);
+    let up = upstream().await;
+    let mut cmd = Command::new("taskset");
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+        .args(["-c", &cpu.to_string()])
+        .arg(env!("CARGO_BIN_EXE_rl-proxy"))
+        .args(["--upstream", &format!("http://{}", up.addr())])
+        .args(["--endpoint", &endpoint(&r), "--limit", "5/60s"]);
+    let proxy = start(cmd).await;
+    let resp = get(proxy.addr(), "/").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.body().as_ref(), UPSTREAM_BODY);
+    let text = String::from_utf8(get(proxy.admin(), "/metrics").await.body().to_vec()).unwrap();
+    assert_eq!(
+        parse_prometheus(&text)["ratelimitly_requests_total{outcome=\"granted\"}"],
+        1.0,
+        "decided by the engine, not failed open"
+    );
+    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    up.signal(libc::SIGTERM).await;
+    r.stop();
+}
+
+/// Discovery through DNS (hickory-resolver against our test DNS responder), for the
+/// engine and for the official crate behind the same layer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovers_through_dns_with_either_admission() {
+    let _s = SERIAL.lock().await;
+    let r = responder(204);
+    let dns = rl_responder::dns::spawn("proxy.test", vec![(r.server_id(), vec![r.addr()])])
+        .expect("dns responder");
+    let up = upstream().await;
+    let dns_addr = dns.addr().to_string();
+    for (admission, path) in [("engine", "/e"), ("official", "/o")] {
+        let proxy = start(proxy_cmd(
+            &up,
+            &[
+                "--domain",
+                "proxy.test",
+                "--dns-server",
+                &dns_addr,
+                "--limit",
+                "1/60s",
+                "--key-by",
+                "path",
+                "--admission",
+                admission,
+                "--on-failure",
+                "closed",
+            ],
+        ))
+        .await;
+        assert_eq!(
+            get(proxy.addr(), path).await.status(),
+            StatusCode::OK,
+            "{admission}"
+        );
+        let resp = get(proxy.addr(), path).await;
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS, "{admission}");
+        assert_eq!(retry_after(&resp), 60, "{admission}");
+        assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    }
+    up.signal(libc::SIGTERM).await;
+    dns.stop();
+    r.stop();
+}
+
+/// `--limit off` is the baseline: no admission, no key needed, requests proxied as is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_off_proxies_without_a_key() {
+    let _s = SERIAL.lock().await;
+    let up = upstream().await;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env_remove("RATELIMITLY_API_KEY").args([
+        "--upstream",
+        &format!("http://{}", up.addr()),
+        "--limit",
+        "off",
+    ]);
+    let proxy = start(cmd).await;
+    for _ in 0..3 {
+        let resp = get(proxy.addr(), "/x").await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.body().as_ref(), UPSTREAM_BODY);
+    }
+    let text = String::from_utf8(get(proxy.admin(), "/metrics").await.body().to_vec()).unwrap();
+    assert_eq!(
+        parse_prometheus(&text)["ratelimitly_requests_total{outcome=\"granted\"}"],
+        0.0
+    );
+    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    let dead = up.addr();
+    up.signal(libc::SIGTERM).await;
+
+    // An upstream that is gone: 502 Bad Gateway, and the proxy keeps serving.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env_remove("RATELIMITLY_API_KEY").args([
+        "--upstream",
+        &format!("http://{dead}"),
+        "--limit",
+        "off",
+    ]);
+    let proxy = start(cmd).await;
+    for _ in 0..2 {
+        assert_eq!(
+            get(proxy.addr(), "/").await.status(),
+            StatusCode::BAD_GATEWAY
+        );
+    }
+    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+}
