@@ -419,6 +419,12 @@ impl Uring {
             }
             events += self.reap(c, on_event, true);
             events += report(c, on_event);
+            // a wake-up that kept us from blocking (or came meanwhile without a write)
+            if c.waker.clear() {
+                c.stats.wakes += 1;
+                events += 1;
+                on_event(&mut c.sendq, IoEvent::Woken);
+            }
             let expired = timed_out || wait.is_some_and(|w| w.is_zero());
             if events > 0 || expired {
                 break;
