@@ -67,6 +67,9 @@ pub struct ResponderConfig {
     pub reply_batch: bool,
     /// I/O backend (default auto: io_uring where the kernel allows it, else mmsg).
     pub io: BackendChoice,
+    /// CPUs to pin the cores to: core i on `cpus[i % cpus.len()]`. Empty (default): core
+    /// i on the i-th CPU when there are at least `cores` CPUs, else unpinned.
+    pub cpus: Vec<usize>,
 }
 
 impl ResponderConfig {
@@ -81,6 +84,7 @@ impl ResponderConfig {
             dedup_capacity: Capacities::default().dedup,
             reply_batch: true,
             io: BackendChoice::Auto,
+            cpus: Vec::new(),
         }
     }
 }
@@ -227,7 +231,10 @@ pub fn spawn(cfg: ResponderConfig) -> Result<ResponderHandle, ResponderError> {
         let stats = Arc::new(Mutex::new(driver.stats().clone()));
         handle.io_stats.push(stats.clone());
         let responder = Responder::with_shared(&cfg.keys, server_id, shared.clone(), set)?;
-        let pin = if cores <= cpus.len() {
+        let pin = if !cfg.cpus.is_empty() {
+            let want = cfg.cpus[i % cfg.cpus.len()];
+            cpus.iter().copied().find(|c| c.id == want)
+        } else if cores <= cpus.len() {
             Some(cpus[i])
         } else {
             None

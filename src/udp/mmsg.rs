@@ -137,10 +137,12 @@ impl Mmsg {
         timeout: Option<Duration>,
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) -> io::Result<()> {
-        c.report_failures(on_event);
+        let mut events = c.report_failures(on_event);
         self.send_all(c);
-        c.report_failures(on_event);
+        events += c.report_failures(on_event);
         let batch = c.cfg.batch;
+        // a wake-up that came while we were busy: reported without a system call
+        events += usize::from(self.take_wake(c, false, on_event));
         // what the last loop received beyond its batch goes first, without a syscall
         let mut got = self.deliver(c, batch, on_event);
         if self.backlog.is_some() {
@@ -154,7 +156,7 @@ impl Mmsg {
                     got += self.recv_from(c, i, batch.saturating_sub(got), on_event);
                 }
             }
-            let woken = self.take_wake(c, on_event);
+            let woken = self.take_wake(c, false, on_event);
             if got > 0 || woken {
                 self.hot = got > 0;
                 return Ok(());
@@ -183,11 +185,14 @@ impl Mmsg {
                 self.pollidx.push(i);
             }
         }
-        let ms = if c.waker.is_pending() || c.sendq.has_failures() {
-            0
-        } else {
-            poll_ms(timeout)
-        };
+        let may_block = events == 0
+            && got == 0
+            && !matches!(timeout, Some(d) if d.is_zero())
+            && !c.sendq.has_failures();
+        let mut ms = 0;
+        if may_block && c.waker.park() {
+            ms = poll_ms(timeout);
+        }
         // SAFETY: pollfds is a valid array of that many pollfd entries.
         let r = unsafe {
             libc::poll(
@@ -196,11 +201,17 @@ impl Mmsg {
                 ms,
             )
         };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
+        let err = (r < 0).then(io::Error::last_os_error);
+        if may_block {
+            c.waker.unpark();
+        }
+        if let Some(e) = err
+            && e.kind() != io::ErrorKind::Interrupted
+        {
+            return Err(e);
+        }
+        if self.pollfds[0].revents & libc::POLLIN != 0 {
+            c.waker.drain();
         }
         let mut writable = false;
         for k in 1..self.pollfds.len() {
@@ -219,7 +230,7 @@ impl Mmsg {
                 got += self.recv_from(c, i, batch.saturating_sub(got), on_event);
             }
         }
-        self.take_wake(c, on_event);
+        self.take_wake(c, false, on_event);
         if writable && !c.sendq.is_empty() {
             self.send_all(c);
         }
@@ -228,16 +239,20 @@ impl Mmsg {
         Ok(())
     }
 
-    /// Reports a pending wake-up (clears the flag, then drains the eventfd).
+    /// Reports a pending wake-up (clears the flag; the eventfd is drained by the poll
+    /// path when it is readable, so a busy loop makes no system call here).
     fn take_wake(
         &mut self,
         c: &mut Common,
+        drain: bool,
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) -> bool {
         if !c.waker.clear() {
             return false;
         }
-        c.waker.drain();
+        if drain {
+            c.waker.drain();
+        }
         c.stats.wakes += 1;
         on_event(&mut c.sendq, IoEvent::Woken);
         true

@@ -226,7 +226,8 @@ pub enum IoEvent<'a> {
         /// Why.
         error: io::ErrorKind,
     },
-    /// Another thread called [`Waker::wake`] (reported at most once per call).
+    /// Another thread called [`Waker::wake`] (several calls before the driver notices
+    /// make one event).
     Woken,
 }
 
@@ -482,15 +483,18 @@ impl Common {
         }
     }
 
-    /// Reports the failures recorded since the last call.
+    /// Reports the failures recorded since the last call; returns how many.
     pub(crate) fn report_failures(
         &mut self,
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
-    ) {
+    ) -> usize {
+        let mut n = 0;
         while let Some((tag, error)) = self.sendq.take_failure() {
             self.stats.count_send_error(error, 1);
             on_event(&mut self.sendq, IoEvent::SendFailed { tag, error });
+            n += 1;
         }
+        n
     }
 
     /// Test hook: true when this send operation is to fail with a simulated EAGAIN

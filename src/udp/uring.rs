@@ -387,6 +387,12 @@ impl Uring {
     ) -> io::Result<()> {
         self.enable()?;
         let mut events = self.deliver_deferred(c, on_event);
+        // a wake-up that came while we were busy: reported without a system call
+        if c.waker.clear() {
+            c.stats.wakes += 1;
+            events += 1;
+            on_event(&mut c.sendq, IoEvent::Woken);
+        }
         events += report(c, on_event);
         let start = match timeout {
             Some(d) if !d.is_zero() => Some(Instant::now()),
@@ -400,12 +406,25 @@ impl Uring {
                 _ => timeout,
             };
             let ready = events > 0 || !self.ring.completion().is_empty();
-            let timed_out = self.enter(if ready { Some(Duration::ZERO) } else { wait })?;
+            let may_block = !ready && !wait.is_some_and(|w| w.is_zero());
+            // block only if no wake-up is pending (see wake.rs for the handshake)
+            let block = may_block && c.waker.park();
+            let r = self.enter(if block { wait } else { Some(Duration::ZERO) });
+            if may_block {
+                c.waker.unpark();
+            }
+            let timed_out = r?;
             if sent {
                 c.stats.send_calls += 1;
             }
             events += self.reap(c, on_event, true);
             events += report(c, on_event);
+            // a wake-up that kept us from blocking (or came meanwhile without a write)
+            if c.waker.clear() {
+                c.stats.wakes += 1;
+                events += 1;
+                on_event(&mut c.sendq, IoEvent::Woken);
+            }
             let expired = timed_out || wait.is_some_and(|w| w.is_zero());
             if events > 0 || expired {
                 break;

@@ -1,5 +1,12 @@
-//! The cross-thread waker of one driver: an eventfd plus a "wake pending" flag, so that
-//! [`Waker::wake`] makes a system call only when no wake-up is pending yet.
+//! The cross-thread waker of one driver: an eventfd plus two flags, so that
+//! [`Waker::wake`] makes a system call only when it is needed: no wake-up is pending
+//! yet *and* the driver is blocked (or about to block) in its wait. A driver that is
+//! busy finds the pending flag at the start of its next loop without any system call.
+//!
+//! The handshake (all `SeqCst`): the waker sets `pending`, then reads `parked`; the
+//! driver sets `parked`, then reads `pending` before it blocks. Whichever comes second
+//! sees the other's flag, so a wake-up is never lost: either the driver does not block,
+//! or the waker writes the eventfd.
 //!
 //! Owns: the eventfd and the flag. Must not touch: the driver's sockets or ring (the
 //! driver reads the eventfd: io_uring through a read SQE, mmsg through `poll` + `read`).
@@ -13,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub struct Waker {
     fd: OwnedFd,
     pending: AtomicBool,
+    parked: AtomicBool,
 }
 
 impl Waker {
@@ -30,15 +38,19 @@ impl Waker {
             // SAFETY: `fd` is a fresh eventfd nobody else owns.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             pending: AtomicBool::new(false),
+            parked: AtomicBool::new(false),
         })
     }
 
     /// Wakes the driver: its current or next wait ends and it reports `IoEvent::Woken`.
     /// Work published before this call is visible to the driver's caller when it sees
-    /// the event. One `write(2)` per wake-up at most; none while one is pending.
+    /// the event. One `write(2)` per wake-up at most, and only while the driver waits.
     pub fn wake(&self) {
-        if self.pending.swap(true, Ordering::AcqRel) {
+        if self.pending.swap(true, Ordering::SeqCst) {
             return;
+        }
+        if !self.parked.load(Ordering::SeqCst) {
+            return; // the driver sees `pending` before it next blocks
         }
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a valid u64 to our eventfd. It cannot block: the
@@ -48,13 +60,25 @@ impl Waker {
 
     /// True while a wake-up is pending (not yet reported by the driver).
     pub fn is_pending(&self) -> bool {
-        self.pending.load(Ordering::Acquire)
+        self.pending.load(Ordering::SeqCst)
     }
 
     /// Clears the pending flag (the driver, before it reports `Woken`); returns whether
     /// it was set.
     pub(crate) fn clear(&self) -> bool {
-        self.pending.swap(false, Ordering::AcqRel)
+        self.pending.swap(false, Ordering::SeqCst)
+    }
+
+    /// The driver is about to block: returns false when a wake-up is already pending
+    /// (then it must not block). Pair with [`unpark`](Self::unpark).
+    pub(crate) fn park(&self) -> bool {
+        self.parked.store(true, Ordering::SeqCst);
+        !self.pending.load(Ordering::SeqCst)
+    }
+
+    /// The driver's wait is over.
+    pub(crate) fn unpark(&self) {
+        self.parked.store(false, Ordering::SeqCst);
     }
 
     /// Reads the eventfd counter back to zero (non-blocking fd only).
