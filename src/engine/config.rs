@@ -115,6 +115,8 @@ pub(crate) struct EngineConfig {
     pub report_interval: Duration,
     pub max_sockets: usize,
     pub spin: Option<Duration>,
+    pub io_backend: crate::udp::BackendChoice,
+    pub gso: bool,
 }
 
 /// The CPU ids this process may run on (its `sched_getaffinity` set), ascending.

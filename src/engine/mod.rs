@@ -85,6 +85,10 @@ pub(crate) struct Shared {
     pub max_sockets: usize,
     /// Busy-poll of the queue before a core parks (`None` = park at once).
     pub spin: Option<Duration>,
+    /// The cores' I/O backend choice.
+    pub io_backend: crate::udp::BackendChoice,
+    /// GSO sends / GRO receives on.
+    pub gso: bool,
     /// The statistics each core published last (read without asking the core).
     published: Box<[Published]>,
     closed: AtomicBool,
@@ -154,9 +158,25 @@ pub struct EngineBuilder {
     report_interval: Duration,
     max_sockets: usize,
     spin: Option<Duration>,
+    io_backend: crate::udp::BackendChoice,
+    gso: bool,
 }
 
 impl EngineBuilder {
+    /// The cores' UDP I/O backend (default `Auto`: io_uring, falling back to
+    /// `recvmmsg`/`sendmmsg` where the kernel refuses io_uring).
+    pub fn io_backend(mut self, b: crate::udp::BackendChoice) -> Self {
+        self.io_backend = b;
+        self
+    }
+
+    /// UDP GSO sends and GRO receives (default on; a kernel that refuses either falls
+    /// back per socket, counted in `Stats::io`).
+    pub fn gso(mut self, on: bool) -> Self {
+        self.gso = on;
+        self
+    }
+
     /// Most sockets one core may hold open at once: the current one plus those still
     /// draining after steering rebinds (default 16, 2..=63). A steering hint beyond it
     /// is refused and counted in `Stats::steering_refused`.
@@ -262,6 +282,8 @@ impl EngineBuilder {
             report_interval: self.report_interval,
             max_sockets: self.max_sockets,
             spin: self.spin,
+            io_backend: self.io_backend,
+            gso: self.gso,
         })
     }
 
@@ -310,6 +332,8 @@ impl EngineBuilder {
             report_interval: cfg.report_interval,
             max_sockets: cfg.max_sockets,
             spin: cfg.spin,
+            io_backend: cfg.io_backend,
+            gso: cfg.gso,
             published,
             closed: AtomicBool::new(false),
             active: AtomicUsize::new(0),
@@ -483,6 +507,8 @@ impl Engine {
             report_interval: DEFAULT_REPORT_INTERVAL,
             max_sockets: sockets::DEFAULT_MAX_SOCKETS,
             spin: None,
+            io_backend: crate::udp::BackendChoice::Auto,
+            gso: true,
         }
     }
 

@@ -78,6 +78,9 @@ pub struct Stats {
     pub latency_us: Histogram<u64>,
     /// Decision latency as a fraction of the horizon H, in per-mille (1000 = H).
     pub latency_permille_of_h: Histogram<u64>,
+    /// The I/O layer's counters (backend, batch sizes, GSO/GRO, fallbacks), summed over
+    /// the cores (`None` in simulation, where no I/O runs).
+    pub io: Option<crate::udp::IoStats>,
     /// Breakdown, queue wait: from submit until the core took the request (µs).
     pub queue_wait_us: Histogram<u64>,
     /// Breakdown, wire time: from the first send until the deciding answer arrived (µs).
@@ -135,6 +138,7 @@ impl Stats {
             latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
             latency_permille_of_h: Histogram::new_with_bounds(1, 1_000_000, 3)
                 .expect("valid bounds"),
+            io: None,
             queue_wait_us: us_hist(),
             wire_us: us_hist(),
             decision_us: us_hist(),
@@ -205,6 +209,7 @@ impl Stats {
             report_failures,
             completions
         );
+        self.io.clone_from(&other.io);
         self.latency_us.reset();
         let _ = self.latency_us.add(&other.latency_us);
         self.latency_permille_of_h.reset();
@@ -263,6 +268,11 @@ impl Stats {
         self.report_datagrams += other.report_datagrams;
         self.report_failures += other.report_failures;
         self.completions += other.completions;
+        match (&mut self.io, &other.io) {
+            (Some(a), Some(b)) => a.merge(b),
+            (a @ None, Some(b)) => *a = Some(b.clone()),
+            _ => {}
+        }
         let _ = self.latency_us.add(&other.latency_us);
         let _ = self.latency_permille_of_h.add(&other.latency_permille_of_h);
         let _ = self.queue_wait_us.add(&other.queue_wait_us);

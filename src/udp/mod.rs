@@ -302,7 +302,8 @@ pub struct IoStats {
 }
 
 impl IoStats {
-    fn new(backend: BackendKind) -> IoStats {
+    /// Zeroed counters of a driver on `backend`.
+    pub fn new(backend: BackendKind) -> IoStats {
         IoStats {
             backend,
             loops: 0,
