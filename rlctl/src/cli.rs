@@ -30,7 +30,7 @@ Exit status:
   0  success (request: granted)
   1  request rejected (a resource had a deficit or a guard failed)
   2  usage or configuration error (invalid arguments, invalid key, policy over the key's
-     limit, an engine that cannot start on this host: locked-memory limit, sockets, ...):
+     limit, an engine that cannot start on this host: no sockets or file descriptors, ...):
      nothing was sent
   3  timeout: no valid response within the policy horizon
   4  discovery or communication failure";
@@ -172,7 +172,7 @@ Exit status: 0 granted, 1 rejected, 2 usage/configuration error (nothing sent), 
 4 discovery or communication failure.
 
 Sent through the engine (one core, static endpoints or DNS). If the engine cannot start on
-this host (locked-memory limit, sockets, executor), nothing is sent: the outcome is a
+this host (no sockets or file descriptors, no thread), nothing is sent: the outcome is a
 configuration failure (exit 2) whose error names the limit or the OS error.
 
 Environment: RATELIMITLY_API_KEY (the key, unless --key-file is given).";

@@ -13,7 +13,7 @@ pub const EXIT_OK: u8 = 0;
 /// Exit status: the request was rejected.
 pub const EXIT_REJECTED: u8 = 1;
 /// Exit status: usage or configuration error, including an engine that cannot start on
-/// this host (locked-memory limit, sockets, executor); nothing was sent.
+/// this host (no sockets or file descriptors, no thread); nothing was sent.
 pub const EXIT_CONFIG: u8 = 2;
 /// Exit status: no valid response within the horizon.
 pub const EXIT_TIMEOUT: u8 = 3;
