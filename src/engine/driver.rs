@@ -1,39 +1,43 @@
 //! The I/O driver of one engine core: a thin shell around [`CoreState`].
 //!
-//! Owns: the core's thread (pinned with `core_affinity`), its UDP sockets, the clock,
-//! the send batch and the park/wake protocol with submitters, and fault containment: a
-//! panic inside the core fails every request it holds or is queued to it with
+//! Owns: the core's thread (pinned with `core_affinity`), its [`UdpDriver`] (io_uring
+//! or mmsg backend, GSO/GRO, the sockets), the clock, and fault containment: a panic
+//! inside the core fails every request it holds or is queued to it with
 //! [`Failure::CoreFailed`], marks the core dead (submitters then fail at once), and keeps
 //! failing whatever still reaches its queue until the engine shuts down.
 //! Must not touch: request state, the wire format, decisions (all in [`CoreState`]).
 //!
-//! One iteration: receive every queued datagram, drain submissions, fire due timers,
-//! send what the state handed out (grouped per socket), feed send failures back, then
-//! perform socket operations (after the sends, so a closing socket's last datagrams
-//! leave first). When idle it announces it parks and blocks on its sockets and wake fd
-//! until the state's next deadline.
+//! One iteration: drain submissions and fire due timers (their transmits are queued on
+//! the I/O layer), feed send failures back, perform socket operations (a `Close` after
+//! flushing, so a closing socket's last datagrams leave first), publish statistics, then
+//! one `run_once` of the I/O layer: it sends what is queued (GSO-grouped) and waits
+//! for datagrams, a wake-up from a submitter or the state's next deadline; received
+//! datagrams go straight to the state, whose answers are queued for the next turn.
+//! A busy core never blocks (`run_once` with a zero timeout) and submitters wake an
+//! idle one with at most one `write(2)` (see `udp::Waker`).
 
-use std::net::SocketAddr;
+use std::cell::Cell;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::Shared;
-use super::io::{RecvBatch, SendBatch, UdpIo, wait_fds};
 use super::sockets::{SockId, SocketOp};
 use super::state::{CoreState, TransmitSink, os_entropy};
 use super::submit::Msg;
 use crate::outcome::Failure;
+use crate::udp::{IoConfig, IoEvent, SendQueue, SocketId, UdpDriver};
 
-/// Datagrams per recvmmsg / sendmmsg.
-const BATCH: usize = 64;
-/// Receive batches per socket per iteration.
-const RECV_ROUNDS: usize = 8;
 /// Ports tried per steering rebind (each a bind(2)); never an unbounded scan.
 pub(crate) const REBIND_TRIES: u16 = 32;
 /// Rounds of feeding send failures back per iteration (each may queue replays).
 const FAILURE_ROUNDS: usize = 4;
+/// Datagrams handed to the state per `run_once`.
+const RECV_BATCH: usize = 256;
+/// Datagrams the send queue holds (a turn's transmits, grouped by GSO when flushed).
+const SEND_CAPACITY: usize = 8192;
 
 fn wall_ms() -> u64 {
     SystemTime::now()
@@ -42,59 +46,59 @@ fn wall_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// The core's sockets and its send batch: what the state's transmits go into.
-struct Net {
-    socks: Vec<(SockId, UdpIo)>,
-    next_id: u32,
-    v6: bool,
-    recv_buf: usize,
-    send_buf: usize,
-    send: SendBatch,
-    send_sock: SockId,
-    failed: Vec<u64>,
+/// The state's socket ids and the I/O layer's.
+struct SockMap(Vec<(SockId, SocketId)>);
+
+impl SockMap {
+    fn io(&self, id: SockId) -> Option<SocketId> {
+        self.0.iter().find(|(s, _)| *s == id).map(|(_, i)| *i)
+    }
+    fn state(&self, id: SocketId) -> Option<SockId> {
+        self.0.iter().find(|(_, i)| *i == id).map(|(s, _)| *s)
+    }
 }
 
-impl Net {
-    fn io(&self, id: SockId) -> Option<&UdpIo> {
-        self.socks.iter().find(|(i, _)| *i == id).map(|(_, s)| s)
-    }
+/// Transmits queued on the I/O layer's send queue inside a `run_once` callback.
+struct QueueSink<'a> {
+    q: &'a mut SendQueue,
+    map: &'a SockMap,
+    failed: &'a mut Vec<u64>,
+}
 
-    fn flush(&mut self) {
-        if self.send.is_empty() {
+impl TransmitSink for QueueSink<'_> {
+    fn transmit(&mut self, sock: SockId, to: SocketAddr, datagram: &[u8], tag: u64) {
+        let ok = self
+            .map
+            .io(sock)
+            .is_some_and(|s| self.q.push(s, to, datagram, tag));
+        if !ok {
+            self.failed.push(tag);
+        }
+    }
+}
+
+/// Transmits queued on the I/O layer between `run_once` calls (flushes when full).
+struct DriverSink<'a> {
+    io: &'a mut UdpDriver,
+    map: &'a SockMap,
+    failed: &'a mut Vec<u64>,
+}
+
+impl TransmitSink for DriverSink<'_> {
+    fn transmit(&mut self, sock: SockId, to: SocketAddr, datagram: &[u8], tag: u64) {
+        let Some(s) = self.map.io(sock) else {
+            return self.failed.push(tag);
+        };
+        if self.io.queue_send(s, to, datagram, tag) {
             return;
         }
-        let failed = &mut self.failed;
-        match self.socks.iter().find(|(i, _)| *i == self.send_sock) {
-            Some((_, io)) => {
-                io.send_batch(&mut self.send, |tag| failed.push(tag));
+        let failed = &mut *self.failed;
+        let _ = self.io.flush(&mut |_, ev| {
+            if let IoEvent::SendFailed { tag, .. } = ev {
+                failed.push(tag);
             }
-            None => {
-                // the socket is gone: every datagram of the batch failed
-                self.send.drain_tags(|tag| failed.push(tag));
-            }
-        }
-    }
-
-    fn add(&mut self, io: UdpIo) -> (SockId, u16) {
-        let id = SockId(self.next_id);
-        self.next_id = self.next_id.wrapping_add(1);
-        let port = io.local_addr().port();
-        self.socks.push((id, io));
-        (id, port)
-    }
-}
-
-impl TransmitSink for Net {
-    fn transmit(&mut self, sock: SockId, to: SocketAddr, datagram: &[u8], tag: u64) {
-        if (!self.send.is_empty() && self.send_sock != sock) || self.send.is_full() {
-            self.flush();
-        }
-        if !self.send.is_empty() && self.send_sock != sock {
-            // the other socket's send buffer is full: its backlog fails
-            self.send.drain_tags(|t| self.failed.push(t));
-        }
-        self.send_sock = sock;
-        if !self.send.push(datagram, to, tag) {
+        });
+        if !self.io.queue_send(s, to, datagram, tag) {
             self.failed.push(tag);
         }
     }
@@ -103,49 +107,54 @@ impl TransmitSink for Net {
 /// One engine core: its state and its I/O.
 pub(crate) struct Driver {
     state: CoreState,
-    net: Net,
-    recv: RecvBatch,
+    io: UdpDriver,
+    map: SockMap,
+    failed: Vec<u64>,
+    v6: bool,
     shared: Arc<Shared>,
     index: usize,
-    fds: Vec<i32>,
 }
 
 impl Driver {
-    /// Binds the core's first socket (dual-stack IPv6 when available, else IPv4) and
-    /// builds its state.
+    /// Starts the core's I/O layer, binds its first socket (dual-stack IPv6 when
+    /// available, else IPv4) and builds its state. Runs on the core's own thread.
     pub(crate) fn new(index: usize, shared: Arc<Shared>) -> std::io::Result<Driver> {
-        let (rb, sb) = (shared.recv_buf, shared.send_buf);
-        let (io, v6) = match UdpIo::bind_for(true, 0, rb, sb) {
+        let cfg = IoConfig {
+            backend: shared.io_backend,
+            gso: shared.gso,
+            gro: shared.gso,
+            recv_buf: shared.recv_buf,
+            send_buf: shared.send_buf,
+            max_sockets: shared.max_sockets,
+            batch: RECV_BATCH,
+            send_capacity: SEND_CAPACITY,
+            max_datagram: 2048,
+        };
+        let mut io = UdpDriver::new(&cfg)?;
+        let any6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0);
+        let any4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+        let (first, v6) = match io.bind(any6) {
             Ok(s) => (s, true),
-            Err(_) => (UdpIo::bind_for(false, 0, rb, sb)?, false),
+            Err(_) => (io.bind(any4)?, false),
         };
-        let mut send = SendBatch::new(BATCH);
-        send.set_v6_socket(v6);
-        let mut net = Net {
-            socks: Vec::with_capacity(shared.max_sockets),
-            next_id: 0,
-            v6,
-            recv_buf: rb,
-            send_buf: sb,
-            send,
-            send_sock: SockId(0),
-            failed: Vec::with_capacity(BATCH * 4),
-        };
-        let (first, port) = net.add(io);
+        let port = io.local_addr(first).map_or(0, |a| a.port());
         let state = CoreState::new(
             index,
             shared.clone(),
             Instant::now(),
-            first,
+            SockId(first.raw()),
             port,
             os_entropy(),
         )
         .map_err(|_| std::io::Error::other("no OS randomness"))?;
+        let _ = shared.queues[index].waker.set(io.waker());
+        tracing::debug!(core = index, backend = %io.kind(), "engine core started");
         Ok(Driver {
             state,
-            net,
-            recv: RecvBatch::new(BATCH),
-            fds: Vec::with_capacity(shared.max_sockets + 1),
+            io,
+            map: SockMap(vec![(SockId(first.raw()), first)]),
+            failed: Vec::with_capacity(1024),
+            v6,
             shared,
             index,
         })
@@ -153,10 +162,9 @@ impl Driver {
 
     /// Local address of the socket new requests use.
     pub(crate) fn local_addr(&self) -> SocketAddr {
-        let cur = self.state.current_socket();
-        self.net
-            .io(cur)
-            .map(|s| s.local_addr())
+        self.map
+            .io(self.state.current_socket())
+            .and_then(|s| self.io.local_addr(s))
             .expect("current socket is open")
     }
 
@@ -168,46 +176,113 @@ impl Driver {
         }
     }
 
+    fn sink(&mut self) -> (&mut CoreState, DriverSink<'_>) {
+        (
+            &mut self.state,
+            DriverSink {
+                io: &mut self.io,
+                map: &self.map,
+                failed: &mut self.failed,
+            },
+        )
+    }
+
     fn run_loop(&mut self) {
+        let mut work = true;
         loop {
             let now = Instant::now();
-            self.state.set_wall_ms(wall_ms());
-            self.net.flush();
-            let mut work = self.receive_all(now);
-            work |= self.state.handle_queue(now, &mut self.net);
-            work |= self.state.handle_timeout(Instant::now(), &mut self.net);
-            self.net.flush();
-            self.feed_failures();
+            let (state, mut sink) = self.sink();
+            state.set_wall_ms(wall_ms());
+            work |= state.handle_queue(now, &mut sink);
+            work |= state.handle_timeout(now, &mut sink);
+            self.feed_failures(now);
             self.socket_ops();
-            self.shared.publish_stats(self.index, &self.state);
-            if self.queue().stop.load(Ordering::Acquire) {
-                self.state.shutdown(Instant::now(), &mut self.net);
-                self.net.flush();
-                self.shared.publish_stats_now(self.index, &self.state);
+            self.shared
+                .publish_stats(self.index, &self.state, Some(self.io.stats()));
+            if self.shared.queues[self.index].stop.load(Ordering::Acquire) {
+                let (state, mut sink) = self.sink();
+                state.shutdown(Instant::now(), &mut sink);
+                self.flush();
+                self.shared
+                    .publish_stats_now(self.index, &self.state, Some(self.io.stats()));
                 return;
             }
-            if !work {
-                self.park();
-            }
+            let timeout = if work {
+                Some(Duration::ZERO)
+            } else {
+                self.spin();
+                if self.shared.queues[self.index].rx.is_empty() {
+                    self.state
+                        .poll_timeout()
+                        .map(|t| t.saturating_duration_since(Instant::now()))
+                } else {
+                    Some(Duration::ZERO)
+                }
+            };
+            work = self.io_turn(timeout);
         }
     }
 
-    fn queue(&self) -> &super::submit::CoreQueue {
-        &self.shared.queues[self.index]
+    /// One `run_once` of the I/O layer; true when datagrams arrived.
+    fn io_turn(&mut self, timeout: Option<Duration>) -> bool {
+        let state = &mut self.state;
+        let map = &self.map;
+        let failed = &mut self.failed;
+        let now: Cell<Option<Instant>> = Cell::new(None);
+        let mut any = false;
+        let r = self.io.run_once(timeout, &mut |q, ev| match ev {
+            IoEvent::Datagram { sock, data, .. } => {
+                any = true;
+                let t = now.get().unwrap_or_else(|| {
+                    let t = Instant::now();
+                    now.set(Some(t));
+                    t
+                });
+                let Some(id) = map.state(sock) else { return };
+                let mut sink = QueueSink { q, map, failed };
+                state.handle_datagram(t, id, data, &mut sink);
+            }
+            IoEvent::SendFailed { tag, .. } => failed.push(tag),
+            IoEvent::Woken => {}
+        });
+        if let Err(e) = r {
+            tracing::warn!(core = self.index, error = %e, "engine core I/O wait failed");
+        }
+        any
     }
 
-    fn feed_failures(&mut self) {
+    fn spin(&self) {
+        let Some(d) = self.shared.spin else { return };
+        let q = &self.shared.queues[self.index];
+        let until = Instant::now() + d;
+        while Instant::now() < until && q.rx.is_empty() {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Sends what is queued now (send failures are collected, fed back next turn).
+    fn flush(&mut self) {
+        let failed = &mut self.failed;
+        let _ = self.io.flush(&mut |_, ev| {
+            if let IoEvent::SendFailed { tag, .. } = ev {
+                failed.push(tag);
+            }
+        });
+    }
+
+    fn feed_failures(&mut self, now: Instant) {
         for _ in 0..FAILURE_ROUNDS {
-            if self.net.failed.is_empty() {
+            if self.failed.is_empty() {
                 return;
             }
-            let mut failed = std::mem::take(&mut self.net.failed);
-            let now = Instant::now();
+            let mut failed = std::mem::take(&mut self.failed);
+            let (state, mut sink) = self.sink();
             for tag in failed.drain(..) {
-                self.state.handle_send_failed(now, tag, &mut self.net);
+                state.handle_send_failed(now, tag, &mut sink);
             }
-            self.net.failed = failed;
-            self.net.flush();
+            // keep the allocation; failures raised meanwhile stay queued
+            failed.append(&mut self.failed);
+            self.failed = failed;
         }
     }
 
@@ -215,84 +290,37 @@ impl Driver {
         while let Some(op) = self.state.poll_socket_op() {
             match op {
                 SocketOp::Open { after_port } => {
-                    let n = &self.net;
-                    let opened =
-                        UdpIo::rebind_next(n.v6, after_port, REBIND_TRIES, n.recv_buf, n.send_buf);
-                    let new = opened.ok().map(|io| self.net.add(io));
+                    let opened = self.io.bind_steering(self.v6, after_port, REBIND_TRIES);
+                    let new = match opened {
+                        Ok(s) => {
+                            let id = SockId(s.raw());
+                            self.map.0.push((id, s));
+                            let port = self.io.local_addr(s).map_or(0, |a| a.port());
+                            tracing::debug!(core = self.index, port, "steering: new source port");
+                            Some((id, port))
+                        }
+                        Err(e) => {
+                            tracing::warn!(core = self.index, error = %e, "steering rebind failed");
+                            None
+                        }
+                    };
                     self.state.socket_opened(new);
                 }
                 SocketOp::Close(id) => {
-                    self.net.flush();
-                    self.net.socks.retain(|(i, _)| *i != id);
-                }
-            }
-        }
-    }
-
-    fn receive_all(&mut self, now: Instant) -> bool {
-        let mut any = false;
-        for i in 0..self.net.socks.len() {
-            let id = self.net.socks[i].0;
-            for _ in 0..RECV_ROUNDS {
-                let n = self.net.socks[i]
-                    .1
-                    .recv_batch(&mut self.recv)
-                    .unwrap_or_default();
-                if n == 0 {
-                    break;
-                }
-                any = true;
-                for k in 0..n {
-                    match self.recv.datagram(k) {
-                        Some(d) => self.state.handle_datagram(now, id, d, &mut self.net),
-                        None => self.state.count_oversized(),
+                    // its last datagrams leave before it closes
+                    self.flush();
+                    if let Some(s) = self.map.io(id) {
+                        self.io.close(s);
                     }
-                }
-                if n < BATCH {
-                    break;
+                    self.map.0.retain(|(i, _)| *i != id);
                 }
             }
         }
-        any
-    }
-
-    fn park(&mut self) {
-        let q = &self.shared.queues[self.index];
-        if self.shared.spin.is_some() {
-            let until = Instant::now() + self.shared.spin.unwrap_or_default();
-            while Instant::now() < until {
-                if !q.rx.is_empty() {
-                    return;
-                }
-                std::hint::spin_loop();
-            }
-        }
-        q.parked.store(true, Ordering::SeqCst);
-        if !q.rx.is_empty() || q.stop.load(Ordering::SeqCst) {
-            q.parked.store(false, Ordering::SeqCst);
-            return;
-        }
-        let mut timeout = self
-            .state
-            .poll_timeout()
-            .map(|t| t.saturating_duration_since(Instant::now()));
-        if !self.net.send.is_empty() {
-            // a send backlog (full send buffer): come back soon to retry it
-            let retry = std::time::Duration::from_micros(200);
-            timeout = Some(timeout.map_or(retry, |t| t.min(retry)));
-        }
-        self.fds.clear();
-        self.fds.push(std::os::fd::AsRawFd::as_raw_fd(&q.wake));
-        for (_, s) in &self.net.socks {
-            self.fds.push(std::os::fd::AsRawFd::as_raw_fd(s));
-        }
-        let _ = wait_fds(&self.fds, libc::POLLIN, timeout);
-        q.parked.store(false, Ordering::SeqCst);
-        q.wake.drain();
     }
 
     /// After a panic: fail everything, mark the core dead, then keep failing what still
-    /// reaches the queue until shutdown.
+    /// reaches the queue until shutdown (polling every millisecond: the I/O layer may
+    /// be the part that failed, so it is not used again).
     fn after_fault(&mut self) {
         let q = &self.shared.queues[self.index];
         q.dead.store(true, Ordering::SeqCst);
@@ -309,17 +337,7 @@ impl Driver {
             if q.stop.load(Ordering::SeqCst) {
                 return;
             }
-            q.parked.store(true, Ordering::SeqCst);
-            if q.rx.is_empty() && !q.stop.load(Ordering::SeqCst) {
-                let fds = [std::os::fd::AsRawFd::as_raw_fd(&q.wake)];
-                let _ = wait_fds(
-                    &fds,
-                    libc::POLLIN,
-                    Some(std::time::Duration::from_millis(50)),
-                );
-            }
-            q.parked.store(false, Ordering::SeqCst);
-            q.wake.drain();
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }

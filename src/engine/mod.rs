@@ -114,7 +114,12 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 impl Shared {
     /// Called by core `i` once per loop: publishes when a reader asked or the last
     /// publication is old. Never blocks the core (a held lock skips the turn).
-    pub(crate) fn publish_stats(&self, i: usize, state: &state::CoreState) {
+    pub(crate) fn publish_stats(
+        &self,
+        i: usize,
+        state: &state::CoreState,
+        io: Option<&crate::udp::IoStats>,
+    ) {
         let p = &self.published[i];
         if !p.wanted.load(Ordering::Relaxed) {
             let due = match p.at.try_lock() {
@@ -125,14 +130,23 @@ impl Shared {
                 return;
             }
         }
-        self.publish_stats_now(i, state);
+        self.publish_stats_now(i, state, io);
     }
 
     /// Publishes core `i`'s statistics now (unless a reader holds the lock).
-    pub(crate) fn publish_stats_now(&self, i: usize, state: &state::CoreState) {
+    pub(crate) fn publish_stats_now(
+        &self,
+        i: usize,
+        state: &state::CoreState,
+        io: Option<&crate::udp::IoStats>,
+    ) {
         let p = &self.published[i];
         if let Ok(mut s) = p.stats.try_lock() {
             s.copy_from(state.stats());
+            match (&mut s.io, io) {
+                (Some(a), Some(b)) => a.clone_from(b),
+                (a, b) => *a = b.cloned(),
+            }
             s.in_flight = state.in_flight() as u64;
             s.sockets = state.sockets() as u64;
             drop(s);

@@ -10,7 +10,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -19,11 +20,11 @@ use smallvec::SmallVec;
 
 use super::EngineHandle;
 use super::completion::Completion;
-use super::io::WakeFd;
 use super::stats::Stats;
 use crate::error::{ConfigError, RequestError};
 use crate::ids::{LatencyTracker, Resource};
 use crate::outcome::{Failure, Outcome, Response};
+use crate::udp::Waker;
 use crate::wire::{self, EncodeError, GuardSpec, ReportEntry, ResourceSpec};
 
 /// PDU bytes kept inline in a submission (larger PDUs go to the heap).
@@ -62,9 +63,9 @@ pub(crate) enum Msg {
 pub(crate) struct CoreQueue {
     pub tx: Sender<Msg>,
     pub rx: Receiver<Msg>,
-    pub wake: WakeFd,
-    /// Set by the core just before it blocks; cleared by the first submitter that sees it.
-    pub parked: AtomicBool,
+    /// The core's I/O waker (set once by the core when it starts; unset in simulation).
+    /// Waking costs a system call only while the core waits.
+    pub waker: OnceLock<Arc<Waker>>,
     /// Set once by shutdown.
     pub stop: AtomicBool,
     /// Set once when the core failed: submitters fail at once with `CoreFailed`.
@@ -77,8 +78,7 @@ impl CoreQueue {
         Ok(CoreQueue {
             tx,
             rx,
-            wake: WakeFd::new()?,
-            parked: AtomicBool::new(false),
+            waker: OnceLock::new(),
             stop: AtomicBool::new(false),
             dead: AtomicBool::new(false),
         })
@@ -93,17 +93,16 @@ impl CoreQueue {
         }
     }
 
-    /// Wakes the core if it is parked (or about to park).
+    /// Wakes the core: a system call only if it is blocked in its wait.
     pub(crate) fn wake_if_parked(&self) {
-        if self.parked.load(Ordering::SeqCst) && self.parked.swap(false, Ordering::SeqCst) {
-            self.wake.wake();
+        if let Some(w) = self.waker.get() {
+            w.wake();
         }
     }
 
-    /// Wakes the core unconditionally.
+    /// Wakes the core (the same as [`CoreQueue::wake_if_parked`]).
     pub(crate) fn wake_now(&self) {
-        self.parked.store(false, Ordering::SeqCst);
-        self.wake.wake();
+        self.wake_if_parked();
     }
 }
 
