@@ -81,14 +81,15 @@ fn zero_allocations_per_request_in_steady_state() {
         "memory per in-flight request (slab entry): {} bytes",
         EngineHandle::entry_size()
     );
-    // A per-request allocation would show as >= N. What remains is glommio's own
-    // bookkeeping when its preemption timer re-arms (about three allocations per 100 ms
-    // quantum on the core thread, measured: 496 + 96 + 496 bytes), proportional to run
-    // time, not to requests; a fixed cap of 5 made this test flaky on slow machines.
-    assert!(
-        allocs <= (N / 100) as u64,
-        "{allocs} allocations for {N} requests"
+    println!(
+        "memory per in-flight request, every structure: {} bytes",
+        EngineHandle::bytes_per_in_flight()
     );
+    // A per-request allocation would show as >= N. Measured: 0 (the core thread is a
+    // plain pinned thread on the udp layer; statistics are published by copying into
+    // preallocated histograms). A margin of 2 allows for a one-time growth of a
+    // scratch vector on a slow machine.
+    assert!(allocs <= 2, "{allocs} allocations for {N} requests");
     assert!(
         EngineHandle::entry_size() <= 256,
         "{} bytes per in-flight request",
