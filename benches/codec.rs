@@ -8,9 +8,9 @@
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use ratelimitly_engine::ids::{bucket_id, tracker_id};
-use ratelimitly_engine::key::ApiKey;
-use ratelimitly_engine::wire::{
+use ratelimitly_engine::proto::ids::{bucket_id, tracker_id};
+use ratelimitly_engine::proto::key::ApiKey;
+use ratelimitly_engine::proto::wire::{
     self, Auth, GuardSpec, RateResponseView, ResourceResultSpec, ResourceSpec, TenantFields,
 };
 

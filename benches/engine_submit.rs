@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ratelimitly_engine::engine::{Cores, Engine, EngineHandle};
-use ratelimitly_engine::ids::Resource;
-use ratelimitly_engine::key::ApiKey;
-use ratelimitly_engine::machine::Endpoint;
-use ratelimitly_engine::wire::Auth;
+use ratelimitly_engine::proto::ids::Resource;
+use ratelimitly_engine::proto::key::ApiKey;
+use ratelimitly_engine::proto::machine::Endpoint;
+use ratelimitly_engine::proto::wire::Auth;
 use rl_responder::ResponderConfig;
 
 #[path = "../tests/engine_common/grant_peer.rs"]

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use ratelimitly_engine::engine::wheel::TimerWheel;
-use ratelimitly_engine::machine::{Endpoint, RequestMachine, Snapshot};
-use ratelimitly_engine::outcome::{GuardResult, ResourceResult};
-use ratelimitly_engine::policy::RequestPolicy;
+use ratelimitly_engine::proto::machine::{Endpoint, RequestMachine, Snapshot};
+use ratelimitly_engine::proto::outcome::{GuardResult, ResourceResult};
+use ratelimitly_engine::proto::policy::RequestPolicy;
 
 fn snapshot(n: usize) -> Snapshot {
     let v: Vec<Endpoint> = (0..n)

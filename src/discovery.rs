@@ -33,7 +33,7 @@ use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::{Name, RData, Record};
 use hickory_resolver::{TokioResolver, lookup::Lookup};
 
-use crate::machine::Endpoint;
+use crate::proto::machine::Endpoint;
 
 /// Unix time (seconds) of 2025-01-01T00:00:00Z, the epoch of server ids (docs/protocol.md §7).
 pub const SERVER_ID_EPOCH_UNIX_S: u64 = 1_735_689_600;
@@ -88,7 +88,7 @@ impl Discovery {
     }
 }
 
-pub use crate::error::DiscoveryError;
+pub use crate::proto::error::DiscoveryError;
 
 impl From<&NetError> for DiscoveryError {
     fn from(e: &NetError) -> Self {

@@ -13,7 +13,7 @@
 //!   [`KeyText`], which wipes itself on drop and whose `Debug` shows nothing.
 //!
 //! Owns: reading the key text and turning it into an [`ApiKey`]. Must not touch: the key
-//! format itself (that is [`crate::key`]), sockets, output.
+//! format itself (that is [`crate::proto::key`]), sockets, output.
 
 use std::fmt;
 use std::io;
@@ -21,8 +21,8 @@ use std::path::Path;
 
 use zeroize::Zeroizing;
 
-use crate::error::KeyError;
-use crate::key::ApiKey;
+use crate::proto::error::KeyError;
+use crate::proto::key::ApiKey;
 
 /// Environment variable holding the API key.
 pub const KEY_ENV: &str = "RATELIMITLY_API_KEY";

@@ -25,27 +25,20 @@
 //! (`rl-responder`); everything below it is tested on virtual time and test vectors.
 
 pub mod discovery;
-pub mod endpoint;
 pub mod engine;
-pub mod error;
-pub mod ids;
-pub mod key;
 pub mod key_source;
-pub mod machine;
-pub mod outcome;
-pub mod policy;
+pub mod proto;
 pub mod udp;
-pub mod wire;
 
-pub use crate::endpoint::{Endpoint, EndpointParseError};
 pub use crate::engine::{
     Batch, BuildError, Completion, Cores, DnsConfig, Engine, EngineBuilder, EngineHandle,
     OptionError, Request, RequestBuilder, Stats,
 };
-pub use crate::error::{ConfigError, KeyError};
-pub use crate::ids::{LatencyTracker, Resource};
-pub use crate::key::{ApiKey, AuthMode, Quotas};
-pub use crate::outcome::{
+pub use crate::proto::endpoint::{Endpoint, EndpointParseError};
+pub use crate::proto::error::{ConfigError, KeyError};
+pub use crate::proto::ids::{LatencyTracker, Resource};
+pub use crate::proto::key::{ApiKey, AuthMode, Quotas};
+pub use crate::proto::outcome::{
     Decision, Failure, FailureCategory, GuardResult, Outcome, Phase, ResourceResult, Response,
 };
-pub use crate::policy::{PolicyError, RequestPolicy, Schedule, ScheduleParseError};
+pub use crate::proto::policy::{PolicyError, RequestPolicy, Schedule, ScheduleParseError};

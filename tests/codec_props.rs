@@ -4,10 +4,10 @@
 
 use proptest::prelude::*;
 
-use ratelimitly_engine::error::KeyError;
-use ratelimitly_engine::key::{ApiKey, AuthMode, Quotas};
-use ratelimitly_engine::outcome::{Decision, Phase, Response};
-use ratelimitly_engine::wire::{
+use ratelimitly_engine::proto::error::KeyError;
+use ratelimitly_engine::proto::key::{ApiKey, AuthMode, Quotas};
+use ratelimitly_engine::proto::outcome::{Decision, Phase, Response};
+use ratelimitly_engine::proto::wire::{
     self, Auth, DropReason, EncodeError, GuardSpec, GuardView, MAX_DATAGRAM, RateRequestView,
     RateResponseView, ReportEntry, ReportView, ResourceResultSpec, ResourceSpec, TenantFields,
     TenantView,

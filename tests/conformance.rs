@@ -6,15 +6,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelimitly_engine::key::ApiKey;
-use ratelimitly_engine::machine::{
+use ratelimitly_engine::proto::key::ApiKey;
+use ratelimitly_engine::proto::machine::{
     Accepted, Endpoint, Ignored, RequestMachine, Snapshot, Transmit, TransmitKind,
 };
-use ratelimitly_engine::outcome::{
+use ratelimitly_engine::proto::outcome::{
     Decision, Failure, FailureCategory, GuardResult, Outcome, Phase, ResourceResult, Response,
 };
-use ratelimitly_engine::policy::{PolicyError, RequestPolicy, Schedule};
-use ratelimitly_engine::wire::{
+use ratelimitly_engine::proto::policy::{PolicyError, RequestPolicy, Schedule};
+use ratelimitly_engine::proto::wire::{
     Auth, DropReason, GuardSpec, ResourceResultSpec, TenantFields, encode_rate_response_pdu, seal,
 };
 

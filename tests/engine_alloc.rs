@@ -12,11 +12,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use ratelimitly_engine::engine::{Cores, Engine, EngineHandle};
-use ratelimitly_engine::ids::Resource;
-use ratelimitly_engine::key::ApiKey;
-use ratelimitly_engine::machine::Endpoint;
-use ratelimitly_engine::outcome::Decision;
-use ratelimitly_engine::wire::Auth;
+use ratelimitly_engine::proto::ids::Resource;
+use ratelimitly_engine::proto::key::ApiKey;
+use ratelimitly_engine::proto::machine::Endpoint;
+use ratelimitly_engine::proto::outcome::Decision;
+use ratelimitly_engine::proto::wire::Auth;
 
 #[path = "engine_common/grant_peer.rs"]
 mod grant_peer;

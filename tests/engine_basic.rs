@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use engine_common::*;
 use ratelimitly_engine::engine::{Cores, Engine};
-use ratelimitly_engine::outcome::{Decision, Failure, Phase};
-use ratelimitly_engine::policy::RequestPolicy;
+use ratelimitly_engine::proto::outcome::{Decision, Failure, Phase};
+use ratelimitly_engine::proto::policy::RequestPolicy;
 use rl_responder::{Faults, FixedDecision};
 
 #[test]
@@ -107,7 +107,7 @@ fn oldest_answering_first_returns_at_once_younger_waits_round0() {
     let e = engine(
         COOKIE,
         vec![
-            ratelimitly_engine::machine::Endpoint {
+            ratelimitly_engine::proto::machine::Endpoint {
                 server_id: 5,
                 addr: dead,
             },
@@ -197,7 +197,7 @@ fn policy_over_key_limit_is_rejected_before_io() {
     let err = Engine::builder(key(COOKIE))
         .cores(Cores::Count(1))
         .policy(policy)
-        .endpoints(vec![ratelimitly_engine::machine::Endpoint {
+        .endpoints(vec![ratelimitly_engine::proto::machine::Endpoint {
             server_id: 1,
             addr: "127.0.0.1:9".parse().unwrap(),
         }])
@@ -215,7 +215,7 @@ fn unreachable_endpoint_does_not_abort_and_all_unreachable_fails() {
     let r = responder(COOKIE, 9, Faults::default());
     // an IPv6 address we cannot reach from an IPv4-only path still fails to send on
     // some hosts; use a port-0 destination, which the kernel refuses to send to.
-    let bad = ratelimitly_engine::machine::Endpoint {
+    let bad = ratelimitly_engine::proto::machine::Endpoint {
         server_id: 1,
         addr: "127.0.0.1:0".parse().unwrap(),
     };

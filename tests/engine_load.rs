@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use engine_common::*;
 use ratelimitly_engine::engine::{Cores, DnsConfig, Engine};
-use ratelimitly_engine::outcome::{Decision, Failure};
-use ratelimitly_engine::policy::RequestPolicy;
+use ratelimitly_engine::proto::outcome::{Decision, Failure};
+use ratelimitly_engine::proto::policy::RequestPolicy;
 use rl_responder::Faults;
 
 #[test]

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use ratelimitly as official;
-use ratelimitly_engine::machine::{Endpoint, RequestMachine, Snapshot, TransmitKind};
-use ratelimitly_engine::outcome::{Failure, FailureCategory, Phase};
-use ratelimitly_engine::policy::{PolicyError, RequestPolicy, Schedule};
+use ratelimitly_engine::proto::machine::{Endpoint, RequestMachine, Snapshot, TransmitKind};
+use ratelimitly_engine::proto::outcome::{Failure, FailureCategory, Phase};
+use ratelimitly_engine::proto::policy::{PolicyError, RequestPolicy, Schedule};
 
 fn schedule() -> impl Strategy<Value = Schedule> {
     prop_oneof![

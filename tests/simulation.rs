@@ -7,8 +7,8 @@ mod sim;
 
 use std::time::Duration;
 
-use ratelimitly_engine::outcome::{Decision, Failure, Phase};
-use ratelimitly_engine::policy::RequestPolicy;
+use ratelimitly_engine::proto::outcome::{Decision, Failure, Phase};
+use ratelimitly_engine::proto::policy::RequestPolicy;
 use rl_responder::{Faults, FixedDecision};
 use sim::*;
 
@@ -25,7 +25,7 @@ fn steer_every(n: u32) -> Faults {
 /// Continuous load: `batches` batches of `n`, one every `gap`.
 fn load(
     s: &mut Sim,
-    res: &ratelimitly_engine::ids::Resource,
+    res: &ratelimitly_engine::proto::ids::Resource,
     batches: usize,
     n: usize,
     gap: Duration,
@@ -262,7 +262,8 @@ fn shutdown_with_requests_in_flight_completes_each_once() {
 fn latency_reports_reach_every_endpoint() {
     let mut s = Sim::new(SimConfig::new(13, 3));
     let t =
-        ratelimitly_engine::ids::LatencyTracker::new("t", Duration::from_secs(60), 100, 1).unwrap();
+        ratelimitly_engine::proto::ids::LatencyTracker::new("t", Duration::from_secs(60), 100, 1)
+            .unwrap();
     for _ in 0..5 {
         s.handle.report(&t, ms(12)).unwrap();
     }

@@ -1,13 +1,13 @@
 //! The one text form of each concept the tools take on their command lines, tested once:
-//! endpoints `ID@IP:PORT` (`ratelimitly_engine::endpoint`) and replay-gap schedules
-//! (`Schedule`'s `FromStr`/`Display` in `ratelimitly_engine::policy`). Display then parse
+//! endpoints `ID@IP:PORT` (`ratelimitly_engine::proto::endpoint`) and replay-gap schedules
+//! (`Schedule`'s `FromStr`/`Display` in `ratelimitly_engine::proto::policy`). Display then parse
 //! gives back the same value, and the canonical text is a fixed point.
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use proptest::prelude::*;
-use ratelimitly_engine::endpoint::{Endpoint, EndpointParseError};
-use ratelimitly_engine::policy::{Schedule, ScheduleParseError};
+use ratelimitly_engine::proto::endpoint::{Endpoint, EndpointParseError};
+use ratelimitly_engine::proto::policy::{Schedule, ScheduleParseError};
 
 fn endpoint() -> impl Strategy<Value = Endpoint> {
     let v4 = any::<u32>().prop_map(|ip| std::net::IpAddr::V4(Ipv4Addr::from(ip)));

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use ratelimitly_engine::error::{ConfigError, KeyError};
-use ratelimitly_engine::ids::{LatencyTracker, Resource, bucket_id, tracker_id};
-use ratelimitly_engine::key::{ApiKey, AuthMode};
-use ratelimitly_engine::wire::{
+use ratelimitly_engine::proto::error::{ConfigError, KeyError};
+use ratelimitly_engine::proto::ids::{LatencyTracker, Resource, bucket_id, tracker_id};
+use ratelimitly_engine::proto::key::{ApiKey, AuthMode};
+use ratelimitly_engine::proto::wire::{
     self, Auth, DropReason, GuardSpec, RateRequestView, RateResponseView, ReportEntry, ReportView,
     ResourceResultSpec, ResourceSpec, TenantFields, TenantView, types,
 };

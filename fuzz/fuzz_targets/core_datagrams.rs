@@ -14,9 +14,9 @@ use libfuzzer_sys::fuzz_target;
 use ratelimitly_engine::engine::sockets::{SockId, SocketOp};
 use ratelimitly_engine::engine::state::TransmitSink;
 use ratelimitly_engine::engine::{Completion, Cores, Engine};
-use ratelimitly_engine::ids::Resource;
-use ratelimitly_engine::key::ApiKey;
-use ratelimitly_engine::machine::Endpoint;
+use ratelimitly_engine::proto::ids::Resource;
+use ratelimitly_engine::proto::key::ApiKey;
+use ratelimitly_engine::proto::machine::Endpoint;
 
 /// Public test-fixture key (never a real credential).
 const NONE_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";

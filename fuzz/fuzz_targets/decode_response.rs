@@ -6,8 +6,8 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use ratelimitly_engine::key::ApiKey;
-use ratelimitly_engine::wire::{self, Auth, RateResponseView, TenantView};
+use ratelimitly_engine::proto::key::ApiKey;
+use ratelimitly_engine::proto::wire::{self, Auth, RateResponseView, TenantView};
 
 /// Public test-fixture keys (none, cookie, aes) from tests/data/vectors.json, via
 /// rl-testkit (never real credentials).

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ratelimitly_engine::key::ApiKey;
+use ratelimitly_engine::proto::key::ApiKey;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

@@ -15,8 +15,8 @@ use clap::builder::RangedU64ValueParser;
 use clap::{Parser, ValueEnum};
 use serde::{Serialize, Serializer};
 
-use ratelimitly_engine::endpoint::Endpoint;
-use ratelimitly_engine::policy::{PolicyError, RequestPolicy, Schedule};
+use ratelimitly_engine::proto::endpoint::Endpoint;
+use ratelimitly_engine::proto::policy::{PolicyError, RequestPolicy, Schedule};
 
 /// Which client a run drives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]

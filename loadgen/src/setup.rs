@@ -9,9 +9,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ratelimitly_engine::endpoint::Endpoint;
-use ratelimitly_engine::key::ApiKey;
 use ratelimitly_engine::key_source::{self, KeyLoadError, KeyText};
+use ratelimitly_engine::proto::endpoint::Endpoint;
+use ratelimitly_engine::proto::key::ApiKey;
 use rl_responder::{Faults, ResponderConfig, ResponderHandle};
 use rl_testkit::keys;
 

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use ratelimitly_engine::key::ApiKey;
+use ratelimitly_engine::proto::key::ApiKey;
 use rl_responder::decide::{Capacities, Responder};
 use rl_responder::frame::{KeyAuth, Tenant};
 

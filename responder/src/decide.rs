@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use ratelimitly_engine::key::{ApiKey, AuthMode};
-use ratelimitly_engine::wire::{
+use ratelimitly_engine::proto::key::{ApiKey, AuthMode};
+use ratelimitly_engine::proto::wire::{
     GUARD_BLOCK_LEN, GuardSpec, PDU_HEADER_LEN, RESOURCE_BLOCK_LEN, RateRequestView,
     ResourceResultSpec, encode_rate_response_pdu,
 };

@@ -3,12 +3,12 @@
 //! Owns: the per-key prepared [`KeyAuth`] and the mapping of the codec's drop reasons to
 //! the responder's [`FrameError`]. Opening (cookie check in constant time, AES-256-GCM
 //! verify + decrypt in place) and sealing (cookie echo, AES-256-GCM with the responder's
-//! own fresh nonce) are the engine codec's `ratelimitly_engine::wire::{open, seal}`.
+//! own fresh nonce) are the engine codec's `ratelimitly_engine::proto::wire::{open, seal}`.
 //! Must not touch: PDU contents (see `pdu`), state, sockets, clocks. The secret never
 //! appears in any `Debug` or error output.
 
-use ratelimitly_engine::key::{ApiKey, AuthMode};
-use ratelimitly_engine::wire::{self, Auth, DropReason, TenantFields, TenantView};
+use ratelimitly_engine::proto::key::{ApiKey, AuthMode};
+use ratelimitly_engine::proto::wire::{self, Auth, DropReason, TenantFields, TenantView};
 
 /// Largest datagram of wire v2.
 pub const MAX_DATAGRAM: usize = wire::MAX_DATAGRAM;

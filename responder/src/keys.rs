@@ -9,8 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use ratelimitly_engine::key::{ApiKey, KeyError};
 use ratelimitly_engine::key_source::{self, KeyLoadError};
+use ratelimitly_engine::proto::key::{ApiKey, KeyError};
 
 /// Why keys could not be loaded.
 #[derive(Debug, thiserror::Error)]

@@ -1,4 +1,4 @@
-//! Responder-specific PDU rules on top of the codec's views (`ratelimitly_engine::wire`).
+//! Responder-specific PDU rules on top of the codec's views (`ratelimitly_engine::proto::wire`).
 //!
 //! Owns: dispatch of an opened PDU by type to [`RateRequestView`] / [`ReportView`], and
 //! the rules the codec leaves to servers (docs/protocol.md §2 "servers may require"): the PDU size
@@ -7,8 +7,8 @@
 //! fixed stack arrays of [`MAX_GUARDS`] / [`MAX_RESOURCES`]). Must not touch: byte
 //! layouts and field offsets (the codec's), framing, auth, crypto, state, sockets, clocks.
 
-use ratelimitly_engine::key::AuthMode;
-use ratelimitly_engine::wire::{
+use ratelimitly_engine::proto::key::AuthMode;
+use ratelimitly_engine::proto::wire::{
     DropReason, GUARD_BLOCK_LEN, MAX_DATAGRAM, PDU_HEADER_LEN, RESOURCE_BLOCK_LEN, RateRequestView,
     ReportView, TENANT_LEN, auth_tlv_len, types,
 };
@@ -82,7 +82,7 @@ pub fn parse(pdu: &[u8]) -> Result<Inbound<'_>, PduError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ratelimitly_engine::wire::{
+    use ratelimitly_engine::proto::wire::{
         GuardSpec, ResourceResultSpec, encode_rate_response_pdu, encode_report_pdu,
     };
 
@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn parses_report() {
-        let e = ratelimitly_engine::wire::ReportEntry {
+        let e = ratelimitly_engine::proto::wire::ReportEntry {
             tracker_id: [3; 16],
             ttl_ms: 1000,
             max_samples: 10,

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ratelimitly_engine::key::ApiKey;
+use ratelimitly_engine::proto::key::ApiKey;
 use ratelimitly_engine::udp::{
     BackendChoice, BackendKind, BindOptions, IoConfig, IoEvent, IoStats, SendQueue, SocketId,
     UdpDriver, Waker,

@@ -8,8 +8,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use ratelimitly_engine::error::ConfigError;
-use ratelimitly_engine::ids::{LatencyTracker, bucket_id, tracker_id};
+use ratelimitly_engine::proto::error::ConfigError;
+use ratelimitly_engine::proto::ids::{LatencyTracker, bucket_id, tracker_id};
 
 /// Why an argument could not be parsed. Shown by clap as the reason of a usage error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

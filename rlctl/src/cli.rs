@@ -10,8 +10,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use ratelimitly_engine::endpoint::Endpoint;
-use ratelimitly_engine::policy::Schedule;
+use ratelimitly_engine::proto::endpoint::Endpoint;
+use ratelimitly_engine::proto::policy::Schedule;
 
 use crate::args::{self, ResourceArg, TrackerArg};
 

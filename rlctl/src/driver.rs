@@ -10,12 +10,12 @@
 
 use std::time::{Duration, Instant};
 
-use ratelimitly_engine::endpoint::Endpoint;
 use ratelimitly_engine::engine::{BuildError, Cores, Engine};
-use ratelimitly_engine::ids::{LatencyTracker, Resource};
-use ratelimitly_engine::key::ApiKey;
-use ratelimitly_engine::outcome::{CommError, Failure, Outcome};
-use ratelimitly_engine::policy::RequestPolicy;
+use ratelimitly_engine::proto::endpoint::Endpoint;
+use ratelimitly_engine::proto::ids::{LatencyTracker, Resource};
+use ratelimitly_engine::proto::key::ApiKey;
+use ratelimitly_engine::proto::outcome::{CommError, Failure, Outcome};
+use ratelimitly_engine::proto::policy::RequestPolicy;
 
 /// What one request run produced.
 #[derive(Debug)]

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use ratelimitly_engine::discovery::{self, Discovery, DiscoveryError};
-use ratelimitly_engine::endpoint::Endpoint;
-use ratelimitly_engine::key::ApiKey;
+use ratelimitly_engine::proto::endpoint::Endpoint;
+use ratelimitly_engine::proto::key::ApiKey;
 
 use crate::cli::{DnsOpts, ServerOpts};
 

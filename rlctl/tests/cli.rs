@@ -308,7 +308,11 @@ fn request_grant_then_rejection_with_deficit() {
     assert_eq!(code(&o), 0, "{o:?}");
     let v = json_of(&o);
     check_request_shape(&v);
-    let bucket = hex(ratelimitly_engine::ids::bucket_id(b"cli-grant", 60000, 3));
+    let bucket = hex(ratelimitly_engine::proto::ids::bucket_id(
+        b"cli-grant",
+        60000,
+        3,
+    ));
     assert_eq!(v["outcome"], "granted");
     assert_eq!(v["failure"], Value::Null);
     assert_eq!(v["server_id"], 77u64 << 23);
@@ -420,7 +424,10 @@ fn guard_fails_after_reports() {
     let g = &v["guards"][0];
     assert_eq!(
         g["tracker_id"],
-        hex(ratelimitly_engine::ids::tracker_id(b"cli-db", 60000, 10, 2)).as_str()
+        hex(ratelimitly_engine::proto::ids::tracker_id(
+            b"cli-db", 60000, 10, 2
+        ))
+        .as_str()
     );
     assert_eq!(g["threshold_ms"], 100);
     assert!(g["current_latency_ms"].as_u64().unwrap() >= 400, "{g}");

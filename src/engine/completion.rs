@@ -22,7 +22,7 @@ use std::thread::Thread;
 use atomic_waker::AtomicWaker;
 use crossbeam_queue::ArrayQueue;
 
-use crate::outcome::{Outcome, Response};
+use crate::proto::outcome::{Outcome, Response};
 
 const FREE: u8 = 0;
 const PENDING: u8 = 1;
@@ -402,7 +402,7 @@ pub(crate) fn thread_waker() -> Waker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::Failure;
+    use crate::proto::outcome::Failure;
 
     #[test]
     fn complete_then_wait_and_reuse() {

@@ -10,10 +10,10 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::error::ConfigError;
-use crate::key::ApiKey;
-use crate::machine::{Endpoint, MAX_ENDPOINTS};
-use crate::policy::RequestPolicy;
+use crate::proto::error::ConfigError;
+use crate::proto::key::ApiKey;
+use crate::proto::machine::{Endpoint, MAX_ENDPOINTS};
+use crate::proto::policy::RequestPolicy;
 
 /// Which CPUs run engine cores. CPUs are always taken from the process's own affinity
 /// set (`sched_getaffinity`), so a cpuset, `taskset` or a Kubernetes static CPU policy

@@ -27,7 +27,7 @@ use super::Shared;
 use super::sockets::{SockId, SocketOp};
 use super::state::{CoreState, TransmitSink, os_entropy};
 use super::submit::Msg;
-use crate::outcome::Failure;
+use crate::proto::outcome::Failure;
 use crate::udp::{IoConfig, IoEvent, SendQueue, SocketId, UdpDriver};
 
 /// Ports tried per steering rebind (each a bind(2)); never an unbounded scan.

@@ -10,8 +10,8 @@
 
 use super::sockets::SockId;
 use super::wheel::TimerHandle;
-use crate::machine::{Delivery, TransmitKind};
-use crate::wire::MAX_DATAGRAM;
+use crate::proto::machine::{Delivery, TransmitKind};
+use crate::proto::wire::MAX_DATAGRAM;
 
 /// Datagram bytes stored inline in an entry; larger datagrams use a pooled buffer. Sized
 /// for the common request in aes mode: one resource and one guard (72 + 8 + 4 + 28 + 36

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 
 use crate::discovery;
-use crate::machine::{Endpoint, MAX_ENDPOINTS, Snapshot};
+use crate::proto::machine::{Endpoint, MAX_ENDPOINTS, Snapshot};
 
 /// Default refresh period (docs/protocol.md §13).
 pub(crate) const REFRESH: Duration = Duration::from_secs(300);

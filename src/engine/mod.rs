@@ -50,13 +50,13 @@ use self::membership::Membership;
 pub use self::stats::Stats;
 pub use self::submit::{Batch, Request, RequestBuilder};
 use self::submit::{CoreQueue, Msg};
-use crate::error::ConfigError;
-use crate::ids::LatencyTracker;
-use crate::key::ApiKey;
-use crate::machine::{Endpoint, Plan};
-use crate::outcome::{Failure, Outcome};
-use crate::policy::RequestPolicy;
-use crate::wire::{self, Auth, ReportEntry};
+use crate::proto::error::ConfigError;
+use crate::proto::ids::LatencyTracker;
+use crate::proto::key::ApiKey;
+use crate::proto::machine::{Endpoint, Plan};
+use crate::proto::outcome::{Failure, Outcome};
+use crate::proto::policy::RequestPolicy;
+use crate::proto::wire::{self, Auth, ReportEntry};
 
 /// Default in-flight limit per core.
 pub const DEFAULT_IN_FLIGHT: usize = 65_536;
@@ -686,8 +686,9 @@ impl EngineHandle {
     /// Reports an observed latency for `tracker` (whole ms), coalesced per core and sent
     /// once to every endpoint of the current membership.
     pub fn report(&self, tracker: &LatencyTracker, observed: Duration) -> Result<(), Failure> {
-        let observed_ms = crate::ids::latency_ms(observed, crate::ids::LatencyField::Observed)
-            .map_err(|e| Failure::Configuration(e.into()))?;
+        let observed_ms =
+            crate::proto::ids::latency_ms(observed, crate::proto::ids::LatencyField::Observed)
+                .map_err(|e| Failure::Configuration(e.into()))?;
         if !self.enter() {
             return Err(Failure::Shutdown);
         }

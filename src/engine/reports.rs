@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::wire::ReportEntry;
+use crate::proto::wire::ReportEntry;
 
 /// Pending report entries of one core.
 pub(crate) struct Reports {

@@ -11,7 +11,7 @@
 //! Must not touch: sockets, clocks (every instant is a parameter; the wall clock for the
 //! tenant timestamp is set with [`CoreState::set_wall_ms`]), threads, system calls (OS
 //! randomness comes from the injected [`Entropy`]). The decisions themselves are the
-//! request machine's (`crate::machine`).
+//! request machine's (`crate::proto::machine`).
 //!
 //! Ordering contract for drivers: hand every transmit to the network before performing
 //! the socket operations polled after it (a `Close` follows the last transmit of its
@@ -28,9 +28,9 @@ use super::sockets::{SockId, SocketOp, SocketTable};
 use super::stats::{ROUND_BUCKETS, Stats};
 use super::submit::{Msg, PduBuf};
 use super::wheel::{TimerHandle, TimerWheel};
-use crate::machine::{Sends, TransmitKind};
-use crate::outcome::{CommError, Failure, Phase, Response};
-use crate::wire::{self, DropReason, RateResponseView, RngError, TenantView};
+use crate::proto::machine::{Sends, TransmitKind};
+use crate::proto::outcome::{CommError, Failure, Phase, Response};
+use crate::proto::wire::{self, DropReason, RateResponseView, RngError, TenantView};
 
 /// Submissions taken from the queue per call of [`CoreState::handle_queue`].
 pub const DRAIN: usize = 256;
@@ -322,7 +322,7 @@ impl CoreState {
             return self.fail_early(slot, Failure::Overloaded);
         };
         let snapshot = self.shared.membership.snapshot();
-        let req = match crate::machine::Delivery::new(&self.shared.plan, snapshot, now) {
+        let req = match crate::proto::machine::Delivery::new(&self.shared.plan, snapshot, now) {
             Ok(m) => m,
             Err(f) => {
                 self.inflight.unreserve(key);
@@ -358,7 +358,7 @@ impl CoreState {
                 // the size was checked when the request was built
                 self.inflight.recycle(dgram);
                 self.inflight.unreserve(key);
-                let e = crate::error::RequestError::TooLarge {
+                let e = crate::proto::error::RequestError::TooLarge {
                     needed: total,
                     max: wire::MAX_DATAGRAM,
                 };

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::wire::DropReason;
+use crate::proto::wire::DropReason;
 
 /// Rounds counted individually in [`Stats::decisions_by_round`]; later rounds share the
 /// last bucket.

@@ -21,11 +21,11 @@ use smallvec::SmallVec;
 use super::EngineHandle;
 use super::completion::Completion;
 use super::stats::Stats;
-use crate::error::{ConfigError, RequestError};
-use crate::ids::{LatencyTracker, Resource};
-use crate::outcome::{Failure, Outcome, Response};
+use crate::proto::error::{ConfigError, RequestError};
+use crate::proto::ids::{LatencyTracker, Resource};
+use crate::proto::outcome::{Failure, Outcome, Response};
+use crate::proto::wire::{self, EncodeError, GuardSpec, ReportEntry, ResourceSpec};
 use crate::udp::Waker;
-use crate::wire::{self, EncodeError, GuardSpec, ReportEntry, ResourceSpec};
 
 /// PDU bytes kept inline in a submission (larger PDUs go to the heap).
 pub(crate) const PDU_INLINE: usize = 128;
@@ -161,7 +161,10 @@ impl<'a> RequestBuilder<'a> {
     /// number of milliseconds, as the official client requires; anything else fails
     /// the request with a configuration error).
     pub fn guard(mut self, tracker: &LatencyTracker, threshold: Duration) -> Self {
-        match crate::ids::latency_ms(threshold, crate::ids::LatencyField::GuardThreshold) {
+        match crate::proto::ids::latency_ms(
+            threshold,
+            crate::proto::ids::LatencyField::GuardThreshold,
+        ) {
             Ok(ms) => self.guards.push(GuardSpec {
                 tracker_id: tracker.id(),
                 ttl_ms: tracker.ttl_ms(),
@@ -357,7 +360,7 @@ impl Future for Batch {
 #[cfg(test)]
 mod threshold_tests {
     use super::*;
-    use crate::ids::{LatencyField, latency_ms};
+    use crate::proto::ids::{LatencyField, latency_ms};
 
     /// Guard thresholds follow the official crate (`ratelimitly` 0.1.0 refuses any
     /// duration that is zero or not a whole number of milliseconds): no rounding.

@@ -2,7 +2,7 @@
 
 use std::net::{SocketAddr, UdpSocket};
 
-use ratelimitly_engine::endpoint::Endpoint;
+use ratelimitly_engine::proto::endpoint::Endpoint;
 
 /// A bound loopback UDP address that never answers (the socket is leaked on purpose so
 /// the port stays taken for the rest of the test process).

@@ -1,6 +1,6 @@
 //! Responder harness: embedded `rl-responder` instances on 127.0.0.1 for the test suites.
 
-use ratelimitly_engine::endpoint::Endpoint;
+use ratelimitly_engine::proto::endpoint::Endpoint;
 use rl_responder::{Faults, ResponderConfig, ResponderHandle};
 
 use crate::keys::key;

@@ -1,7 +1,7 @@
 //! Public fixture keys (entries of `keys_valid` / `keys_invalid` in
 //! `tests/data/vectors.json`). Synthetic test values, never credentials.
 
-use ratelimitly_engine::key::ApiKey;
+use ratelimitly_engine::proto::key::ApiKey;
 
 /// `aes_key_id_3`: AES-256-GCM, key id 3, secret 32 × 0x03, dedup TTL limit 300 ms.
 pub const AES: &str =

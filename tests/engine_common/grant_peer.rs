@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ratelimitly_engine::wire::{
+use ratelimitly_engine::proto::wire::{
     self, Auth, RateRequestView, ResourceResultSpec, TenantFields, encode_rate_response_pdu,
 };
 

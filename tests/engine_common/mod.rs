@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use ratelimitly_engine::engine::{Cores, Engine};
-use ratelimitly_engine::ids::{LatencyTracker, Resource};
-use ratelimitly_engine::machine::Endpoint;
-use ratelimitly_engine::policy::RequestPolicy;
+use ratelimitly_engine::proto::ids::{LatencyTracker, Resource};
+use ratelimitly_engine::proto::machine::Endpoint;
+use ratelimitly_engine::proto::policy::RequestPolicy;
 
 pub use rl_testkit::endpoints::dead_addr;
 pub use rl_testkit::harness::{endpoint as ep, responder};

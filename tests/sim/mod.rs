@@ -25,12 +25,12 @@ use ratelimitly_engine::engine::Completion;
 use ratelimitly_engine::engine::sockets::{SockId, SocketOp};
 use ratelimitly_engine::engine::state::{CoreState, REPORT_TAG, TransmitSink};
 use ratelimitly_engine::engine::{Cores, Engine, EngineHandle};
-use ratelimitly_engine::ids::Resource;
-use ratelimitly_engine::key::ApiKey;
-use ratelimitly_engine::machine::Endpoint;
-use ratelimitly_engine::outcome::{Failure, Outcome};
-use ratelimitly_engine::policy::RequestPolicy;
-use ratelimitly_engine::wire::RngError;
+use ratelimitly_engine::proto::ids::Resource;
+use ratelimitly_engine::proto::key::ApiKey;
+use ratelimitly_engine::proto::machine::Endpoint;
+use ratelimitly_engine::proto::outcome::{Failure, Outcome};
+use ratelimitly_engine::proto::policy::RequestPolicy;
+use ratelimitly_engine::proto::wire::RngError;
 use rl_responder::Faults;
 use rl_responder::decide::{Capacities, Responder};
 

@@ -35,7 +35,7 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use ratelimitly_engine::EngineHandle;
-use ratelimitly_engine::wire::DropReason;
+use ratelimitly_engine::proto::wire::DropReason;
 
 use crate::admission::Verdict;
 use crate::failure::FailureKind;

@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use ratelimitly_engine::engine::{Cores, Engine, EngineHandle};
-use ratelimitly_engine::ids::{LatencyTracker, Resource};
+use ratelimitly_engine::proto::ids::{LatencyTracker, Resource};
 
-use ratelimitly_engine::outcome::{Decision, Failure, Outcome};
+use ratelimitly_engine::proto::outcome::{Decision, Failure, Outcome};
 
 use super::tokio_driver::{self, AsyncClient};
 use super::{PhaseSpec, Ready, RunContext, Target};

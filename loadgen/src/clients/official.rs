@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ratelimitly_engine::policy::Schedule;
+use ratelimitly_engine::proto::policy::Schedule;
 
 use super::tokio_driver::{self, AsyncClient};
 use super::{PhaseSpec, Ready, RunContext, Target};

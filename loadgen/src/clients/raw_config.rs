@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ratelimitly_engine::wire::{self, Auth, GuardSpec, ResourceSpec};
+use ratelimitly_engine::proto::wire::{self, Auth, GuardSpec, ResourceSpec};
 
 use crate::workload::{self, Workload};
 
@@ -32,7 +32,7 @@ pub enum RawError {
     /// A template PDU did not encode.
     Encode(wire::EncodeError),
     /// A bucket or tracker definition was refused.
-    Config(ratelimitly_engine::error::ConfigError),
+    Config(ratelimitly_engine::proto::error::ConfigError),
     /// Every endpoint is dead.
     NoLiveEndpoint,
 }
@@ -49,7 +49,7 @@ impl std::fmt::Display for RawError {
 
 impl RawConfig {
     pub fn new(
-        key: &ratelimitly_engine::key::ApiKey,
+        key: &ratelimitly_engine::proto::key::ApiKey,
         work: &Workload,
         targets: Vec<SocketAddr>,
         horizon: Duration,
@@ -63,7 +63,7 @@ impl RawConfig {
         let auth = Auth::new(key);
         let resources: Vec<ResourceSpec> = (0..work.buckets.min(4096))
             .map(|i| {
-                let r = ratelimitly_engine::ids::Resource::new(
+                let r = ratelimitly_engine::proto::ids::Resource::new(
                     Workload::bucket_name(i),
                     Duration::from_millis(u64::from(work.window_ms)),
                     work.rate_limit,
@@ -79,7 +79,7 @@ impl RawConfig {
             .collect::<Result<_, RawError>>()?;
         let guards: Vec<GuardSpec> = (0..work.guards)
             .map(|i| {
-                let t = ratelimitly_engine::ids::LatencyTracker::new(
+                let t = ratelimitly_engine::proto::ids::LatencyTracker::new(
                     Workload::tracker_name(i),
                     Duration::from_millis(u64::from(workload::TRACKER_TTL_MS)),
                     workload::TRACKER_MAX_SAMPLES,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratelimitly_engine::engine::io::{RecvBatch, SendBatch, UdpIo};
-use ratelimitly_engine::wire::{self, TenantFields};
+use ratelimitly_engine::proto::wire::{self, TenantFields};
 
 use super::raw_config::RawConfig;
 use crate::stats::{Kind, Phase};

@@ -2,7 +2,7 @@
 //! of the responder's own framing (so these tests do not depend on the engine's codec).
 #![allow(dead_code, unused_imports)]
 
-use ratelimitly_engine::key::ApiKey;
+use ratelimitly_engine::proto::key::ApiKey;
 use rl_responder::frame::{KeyAuth, Tenant, tenant};
 
 pub use rl_testkit::keys::{AES as AES_KEY, COOKIE as COOKIE_KEY, NONE as NONE_KEY, key};

@@ -3,8 +3,8 @@
 
 use serde_json::json;
 
-use ratelimitly_engine::key::AuthMode;
 use ratelimitly_engine::key_source;
+use ratelimitly_engine::proto::key::AuthMode;
 
 use crate::cli::KeyCmd;
 use crate::output::{EXIT_CONFIG, EXIT_OK, print_json, simple_error};

@@ -7,7 +7,7 @@
 use serde_json::json;
 
 use ratelimitly_engine::key_source;
-use ratelimitly_engine::outcome::FailureCategory;
+use ratelimitly_engine::proto::outcome::FailureCategory;
 
 use super::request::start_failure;
 use crate::cli::ReportCmd;

@@ -9,12 +9,12 @@
 use std::time::Duration;
 
 use ratelimitly_engine::engine::BuildError;
-use ratelimitly_engine::error::{ConfigError, RequestError};
-use ratelimitly_engine::ids::{LatencyTracker, Resource};
-use ratelimitly_engine::key::ApiKey;
 use ratelimitly_engine::key_source::{self, KeyLoadError};
-use ratelimitly_engine::outcome::{Decision, Failure, FailureCategory, Phase, Response};
-use ratelimitly_engine::policy::{PolicyError, RequestPolicy};
+use ratelimitly_engine::proto::error::{ConfigError, RequestError};
+use ratelimitly_engine::proto::ids::{LatencyTracker, Resource};
+use ratelimitly_engine::proto::key::ApiKey;
+use ratelimitly_engine::proto::outcome::{Decision, Failure, FailureCategory, Phase, Response};
+use ratelimitly_engine::proto::policy::{PolicyError, RequestPolicy};
 
 use super::request_view::RequestSummary;
 use crate::cli::RequestCmd;

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use ratelimitly_engine::outcome::Response;
+use ratelimitly_engine::proto::outcome::Response;
 
 use crate::output::hex16;
 

@@ -14,10 +14,10 @@ use std::{fmt, io};
 
 use thiserror::Error;
 
-pub use crate::key::KeyError;
-use crate::policy::PolicyError;
+pub use crate::proto::key::KeyError;
+use crate::proto::policy::PolicyError;
 
-/// Why a [`crate::ids::Resource`] definition was rejected.
+/// Why a [`crate::proto::ids::Resource`] definition was rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Error)]
 pub enum ResourceError {
     /// The bucket name is empty.
@@ -37,7 +37,7 @@ pub enum ResourceError {
     WindowTooLong,
 }
 
-/// Why a [`crate::ids::LatencyTracker`] definition was rejected.
+/// Why a [`crate::proto::ids::LatencyTracker`] definition was rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Error)]
 pub enum TrackerError {
     /// The tracker name is empty.

@@ -14,7 +14,7 @@ use super::{
     DropReason, EncodeError, MAX_DATAGRAM, NONCE_LEN, TAG_LEN, TENANT_LEN, TLV_HEADER_LEN,
     TenantView, get_u16, put_u16, types,
 };
-use crate::key::{ApiKey, AuthMode, SECRET_LEN};
+use crate::proto::key::{ApiKey, AuthMode, SECRET_LEN};
 
 /// Auth TLV field offsets, from the start of the auth TLV.
 pub(crate) mod off {

@@ -14,8 +14,8 @@
 
 use smallvec::SmallVec;
 
-use crate::error::{ConfigError, DiscoveryError};
-use crate::wire::{self, GuardView, RateResponseView, ResourceResultView};
+use crate::proto::error::{ConfigError, DiscoveryError};
+use crate::proto::wire::{self, GuardView, RateResponseView, ResourceResultView};
 
 /// What Ratelimitly decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use crate::key::ApiKey;
+use crate::proto::key::ApiKey;
 
 /// The number of units each transmission round lasts, B(k) for round k = 0..=N.
 ///

@@ -6,7 +6,7 @@ use super::{
     TenantFields, auth_tlv_len, check_room, count_u16, get_id, get_u16, get_u32, parse_pdu,
     put_pdu_header, put_u16, put_u32, types,
 };
-use crate::key::AuthMode;
+use crate::proto::key::AuthMode;
 
 const OFF_COUNT: usize = 0;
 const OFF_RESERVED: usize = 2;

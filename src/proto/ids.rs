@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use blake2::{Blake2s256, Digest};
 
-use crate::error::{ConfigError, RequestError, ResourceError, TrackerError};
+use crate::proto::error::{ConfigError, RequestError, ResourceError, TrackerError};
 
 /// Hash domain of bucket ids (NUL included).
 const BUCKET_DOMAIN: &[u8] = b"ratelimitly.resource.v1\0";

@@ -42,16 +42,18 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::{ConfigError, DiscoveryError};
-use crate::outcome::{CommError, Failure, GuardResult, Outcome, Phase, ResourceResult, Response};
-use crate::policy::{PolicyError, RequestPolicy, Schedule};
-use crate::wire::{Auth, DropReason, RateResponseView, open};
+use crate::proto::error::{ConfigError, DiscoveryError};
+use crate::proto::outcome::{
+    CommError, Failure, GuardResult, Outcome, Phase, ResourceResult, Response,
+};
+use crate::proto::policy::{PolicyError, RequestPolicy, Schedule};
+use crate::proto::wire::{Auth, DropReason, RateResponseView, open};
 
 /// Most endpoints one snapshot may hold (the machine's endpoint sets are `u64` masks).
 pub const MAX_ENDPOINTS: usize = 64;
 
-/// One address of one server (owned by [`crate::endpoint`], re-exported here).
-pub use crate::endpoint::Endpoint;
+/// One address of one server (owned by [`crate::proto::endpoint`], re-exported here).
+pub use crate::proto::endpoint::Endpoint;
 
 /// The endpoints a request was started with; a dual-stack server has several endpoints
 /// with the same id. At most [`MAX_ENDPOINTS`].
