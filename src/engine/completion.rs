@@ -157,11 +157,25 @@ impl SlotPool {
     /// Core side: delivers the outcome of slot `idx` (exactly once per acquire). A
     /// response staged earlier is dropped first.
     pub(crate) fn complete(&self, idx: u32, outcome: Outcome) {
+        self.complete_to(idx, outcome, None);
+    }
+
+    /// [`SlotPool::complete`], with the caller's wake-up deferred into `wakes` when given
+    /// (the core wakes its callers once per turn, after its sends: see
+    /// [`SlotPool::wake`]).
+    pub(crate) fn complete_to(&self, idx: u32, outcome: Outcome, wakes: Option<&mut Vec<u32>>) {
         self.unstage(idx);
         let slot = &self.slots[idx as usize];
         // SAFETY: only the core writes while the slot is PENDING/ABANDONED.
         unsafe { (*slot.outcome.get()).write(outcome) };
-        self.publish(slot, idx);
+        self.publish(slot, idx, wakes);
+    }
+
+    /// Wakes the caller of slot `idx` (a deferred wake-up). If the caller already took
+    /// the outcome and the slot serves another request, that caller is woken
+    /// spuriously, which futures and blocking waits tolerate (they poll again).
+    pub(crate) fn wake(&self, idx: u32) {
+        self.slots[idx as usize].waker.wake();
     }
 
     /// Core side: builds the request's response in place, before it is delivered (a
@@ -194,6 +208,7 @@ impl SlotPool {
     pub(crate) fn complete_staged<R>(
         &self,
         idx: u32,
+        wakes: Option<&mut Vec<u32>>,
         finish: impl FnOnce(&mut Response) -> R,
     ) -> Option<R> {
         let slot = &self.slots[idx as usize];
@@ -208,7 +223,7 @@ impl SlotPool {
                 Err(_) => unreachable!("only responses are staged"),
             }
         };
-        self.publish(slot, idx);
+        self.publish(slot, idx, wakes);
         Some(r)
     }
 
@@ -221,8 +236,9 @@ impl SlotPool {
         unsafe { *slot.decided.get() = Some(now) };
     }
 
-    /// Marks the written outcome READY and wakes the caller (or frees an abandoned slot).
-    fn publish(&self, slot: &Slot, idx: u32) {
+    /// Marks the written outcome READY and wakes the caller now, or records the slot in
+    /// `defer` for a later [`SlotPool::wake`] (an abandoned slot is freed instead).
+    fn publish(&self, slot: &Slot, idx: u32, defer: Option<&mut Vec<u32>>) {
         match slot.state.swap(READY, Ordering::AcqRel) {
             ABANDONED => {
                 // The caller left: drop the outcome and recycle the slot.
@@ -230,7 +246,10 @@ impl SlotPool {
                 unsafe { (*slot.outcome.get()).assume_init_drop() };
                 self.release(idx);
             }
-            _ => slot.waker.wake(),
+            _ => match defer {
+                Some(w) => w.push(idx),
+                None => slot.waker.wake(),
+            },
         }
     }
 
@@ -428,11 +447,11 @@ mod tests {
             pool.stage(idx, r);
             if abandon {
                 drop(c);
-                assert_eq!(pool.complete_staged(idx, |r| r.sends), Some(7));
+                assert_eq!(pool.complete_staged(idx, None, |r| r.sends), Some(7));
                 continue;
             }
             assert!(
-                pool.complete_staged(idx, |r| {
+                pool.complete_staged(idx, None, |r| {
                     r.completion_sends = 2;
                     r.sends
                 }) == Some(7)
@@ -448,7 +467,7 @@ mod tests {
         pool.complete(idx, Err(Failure::Shutdown));
         assert!(matches!(c.wait(), Err(Failure::Shutdown)));
         assert!(
-            pool.complete_staged(pool.acquire().unwrap(), |_| ())
+            pool.complete_staged(pool.acquire().unwrap(), None, |_| ())
                 .is_none()
         );
     }

@@ -202,6 +202,7 @@ impl Driver {
             if self.shared.queues[self.index].stop.load(Ordering::Acquire) {
                 let (state, mut sink) = self.sink();
                 state.shutdown(Instant::now(), &mut sink);
+                self.state.wake_callers();
                 self.flush();
                 self.shared
                     .publish_stats_now(self.index, &self.state, Some(self.io.stats()));
@@ -219,6 +220,7 @@ impl Driver {
                     Some(Duration::ZERO)
                 }
             };
+            self.state.wake_callers();
             work = self.io_turn(timeout);
         }
     }
@@ -329,7 +331,10 @@ impl Driver {
             "engine core failed; its requests fail with CoreFailed"
         );
         let f = Failure::CoreFailed { core: self.index };
-        let _ = catch_unwind(AssertUnwindSafe(|| self.state.fail_in_flight(&f)));
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            self.state.wake_callers();
+            self.state.fail_in_flight(&f);
+        }));
         loop {
             while let Ok(msg) = q.rx.try_recv() {
                 fail_msg(&self.shared, msg, &f);

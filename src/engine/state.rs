@@ -101,6 +101,8 @@ pub struct CoreState {
     reports: Reports,
     scratch: Box<[u8; wire::MAX_DATAGRAM]>,
     wall_ms: u64,
+    /// Completion slots whose callers are still to be woken (see `wake_callers`).
+    wakes: Vec<u32>,
 }
 
 impl CoreState {
@@ -133,6 +135,7 @@ impl CoreState {
             reports: Reports::new(max_reports, shared.report_interval),
             scratch: Box::new([0u8; wire::MAX_DATAGRAM]),
             wall_ms: 0,
+            wakes: Vec::with_capacity(8192),
             shared,
         })
     }
@@ -294,7 +297,18 @@ impl CoreState {
 
     fn complete(&mut self, slot: u32, out: Result<Response, Failure>) {
         self.stats.completions += 1;
-        self.shared.pool.complete(slot, out);
+        self.shared
+            .pool
+            .complete_to(slot, out, Some(&mut self.wakes));
+    }
+
+    /// Wakes the callers of the requests completed since the last call: once per driver
+    /// turn, after the turn's sends, so a caller on the same CPU does not preempt the
+    /// core in the middle of its turn.
+    pub fn wake_callers(&mut self) {
+        for idx in self.wakes.drain(..) {
+            self.shared.pool.wake(idx);
+        }
     }
 
     fn fail_early(&mut self, slot: u32, f: Failure) {
@@ -447,7 +461,7 @@ impl CoreState {
             );
         }
         let delivered = match &res {
-            Ok(n) => pool.complete_staged(e.slot, |r| {
+            Ok(n) => pool.complete_staged(e.slot, Some(&mut self.wakes), |r| {
                 r.sends = n.sends;
                 r.completion_sends = n.completion_sends;
                 if r.is_granted() {
@@ -487,7 +501,9 @@ impl CoreState {
             // a failure (a staged response, if any, is dropped); a decision always has
             // its response staged, so `Shutdown` here is only a guard
             let f = res.err().unwrap_or(Failure::Shutdown);
-            self.shared.pool.complete(e.slot, Err(f));
+            self.shared
+                .pool
+                .complete_to(e.slot, Err(f), Some(&mut self.wakes));
         }
         self.inflight.recycle(e.dgram);
     }

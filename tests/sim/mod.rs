@@ -491,6 +491,7 @@ impl Sim {
             self.route(c, &mut handed);
         }
         self.handed_buf = handed;
+        self.cores[c].state.wake_callers();
         self.socket_ops(c);
         let core = &self.cores[c];
         assert_eq!(
