@@ -9,20 +9,29 @@
 //! ```text
 //!  application threads (Tokio, plain threads, ...)
 //!     │  EngineHandle::request().consume(..).guard(..).send() / .wait() / submit_batch()
-//!     ▼  crossbeam channel (lock-free), wake if the core is parked
-//! ┌──────────────── I/O driver: engine (one pinned glommio executor per core) ─────────────┐
-//! │  submission drain ─▶ in-flight slab ─▶ timer wheel (one glommio timer per core)         │
-//! │  UDP sockets (batched send/receive) ◀─▶ steering ◀─▶ membership (discovery thread)       │
-//! └────────────┬──────────────────────────────────────────────▲────────────────────────────┘
-//!    datagram bytes, now: Instant                        transmits, deadlines, outcomes
-//! ┌────────────▼──────────── sans-IO core (no sockets, no clocks) ─┴─────────────────────────┐
-//! │  key (ApiKey)  ids (Resource, LatencyTracker)  wire (views, encoders, seal/open)          │
-//! │  policy (RequestPolicy, Schedule)  machine (RequestMachine)  outcome (Response, Failure)   │
-//! └───────────────────────────────────────────────────────────────────────────────────────────┘
+//!     ▼  crossbeam queue (lock-free) + udp::Waker (a syscall only if the core waits)
+//! ┌──────── engine::driver: one pinned std thread per core (the I/O shell) ───────────────┐
+//! │  clock · udp::UdpDriver (io_uring or mmsg, GSO/GRO) · fault containment · stats       │
+//! └────────────┬──────────────────────────────────────────────▲──────────────────────────┘
+//!    submissions, datagrams, now: Instant           transmits, socket ops, completions, deadline
+//! ┌────────────▼──────── engine::state::CoreState (sans-IO) ──┴──────────────────────────┐
+//! │  in-flight slab · timer wheel · steering socket table · report coalescing            │
+//! └────────────┬─────────────────────────────────────────────────────────────────────────┘
+//! ┌────────────▼──────────── proto: sans-IO protocol core (no sockets, no clocks) ────────┐
+//! │  key (ApiKey)  ids (Resource, LatencyTracker)  endpoint  wire (views, seal/open)       │
+//! │  policy (RequestPolicy, Schedule)  machine (Delivery)  outcome (Response, Failure)     │
+//! └───────────────────────────────────────────────────────────────────────────────────────┘
 //! ```
 //!
-//! Everything above the line is tested on real loopback sockets against our responder
-//! (`rl-responder`); everything below it is tested on virtual time and test vectors.
+//! The driver is tested on real loopback sockets against our responder (`rl-responder`);
+//! `CoreState` and everything below it run in deterministic simulation on virtual time
+//! (`tests/simulation.rs`), and the protocol core against test vectors.
+//!
+//! Public API: the types re-exported at the crate root (what an embedding application
+//! uses) and [`proto`] (the sans-IO protocol, also used by the responder). The engine's
+//! internals that benches, the simulation and loadgen reach (`engine::state`,
+//! `engine::sockets`, `engine::inflight`, `engine::wheel`, `engine::io`, [`udp`]) are
+//! internal: they follow the engine, not semver.
 
 pub mod discovery;
 pub mod engine;

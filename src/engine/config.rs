@@ -1,7 +1,7 @@
 //! Engine configuration: the builder's options, their validation, and the errors of
 //! `EngineBuilder::build()`.
 //!
-//! Owns: [`Cores`], [`DnsConfig`], [`BuildError`], the validated [`EngineConfig`] and the
+//! Owns: [`Cores`], [`DnsConfig`], [`BuildError`], the validated `EngineConfig` and the
 //! core selection.
 //! Must not touch: sockets, threads (build() starts them in `mod.rs` only after
 //! validation succeeded). Errors never contain the API key.

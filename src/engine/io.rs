@@ -8,10 +8,8 @@
 //! Must not touch: request state, timers, the wire format. It moves opaque bytes and
 //! reports per-datagram send failures through a caller-supplied tag.
 //!
-//! Why not glommio's `UdpSocket`: it performs one io_uring operation per datagram and
-//! has a known receive stall (DataDog/glommio#672); a readiness wait plus `recvmmsg`
-//! drains a whole burst per syscall. The core runs inside a glommio executor (pinning,
-//! locked-memory setup) but does its own batched syscalls.
+//! The engine cores and the responder run on `crate::udp` (io_uring or mmsg, GSO/GRO);
+//! these plain batches remain for callers that want simple non-blocking mmsg I/O.
 
 use std::io;
 use std::mem::{size_of, zeroed};

@@ -1,22 +1,22 @@
-//! The engine: a glommio thread-per-core driver of the sans-IO request machine.
+//! The engine: pinned thread-per-core drivers around the sans-IO core state.
 //!
-//! Owns: the builder and its validation, the per-core executors and their lifecycle,
-//! the application-facing handle (request, batch, report, stats), and the discovery
-//! thread. Must not touch: wire encoding rules, delivery/selection rules (those are
-//! `wire` and `machine`); the API key string never appears in any output.
+//! Owns: the builder and its validation, the per-core threads and their lifecycle, the
+//! application-facing handle (request, batch, report, stats), published statistics and
+//! the discovery thread. Must not touch: wire encoding rules, delivery/selection rules
+//! (those are `proto::wire` and `proto::machine`); the API key string never appears in
+//! any output.
 //!
 //! ```text
-//!  application threads (any runtime)          core i (pinned glommio executor, one task)
+//!  application threads (any runtime)          core i (pinned std thread)
 //!  ─────────────────────────────────          ─────────────────────────────────────────
 //!  RequestBuilder::send() ── encode PDU ──┐
-//!   (thread → core affinity)              │  crossbeam bounded queue + eventfd (written
-//!  EngineHandle::submit_batch()  ─────────┼─▶ only when the core announced it parks)
-//!  EngineHandle::report()  ───────────────┘       │ drain ≤256/iteration
+//!   (thread → core affinity)              │  crossbeam bounded queue + udp::Waker
+//!  EngineHandle::submit_batch()  ─────────┼─▶ (eventfd written only while the core waits)
+//!  EngineHandle::report()  ───────────────┘       │ driver: drain ≤256/turn into CoreState
 //!        ▲                                        ▼
-//!        │  Completion: pooled one-shot   in-flight slab (delivery state + datagram)
-//!        │  slot, atomic state + waker    timer wheel (1 ms) ─ one poll timeout
-//!        └──────────── complete() ◀────── recvmmsg ─▶ route by unique id ─▶ machine
-//!                                          sendmmsg ◀─ transmits / reports
+//!        │  Completion: pooled one-shot   state: in-flight slab, timer wheel, sockets
+//!        │  slot, atomic state + waker    (sans-IO) ─▶ transmits ─▶ UdpDriver (GSO)
+//!        └── woken once per turn ◀─────── UdpDriver::run_once (GRO) ─▶ state.handle_datagram
 //!  rl-discovery thread: DNS every ≤300 s ─▶ ArcSwap<Snapshot> ◀─ each request clones Arc
 //! ```
 

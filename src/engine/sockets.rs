@@ -21,7 +21,7 @@ pub struct SockId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SocketOp {
     /// Bind a replacement socket on the next free port after `after_port` in the
-    /// steering range, then report it with [`SocketTable::opened`] (via the core state).
+    /// steering range, then report it with `CoreState::socket_opened`.
     Open {
         /// The current socket's port.
         after_port: u16,
