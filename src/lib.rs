@@ -2,6 +2,23 @@
 //!
 //! A client engine for the Ratelimitly admission-control service (wire v2).
 //!
+//! ```
+//! use std::time::Duration;
+//! use ratelimitly_engine::{Decision, Engine, Resource};
+//! # use rl_testkit::{harness, keys};
+//! # let responder = harness::responder(keys::AES, 1 << 23, Default::default());
+//! # let key = keys::key(keys::AES);
+//! // the key comes from RATELIMITLY_API_KEY or a file: ratelimitly_engine::key_source
+//! let engine = Engine::builder(key)
+//!     .endpoints(vec![harness::endpoint(&responder)]) // or .dns(..): SRV discovery
+//!     .build()?;
+//! let api = Resource::new("api", Duration::from_secs(1), 100)?;
+//! let response = engine.handle().request().consume(&api, 1).wait()?; // or .send().await
+//! assert_eq!(response.decision(), Decision::Granted);
+//! engine.shutdown();
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! The crate is split along one boundary: a **sans-IO core** that never touches a
 //! socket or reads a clock (time is always a parameter), and a thin **I/O driver**
 //! (`engine`) that owns sockets, timers and threads and feeds the core.
