@@ -43,6 +43,7 @@ impl RawTarget {
             spin: !args.raw_sleep,
             completion_delivery: !args.no_completion_delivery,
             fallback: Duration::from_millis(u64::from(args.unit_ms)),
+            replay: args.replays > 0,
         };
         let cfg = RawConfig::new(
             &ctx.servers.key,

@@ -37,8 +37,11 @@ pub struct IoSettings {
     pub spin: bool,
     /// Resend to the servers that had not answered when the decision came.
     pub completion_delivery: bool,
-    /// After this long without the decider's answer, another server's answer decides.
+    /// After this long without the decider's answer, the request is sent once more to
+    /// every server (the policy's first replay) and any server's answer decides.
     pub fallback: Duration,
+    /// Whether the policy replays at all (without replays only the decider decides).
+    pub replay: bool,
 }
 
 /// Why the raw client could not be prepared.

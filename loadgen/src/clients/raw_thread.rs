@@ -1,6 +1,7 @@
 //! One raw client thread (see `raw`): its `UdpDriver` and socket, sealing requests,
 //! the answers (the decider's opened, the others discarded after a look at their clear
-//! tenant header), the completion resends, the timeouts and the loop.
+//! tenant header), the completion resends, the one replay when the decider stays silent
+//! (only under loss), the timeouts and the loop.
 //!
 //! Owns the thread's driver and state. Must not touch the engine's request machine.
 
@@ -34,6 +35,8 @@ struct State {
     next_seq: u64,
     flight: Flight,
     timeouts: VecDeque<(u64, Instant)>,
+    /// Requests due for their one replay if the decider has not answered by then.
+    replays: VecDeque<(u64, Instant)>,
 }
 
 impl State {
@@ -68,6 +71,9 @@ impl State {
                     q.push(self.sock, *to, dg, seq);
                 }
                 self.timeouts.push_back((seq, now + self.cfg.horizon));
+                if self.cfg.io.replay {
+                    self.replays.push_back((seq, now + self.cfg.io.fallback));
+                }
             }
             Err(_) => self
                 .flight
@@ -128,7 +134,22 @@ impl State {
         self.flight.complete(seq, now, kind);
     }
 
-    fn expire(&mut self, now: Instant) {
+    /// Sends the requests whose decider stayed silent for the fallback wait once more to
+    /// every server (queue permitting), then expires those past the horizon.
+    fn expire(&mut self, q: &mut SendQueue, now: Instant) {
+        while let Some(&(seq, due)) = self.replays.front() {
+            let n = self.cfg.targets.len();
+            if due > now || q.capacity() - q.len() < n {
+                break;
+            }
+            self.replays.pop_front();
+            if self.flight.get(seq).is_some() {
+                let dg = self.flight.sealed(seq);
+                for to in &self.cfg.targets {
+                    q.push(self.sock, *to, dg, seq);
+                }
+            }
+        }
         while let Some(&(seq, deadline)) = self.timeouts.front() {
             if deadline > now {
                 break;
@@ -191,6 +212,7 @@ impl RawThread {
             next_seq: 0,
             flight: Flight::new(phase, capacity, stride, Instant::now()),
             timeouts: VecDeque::with_capacity(capacity.min(1 << 16)),
+            replays: VecDeque::with_capacity(capacity.min(1 << 16)),
             cfg,
         };
         Ok(RawThread { driver, st })
@@ -285,7 +307,8 @@ pub fn run_thread(
             result = Err(e);
             break;
         }
-        t.st.expire(Instant::now());
+        let RawThread { driver, st } = &mut t;
+        st.expire(driver.send_queue(), Instant::now());
     }
     // Anything still outstanding past the drain limit is a timeout.
     while let Some((seq, _)) = t.st.timeouts.pop_front() {
