@@ -68,7 +68,7 @@ def main():
     ap.add_argument("--preset", choices=["io"], default=None,
                     help="io: --io uring,mmsg --gso on,off --reply-batch on,off "
                          "--rate closed,1000,10000,50000")
-    ap.add_argument("--batch", default="32", help="raw client sendmmsg batch sizes")
+    ap.add_argument("--batch", default="32", help="raw client receive batch sizes")
     ap.add_argument("--unit-ms", default="20")
     ap.add_argument("--socket-buffer", default="4194304")
     ap.add_argument("--servers", default="2")

@@ -281,7 +281,9 @@ pub fn run_thread(
     let mut t = RawThread::new(cfg, phase, capacity)?;
     let stop_at = t.st.flight.phase.window_end;
     let hard_stop = stop_at + drain;
-    let (start, spin) = (Instant::now(), t.st.cfg.io.spin);
+    // Open loop never spins: at a fixed rate the ceiling waits until work is due.
+    let spin = t.st.cfg.io.spin && matches!(load, RawLoad::Closed { .. });
+    let start = Instant::now();
     let mut opened: u64 = 0;
     let mut result = Ok(());
     loop {
