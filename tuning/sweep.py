@@ -11,7 +11,12 @@ Example (a short sweep, ~3 s per point):
         --out /tmp/sweep
 
 Lists are comma separated; core lists use ';' between alternatives
-(--client-cores '0;0,1').
+(--client-cores '0;0,1'). In --rate, "closed" stands for a closed-loop point.
+
+The I/O axes: --io (auto, uring, mmsg), --gso (on, off), --reply-batch (on, off).
+--preset io sweeps backend x GSO x reply batching x {closed loop, 1k, 10k, 50k/s}:
+
+    tuning/sweep.py --preset io --client engine,official,raw --duration 3 --out /tmp/io
 """
 
 import argparse
@@ -32,6 +37,15 @@ FIELDS = [
     "client_cpu_us_per_decision",
     "datagrams_per_decision",
     "client_cores_used",
+    "io_backend",
+    "datagrams_per_send",
+    "datagrams_per_recv",
+    "gso_fallbacks",
+    "gro_fallbacks",
+    "queue_wait_p99_us",
+    "wire_p99_us",
+    "decision_p99_us",
+    "completion_wake_p99_us",
     "timeouts",
     "balanced",
 ]
@@ -47,8 +61,14 @@ def main():
     ap.add_argument("--client", default="engine", help="engine,official,raw")
     ap.add_argument("--client-cores", default="0", help="alternatives separated by ';'")
     ap.add_argument("--in-flight", default="64")
-    ap.add_argument("--rate", default="", help="open-loop rates (empty: closed loop)")
-    ap.add_argument("--batch", default="32", help="raw client sendmmsg batch sizes")
+    ap.add_argument("--rate", default="", help="open-loop rates; 'closed' or empty: closed loop")
+    ap.add_argument("--io", default="auto", help="I/O backends: auto,uring,mmsg")
+    ap.add_argument("--gso", default="on", help="on,off")
+    ap.add_argument("--reply-batch", default="on", help="on,off (embedded responders)")
+    ap.add_argument("--preset", choices=["io"], default=None,
+                    help="io: --io uring,mmsg --gso on,off --reply-batch on,off "
+                         "--rate closed,1000,10000,50000")
+    ap.add_argument("--batch", default="32", help="raw client receive batch sizes")
     ap.add_argument("--unit-ms", default="20")
     ap.add_argument("--socket-buffer", default="4194304")
     ap.add_argument("--servers", default="2")
@@ -59,6 +79,9 @@ def main():
     ap.add_argument("--out", default="sweep", help="output prefix: PREFIX.csv and PREFIX.svg")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     a = ap.parse_args()
+    if a.preset == "io":
+        a.io, a.gso, a.reply_batch = "uring,mmsg", "on,off", "on,off"
+        a.rate = "closed,1000,10000,50000"
 
     loadgen = a.loadgen
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,7 +95,10 @@ def main():
         "client": split(a.client),
         "client_cores": split(a.client_cores, ";"),
         "in_flight": split(a.in_flight),
-        "rate": split(a.rate) or [""],
+        "rate": [("" if r == "closed" else r) for r in split(a.rate)] or [""],
+        "io": split(a.io),
+        "gso": split(a.gso),
+        "reply_batch": split(a.reply_batch),
         "batch": split(a.batch),
         "unit_ms": split(a.unit_ms),
         "socket_buffer": split(a.socket_buffer),
@@ -85,12 +111,16 @@ def main():
     rows = []
     for i, p in enumerate(points):
         pt = dict(zip(names, p))
-        fd, jpath = tempfile.mkstemp(suffix=".json")
-        os.close(fd)
+        if a.dry_run:
+            jpath = "RESULT.json"
+        else:
+            fd, jpath = tempfile.mkstemp(suffix=".json")
+            os.close(fd)
         cmd = [
             loadgen, "--quiet", "--client", pt["client"], "--client-cores", pt["client_cores"],
             "--in-flight", pt["in_flight"], "--batch", pt["batch"], "--unit-ms", pt["unit_ms"],
             "--socket-buffer", pt["socket_buffer"], "--servers", pt["servers"], "--auth", pt["auth"],
+            "--io", pt["io"], "--gso", pt["gso"], "--reply-batch", pt["reply_batch"],
             "--duration", a.duration, "--warmup", a.warmup, "--json", jpath,
         ]
         if pt["rate"]:
@@ -119,6 +149,16 @@ def main():
                 "timeouts": res["outcomes_window"]["timeout"],
                 "balanced": res["balanced"],
             })
+            io = res.get("io") or {}
+            row.update({
+                "io_backend": io.get("backend"),
+                "datagrams_per_send": io.get("datagrams_per_send"),
+                "datagrams_per_recv": io.get("datagrams_per_recv"),
+                "gso_fallbacks": io.get("gso_fallbacks"),
+                "gro_fallbacks": io.get("gro_fallbacks"),
+            })
+            for stage, v in (res.get("breakdown_us") or {}).items():
+                row[f"{stage}_p99_us"] = v.get("p99")
         except (OSError, ValueError, KeyError, IndexError) as e:
             print(f"  no result ({e}); stderr tail: {r.stderr[-400:]}", file=sys.stderr)
         finally:
@@ -131,7 +171,7 @@ def main():
     if a.dry_run:
         return
     with open(a.out + ".csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=names + ["exit"] + FIELDS)
+        w = csv.DictWriter(f, fieldnames=names + ["exit"] + FIELDS, extrasaction="ignore")
         w.writeheader()
         for row in rows:
             w.writerow(row)

@@ -17,6 +17,7 @@ use serde::{Serialize, Serializer};
 
 use ratelimitly_engine::proto::endpoint::Endpoint;
 use ratelimitly_engine::proto::policy::{PolicyError, RequestPolicy, Schedule};
+use ratelimitly_engine::udp::BackendChoice;
 
 /// Which client a run drives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -173,17 +174,28 @@ pub struct Args {
     /// Open loop at a fixed rate (requests/s, > 0); latency from intended send times.
     #[arg(long, value_parser = positive_rate)]
     pub rate: Option<f64>,
-    /// Batch size of the raw client's sendmmsg/recvmmsg (1..=1024).
+    /// Receive batch of the raw client's I/O driver (1..=1024).
     #[arg(long, default_value_t = 32,
           value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub batch: usize,
-    /// Raw client: sleep in ppoll between batches instead of busy-polling
-    /// (the engine's executors busy-poll; by default the raw ceiling does too).
+    /// Raw client, closed loop: wait in its I/O driver instead of busy-polling (by
+    /// default it busy-polls closed loop; open loop it always waits until work is due).
     #[arg(long)]
     pub raw_sleep: bool,
     /// Client socket buffer size in bytes (engine and raw; 0 = system default).
     #[arg(long, default_value_t = 4 << 20)]
     pub socket_buffer: usize,
+    /// UDP I/O backend of the engine, the raw client and the embedded responders:
+    /// auto (io_uring where the kernel allows it, else mmsg), uring or mmsg.
+    #[arg(long, default_value = "auto")]
+    #[serde(serialize_with = "as_text")]
+    pub io: BackendChoice,
+    /// UDP GSO sends and GRO receives in the engine and the raw client (on|off).
+    #[arg(long, default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
+    pub gso: bool,
+    /// Embedded responders reply in GSO batches per client address (on|off).
+    #[arg(long, default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
+    pub reply_batch: bool,
 
     /// Client to drive.
     #[arg(long, value_enum, default_value_t = ClientKind::Engine)]
@@ -228,12 +240,21 @@ impl Args {
     }
 }
 
-fn as_text<S: Serializer>(v: &Schedule, s: S) -> Result<S::Ok, S::Error> {
+fn as_text<S: Serializer, T: std::fmt::Display>(v: &T, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(v)
 }
 
 fn negated<S: Serializer>(v: &bool, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_bool(!*v)
+}
+
+/// `on` or `off`.
+fn on_off(text: &str) -> Result<bool, String> {
+    match text {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{text:?} is neither on nor off")),
+    }
 }
 
 /// A `usize` option that must be at least 1.
@@ -338,6 +359,14 @@ mod tests {
         assert_eq!(a.client, ClientKind::Engine);
         assert!(!a.compare);
         assert_eq!(a.schedule, Schedule::Fixed(1));
+        assert_eq!(
+            (a.io, a.gso, a.reply_batch),
+            (BackendChoice::Auto, true, true)
+        );
+        let a = Args::try_parse_from(["loadgen", "--io", "mmsg", "--gso", "off"]).unwrap();
+        assert_eq!((a.io, a.gso), (BackendChoice::Mmsg, false));
+        assert!(Args::try_parse_from(["loadgen", "--gso", "yes"]).is_err());
+        assert!(Args::try_parse_from(["loadgen", "--io", "epoll"]).is_err());
     }
 
     #[test]

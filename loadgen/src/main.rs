@@ -5,15 +5,17 @@
 //!
 //! Layout: `cli.rs` (options), `setup.rs` (servers and key), `workload.rs` (what each
 //! operation is), `clients/` (the [`clients::Target`]s: engine, official, raw),
-//! `phase.rs` (one measured phase), `stats.rs` (recording and CPU), `output.rs` and
-//! `params.rs` (results). This file owns the run: cores, the phases in order, ratios,
+//! `phase.rs` (one measured phase), `stats.rs` (recording and CPU), `output.rs`,
+//! `extra.rs`, `plot.rs` and `params.rs` (results). This file owns the run: cores, the phases in order, ratios,
 //! the output files and the exit status. The API key string is never printed.
 
 mod cli;
 mod clients;
+mod extra;
 mod output;
 mod params;
 mod phase;
+mod plot;
 mod setup;
 mod stats;
 mod workload;
@@ -231,7 +233,7 @@ fn write_files(
         }
     }
     if let Some(path) = &args.svg {
-        output::write_svg(path, results).map_err(|e| format!("{}: {e}", path.display()))?;
+        plot::write_svg(path, results).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
 }
@@ -249,11 +251,14 @@ fn suffixed(path: &Path, tag: &str) -> PathBuf {
 }
 
 #[cfg(test)]
+mod smoke;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
     /// Every key of the JSON report's `parameters`.
-    const PARAMETER_KEYS: [&str; 32] = [
+    const PARAMETER_KEYS: [&str; 35] = [
         "servers",
         "embedded",
         "auth",
@@ -286,6 +291,9 @@ mod tests {
         "raw_sleep",
         "compare",
         "client",
+        "io",
+        "gso",
+        "reply_batch",
     ];
 
     #[test]

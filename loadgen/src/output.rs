@@ -1,5 +1,5 @@
 //! Results of a run: the per-client figures, the human summary (stdout), JSON,
-//! the HdrHistogram percentile spectrum (.hgrm) and the SVG plot.
+//! and the HdrHistogram percentile spectrum (.hgrm); the SVG plot is `plot.rs`.
 //!
 //! Owns formatting only; takes finished measurements. Must not touch sockets,
 //! clients or the API key.
@@ -11,6 +11,7 @@ use hdrhistogram::Histogram;
 use serde_json::{Value, json};
 
 use crate::cli::ClientKind;
+use crate::extra::ClientExtra;
 use crate::stats::{KINDS, Kind, Recorder};
 
 /// Everything measured for one client.
@@ -31,6 +32,8 @@ pub struct PhaseResult {
     /// Phase start offset of the window (whole seconds), for the time series.
     pub window_first_second: usize,
     pub window_seconds: usize,
+    /// What only some clients report (I/O counters, latency breakdown).
+    pub extra: ClientExtra,
 }
 
 impl PhaseResult {
@@ -96,7 +99,7 @@ impl PhaseResult {
         }
         lat.insert("mean".into(), json!(self.rec.total.mean() / 1000.0));
         lat.insert("count".into(), json!(self.rec.total.len()));
-        json!({
+        let mut v = json!({
             "client": self.client.name(),
             "window_s": self.window_s,
             "decisions": self.decisions(),
@@ -118,7 +121,11 @@ impl PhaseResult {
             "series": self.series().iter().map(|s| json!({
                 "t_s": s.0, "completions": s.1, "p50_us": s.2, "p99_us": s.3, "max_us": s.4,
             })).collect::<Vec<_>>(),
-        })
+        });
+        if let Value::Object(m) = &mut v {
+            self.extra.add_json(m);
+        }
+        v
     }
 
     /// Per-second (t, completions, p50 µs, p99 µs, max µs) inside the window.
@@ -180,6 +187,7 @@ pub fn print_summary(out: &mut impl Write, r: &PhaseResult) -> std::io::Result<(
         }
     }
     writeln!(out)?;
+    r.extra.print(out)?;
     writeln!(
         out,
         "  submitted {} completed {} {}",
@@ -263,109 +271,6 @@ pub fn write_hgrm(path: &Path, h: &Histogram<u64>) -> std::io::Result<()> {
 /// HdrHistogram's sub-bucket count for a precision (2^ceil(log2(2·10^sigfig))).
 fn sub_buckets(sigfig: u8) -> u64 {
     (2 * 10u64.pow(u32::from(sigfig))).next_power_of_two()
-}
-
-/// SVG: latency percentiles (top) and throughput (bottom) over time, one line set per client.
-pub fn write_svg(path: &Path, results: &[PhaseResult]) -> Result<(), String> {
-    use plotters::prelude::*;
-    let root = SVGBackend::new(path, (1000, 800)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let (top, bottom) = root.split_vertically(420);
-    let series: Vec<_> = results
-        .iter()
-        .map(|r| (r.client.name(), r.series()))
-        .collect();
-    let t_max = series
-        .iter()
-        .map(|(_, s)| s.len() as f64)
-        .fold(1.0, f64::max);
-    let lat_max = series
-        .iter()
-        .flat_map(|(_, s)| s.iter().map(|p| p.3))
-        .fold(1.0, f64::max)
-        * 1.1;
-    let thr_max = series
-        .iter()
-        .flat_map(|(_, s)| s.iter().map(|p| p.1 as f64))
-        .fold(1.0, f64::max)
-        * 1.1;
-    let colors = [RED, BLUE, GREEN, MAGENTA, CYAN, BLACK];
-
-    let mut c = ChartBuilder::on(&top)
-        .caption("latency percentiles per second (µs)", ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0f64..t_max, 0f64..lat_max)
-        .map_err(|e| e.to_string())?;
-    c.configure_mesh()
-        .x_desc("s")
-        .y_desc("µs")
-        .draw()
-        .map_err(|e| e.to_string())?;
-    for (i, (name, s)) in series.iter().enumerate() {
-        let col = colors[i % colors.len()];
-        for (label, pick, width) in [("p50", 2usize, 1u32), ("p99", 3, 2)] {
-            let pts: Vec<(f64, f64)> = s
-                .iter()
-                .map(|p| (p.0 + 0.5, if pick == 2 { p.2 } else { p.3 }))
-                .collect();
-            c.draw_series(LineSeries::new(pts, col.stroke_width(width)))
-                .map_err(|e| e.to_string())?
-                .label(format!("{name} {label}"))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(width))
-                });
-        }
-    }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| e.to_string())?;
-
-    draw_throughput(&bottom, &series, t_max, thr_max, &colors)?;
-    root.present().map_err(|e| e.to_string())
-}
-
-/// One second of a client's series: (t, completions, p50 µs, p99 µs, max µs).
-type SecondPoint = (f64, u64, f64, f64, f64);
-
-/// The lower chart of [`write_svg`]: completions per second of every client.
-fn draw_throughput<DB: plotters::prelude::DrawingBackend>(
-    area: &plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
-    series: &[(&str, Vec<SecondPoint>)],
-    t_max: f64,
-    thr_max: f64,
-    colors: &[plotters::prelude::RGBColor],
-) -> Result<(), String> {
-    use plotters::prelude::*;
-    let mut c = ChartBuilder::on(area)
-        .caption("completions per second", ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0f64..t_max, 0f64..thr_max)
-        .map_err(|e| e.to_string())?;
-    c.configure_mesh()
-        .x_desc("s")
-        .y_desc("ops/s")
-        .draw()
-        .map_err(|e| e.to_string())?;
-    for (i, (name, s)) in series.iter().enumerate() {
-        let col = colors[i % colors.len()];
-        let pts: Vec<(f64, f64)> = s.iter().map(|p| (p.0 + 0.5, p.1 as f64)).collect();
-        c.draw_series(LineSeries::new(pts, col.stroke_width(2)))
-            .map_err(|e| e.to_string())?
-            .label(name.to_string())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
-    }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| e.to_string())?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::cli::ClientKind;
 use crate::clients::{self, Load, PhaseSpec, RunContext};
+use crate::extra::ExtraSlot;
 use crate::output::PhaseResult;
 use crate::stats::{self, Phase};
 
@@ -104,6 +105,7 @@ fn spec_of(ctx: &RunContext<'_>) -> PhaseSpec {
         },
         cores: ctx.client_cores.clone(),
         gate: Arc::new(AtomicBool::new(false)),
+        extra: ExtraSlot::default(),
     }
 }
 
@@ -175,6 +177,8 @@ fn measure(
     {
         eprintln!("loadgen: {} client did not finish draining", kind.name());
     }
+    let mut extra = spec.extra.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    extra.responder_io = ctx.servers.responder_io();
     PhaseResult {
         client: kind,
         rec: phase.merged(),
@@ -193,5 +197,6 @@ fn measure(
         },
         window_first_second: spec.warmup.as_secs() as usize,
         window_seconds: spec.duration.as_secs_f64().ceil() as usize,
+        extra,
     }
 }

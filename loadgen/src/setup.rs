@@ -92,6 +92,16 @@ impl Servers {
         Some(self.responders.iter().map(|r| r.counters().received).sum())
     }
 
+    /// The embedded responders' I/O counters, merged (None when external).
+    pub fn responder_io(&self) -> Option<ratelimitly_engine::udp::IoStats> {
+        let (first, rest) = self.responders.split_first()?;
+        let mut io = first.io_stats();
+        for r in rest {
+            io.merge(&r.io_stats());
+        }
+        Some(io)
+    }
+
     pub fn stop(self) {
         for r in self.responders {
             r.stop();
@@ -110,8 +120,9 @@ fn embedded_server_id(index: usize) -> u64 {
     rl_responder::decide::default_server_id(now, index as u64 + 1)
 }
 
-/// Starts the `i`-th embedded responder and moves its threads onto its responder core
-/// (the responder pins executor i on CPU i itself); records its threads.
+/// Starts the `i`-th embedded responder, pinned to its responder core through
+/// [`ResponderConfig::cpus`], with the run's I/O backend and reply batching; records its
+/// threads.
 fn spawn_responder(
     args: &Args,
     key: &ApiKey,
@@ -123,6 +134,12 @@ fn spawn_responder(
     let mut cfg = ResponderConfig::new(vec![key.clone()]);
     cfg.server_id = Some(embedded_server_id(i));
     cfg.cores = 1;
+    cfg.reply_batch = args.reply_batch;
+    cfg.io = args.io;
+    cfg.cpus = responder_cores
+        .get(i % responder_cores.len().max(1))
+        .map(|c| vec![*c])
+        .unwrap_or_default();
     cfg.faults = Faults {
         drop_out: args.loss,
         delay: Duration::from_millis(args.delay_ms),
@@ -131,17 +148,9 @@ fn spawn_responder(
         seed: 0x10ad_0000 + i as u64,
         ..Faults::default()
     };
-    let core = responder_cores
-        .get(i % responder_cores.len().max(1))
-        .copied();
     let before = crate::stats::thread_ids();
     let h = rl_responder::spawn(cfg).map_err(|e| SetupError::Responder(format!("{e}")))?;
-    for tid in crate::stats::thread_ids().difference(&before) {
-        if let Some(c) = core {
-            crate::stats::pin_thread(*tid, c);
-        }
-        server_threads.insert(*tid);
-    }
+    server_threads.extend(crate::stats::thread_ids().difference(&before));
     Ok(h)
 }
 

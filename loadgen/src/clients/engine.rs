@@ -2,7 +2,8 @@
 //! run's policy and endpoints, prepares the resources and trackers once, and maps
 //! each operation to a request (or latency report) and its outcome to a kind.
 //!
-//! Must not set up servers or measure; `tokio_driver` shapes the load.
+//! At shutdown it leaves the engine's I/O counters and latency breakdown in the phase's
+//! [`ExtraSlot`]. Must not set up servers or measure; `tokio_driver` shapes the load.
 
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use ratelimitly_engine::proto::outcome::{Decision, Failure, Outcome};
 
 use super::tokio_driver::{self, AsyncClient};
 use super::{PhaseSpec, Ready, RunContext, Target};
+use crate::extra::{ExtraSlot, Stage};
 use crate::stats::Kind;
 use crate::workload::{self, Workload};
 
@@ -28,7 +30,8 @@ impl EngineTarget {
 
 impl Target for EngineTarget {
     fn run(self: Box<Self>, spec: PhaseSpec, ready: Ready) {
-        let client = self.0;
+        let mut client = self.0;
+        client.extra = spec.extra.clone();
         tokio_driver::run_phase(spec, ready, move || async move { Ok(client) });
     }
 }
@@ -40,6 +43,8 @@ pub struct EngineClient {
     resources: Vec<Resource>,
     trackers: Vec<LatencyTracker>,
     work: Workload,
+    /// Where the engine's I/O counters and latency breakdown go at shutdown.
+    extra: ExtraSlot,
 }
 
 impl EngineClient {
@@ -49,7 +54,9 @@ impl EngineClient {
         let mut b = Engine::builder(servers.key.clone())
             .policy(policy)
             .cores(Cores::List(cores.to_vec()))
-            .in_flight_per_core(args.in_flight.max(1024));
+            .in_flight_per_core(args.in_flight.max(1024))
+            .io_backend(args.io)
+            .gso(args.gso);
         if args.socket_buffer > 0 {
             b = b.socket_buffers(args.socket_buffer, args.socket_buffer);
         }
@@ -90,6 +97,7 @@ impl EngineClient {
             resources,
             trackers,
             work: work.clone(),
+            extra: ExtraSlot::default(),
         })
     }
 }
@@ -172,6 +180,16 @@ impl EngineClient {
             s.drops.iter().sum::<u64>(),
             s.latency_us.value_at_quantile(0.99),
         );
+        {
+            let mut e = self.extra.lock().unwrap_or_else(|p| p.into_inner());
+            e.io = s.io.clone();
+            e.breakdown = vec![
+                Stage::of("queue_wait", &s.queue_wait_us),
+                Stage::of("wire", &s.wire_us),
+                Stage::of("decision", &s.decision_us),
+                Stage::of("completion_wake", &s.completion_wake_us),
+            ];
+        }
         if let Some(engine) = self.engine.take() {
             engine.shutdown();
         }

@@ -12,6 +12,7 @@ pub mod engine;
 pub mod official;
 pub mod raw;
 mod raw_config;
+mod raw_flight;
 mod raw_thread;
 mod tokio_driver;
 
@@ -20,6 +21,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use crate::cli::{Args, ClientKind};
+use crate::extra::ExtraSlot;
 use crate::setup::Servers;
 use crate::stats::Phase;
 use crate::workload::Workload;
@@ -55,6 +57,8 @@ pub struct PhaseSpec {
     /// Opened by the measuring thread once it has taken its end-of-window CPU snapshot;
     /// client threads stay alive until then, so the snapshot never misses their time.
     pub gate: Arc<AtomicBool>,
+    /// Where the client leaves what only it can report (I/O counters, breakdown).
+    pub extra: ExtraSlot,
 }
 
 /// Where a client reports that load has started (with the phase it records into), or

@@ -1,18 +1,21 @@
-//! The raw UDP client as a loadgen [`Target`]: the ceiling. Valid requests pre-encoded
-//! with our wire codec (one PDU template per bucket pattern), sealed per request with a
-//! fresh unique id and nonce, sent once to one live endpoint with `sendmmsg`, responses
-//! received with `recvmmsg`, authenticated and decoded. No policy: no replays, no
-//! selection, no completion delivery; a lost response is a timeout after the horizon.
+//! The raw UDP client as a loadgen [`Target`]: the ceiling, doing the protocol's
+//! unavoidable work and nothing more. Per decision it seals one request (pre-encoded PDU,
+//! fresh unique id and nonce), sends it to every server, opens the deciding answer (the
+//! oldest live server's), resends once to each server that had not answered by then (as
+//! completion delivery does) and receives and discards every other answer; all on one
+//! `udp::UdpDriver` per thread with the engine's backend and GSO/GRO setting. No policy
+//! machine, slab, wheel or cross-thread hand-off; a lost answer is a timeout after the
+//! horizon.
 //!
 //! Owns one thread per client core (the request templates are `raw_config`, the thread
-//! loop `raw_thread`). Latency reports are not generated (the raw client measures decisions
-//! only). Must not touch the engine.
+//! loop `raw_thread`, the requests in flight `raw_flight`). Latency reports are not
+//! generated (the raw client measures decisions only). Must not touch the engine.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::raw_config::RawConfig;
+use super::raw_config::{IoSettings, RawConfig};
 use super::raw_thread::{self, RawLoad};
 use super::{Load, PhaseSpec, Ready, RunContext, Target, wait_gate};
 use crate::stats::Phase;
@@ -25,22 +28,29 @@ pub struct RawTarget {
 impl RawTarget {
     /// Encodes the templates for the run's live (not silent) endpoints.
     pub fn build(ctx: &RunContext<'_>) -> Result<Self, String> {
-        let live: Vec<SocketAddr> = ctx
-            .servers
-            .endpoints
+        let eps = &ctx.servers.endpoints;
+        let targets: Vec<SocketAddr> = eps.iter().take(64).map(|e| e.addr).collect();
+        let decider = eps
             .iter()
-            .filter(|e| !ctx.servers.dead.contains(&e.server_id))
-            .map(|e| e.addr)
-            .collect();
+            .take(64)
+            .position(|e| !ctx.servers.dead.contains(&e.server_id));
         let args = ctx.args;
+        let io = IoSettings {
+            backend: args.io,
+            gso: args.gso,
+            batch: args.batch,
+            socket_buffer: args.socket_buffer,
+            spin: !args.raw_sleep,
+            completion_delivery: !args.no_completion_delivery,
+            fallback: Duration::from_millis(u64::from(args.unit_ms)),
+            replay: args.replays > 0,
+        };
         let cfg = RawConfig::new(
             &ctx.servers.key,
             &ctx.work,
-            live,
+            (targets, decider),
             ctx.horizon,
-            args.batch,
-            args.socket_buffer,
-            !args.raw_sleep,
+            io,
         )
         .map_err(|e| format!("raw client: {e}"))?;
         Ok(RawTarget { cfg: Arc::new(cfg) })
@@ -75,9 +85,10 @@ impl Target for RawTarget {
                     Arc::clone(&spec.gate),
                 );
                 let (load, drain) = (share(spec.load, i, n), spec.drain);
+                let extra = spec.extra.clone();
                 std::thread::spawn(move || {
                     crate::stats::pin(core);
-                    let r = raw_thread::run_thread(cfg, phase, load, drain);
+                    let r = raw_thread::run_thread(cfg, phase, load, drain, &extra);
                     wait_gate(&gate);
                     r
                 })

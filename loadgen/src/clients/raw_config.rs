@@ -1,12 +1,13 @@
 //! The raw client's shared configuration: the key's auth, the request templates
-//! (pre-encoded rate-request PDUs, one per bucket pattern), the live targets and the
-//! socket settings.
+//! (pre-encoded rate-request PDUs, one per bucket pattern), the servers (oldest first)
+//! and the I/O settings.
 //!
 //! Owns encoding the templates once per run. Must not touch sockets or threads.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use ratelimitly_engine::udp::BackendChoice;
 use ratelimitly_engine::proto::wire::{self, Auth, GuardSpec, ResourceSpec};
 
 use crate::workload::{self, Workload};
@@ -17,13 +18,30 @@ pub struct RawConfig {
     pub key_id: u64,
     /// Encoded rate-request PDUs; request `j` uses `templates[j % len]`.
     pub templates: Vec<Vec<u8>>,
-    /// Live endpoints, used round-robin.
+    /// Every endpoint, oldest server first (at most 64); each request goes to all.
     pub targets: Vec<SocketAddr>,
+    /// Index in `targets` of the server whose answer decides: the oldest live one.
+    pub decider: usize,
     pub horizon: Duration,
+    pub io: IoSettings,
+}
+
+/// How a raw thread moves datagrams (the engine's settings of the run).
+#[derive(Clone, Debug)]
+pub struct IoSettings {
+    pub backend: BackendChoice,
+    pub gso: bool,
     pub batch: usize,
     pub socket_buffer: usize,
-    /// Busy-poll (true) or sleep in ppoll (false) while waiting for responses.
+    /// Busy-poll (true) or sleep in the driver's wait (false) while waiting for answers.
     pub spin: bool,
+    /// Resend to the servers that had not answered when the decision came.
+    pub completion_delivery: bool,
+    /// After this long without the decider's answer, the request is sent once more to
+    /// every server (the policy's first replay) and any server's answer decides.
+    pub fallback: Duration,
+    /// Whether the policy replays at all (without replays only the decider decides).
+    pub replay: bool,
 }
 
 /// Why the raw client could not be prepared.
@@ -51,15 +69,13 @@ impl RawConfig {
     pub fn new(
         key: &ratelimitly_engine::proto::key::ApiKey,
         work: &Workload,
-        targets: Vec<SocketAddr>,
+        (targets, decider): (Vec<SocketAddr>, Option<usize>),
         horizon: Duration,
-        batch: usize,
-        socket_buffer: usize,
-        spin: bool,
+        io: IoSettings,
     ) -> Result<Self, RawError> {
-        if targets.is_empty() {
+        let Some(decider) = decider.filter(|d| *d < targets.len().min(64)) else {
             return Err(RawError::NoLiveEndpoint);
-        }
+        };
         let auth = Auth::new(key);
         let resources: Vec<ResourceSpec> = (0..work.buckets.min(4096))
             .map(|i| {
@@ -118,10 +134,9 @@ impl RawConfig {
             key_id: key.key_id(),
             templates,
             targets,
+            decider,
             horizon,
-            batch,
-            socket_buffer,
-            spin,
+            io,
         })
     }
 }

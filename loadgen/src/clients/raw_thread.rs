@@ -1,18 +1,21 @@
-//! One raw client thread (see `raw`): its socket, the ring of requests in flight, the
-//! batched send and receive loop and the timeouts.
+//! One raw client thread (see `raw`): its `UdpDriver` and socket, sealing requests,
+//! the answers (the decider's opened, the others discarded after a look at their clear
+//! tenant header), the completion resends, the one replay when the decider stays silent
+//! (only under loss), the timeouts and the loop.
 //!
-//! Owns the thread's socket and state. Must not touch the engine's request machine.
+//! Owns the thread's driver and state. Must not touch the engine's request machine.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelimitly_engine::engine::io::{RecvBatch, SendBatch, UdpIo};
-use ratelimitly_engine::proto::wire::{self, TenantFields};
+use ratelimitly_engine::udp::{IoConfig, IoEvent, SendQueue, SocketId, UdpDriver};
+use ratelimitly_engine::proto::wire::{self, TenantView};
 
 use super::raw_config::RawConfig;
+use super::raw_flight::{Flight, Random};
+use crate::extra::{self, ExtraSlot};
 use crate::stats::{Kind, Phase};
 
 /// Per-thread load.
@@ -22,48 +25,159 @@ pub enum RawLoad {
     Open { rate: f64 },
 }
 
-#[derive(Clone, Copy)]
-struct Slot {
-    seq: u64,
-    intended: Instant,
-    live: bool,
+/// Everything but the driver (what the driver's event callback works on).
+struct State {
+    cfg: Arc<RawConfig>,
+    sock: SocketId,
+    /// The first 9 bytes of every unique id of this thread (the rest is the sequence).
+    prefix: [u8; 9],
+    rng: Random,
+    next_seq: u64,
+    flight: Flight,
+    timeouts: VecDeque<(u64, Instant)>,
+    /// Requests due for their one replay if the decider has not answered by then.
+    replays: VecDeque<(u64, Instant)>,
 }
 
-/// The ring of requests in flight, indexed by sequence number.
-struct InFlight {
-    phase: Arc<Phase>,
-    slots: Vec<Slot>,
-    mask: u64,
-    outstanding: usize,
-}
+impl State {
+    /// Seals request `seq` and queues it to every server. False (nothing queued) when
+    /// its slot is busy or the send queue lacks room for all servers.
+    fn prepare(&mut self, q: &mut SendQueue, intended: Instant, now: Instant, ms: u64) -> bool {
+        let seq = self.next_seq;
+        let n = self.cfg.targets.len();
+        if !self.flight.is_free(seq) || q.capacity() - q.len() < n {
+            return false;
+        }
+        self.next_seq += 1;
+        self.flight.phase.submit();
+        let Ok(mut rnd) = self.rng.next() else {
+            self.flight
+                .phase
+                .record(intended, now, Kind::Configuration, Some(0));
+            return true;
+        };
+        rnd[..9].copy_from_slice(&self.prefix);
+        rnd[9..16].copy_from_slice(&seq.to_le_bytes()[..7]);
+        let (tenant, nonce) = wire::request_tenant(self.cfg.key_id, &rnd, ms);
+        let tpl = &self.cfg.templates[(seq % self.cfg.templates.len() as u64) as usize];
+        let off = self.cfg.auth.pdu_offset();
+        let buf = self.flight.buffer(seq);
+        buf[off..off + tpl.len()].copy_from_slice(tpl);
+        match wire::seal(&self.cfg.auth, &tenant, nonce, buf, tpl.len()) {
+            Ok(len) => {
+                self.flight.start(seq, intended, now, len);
+                let dg = self.flight.sealed(seq);
+                for to in &self.cfg.targets {
+                    q.push(self.sock, *to, dg, seq);
+                }
+                self.timeouts.push_back((seq, now + self.cfg.horizon));
+                if self.cfg.io.replay {
+                    self.replays.push_back((seq, now + self.cfg.io.fallback));
+                }
+            }
+            Err(_) => self
+                .flight
+                .phase
+                .record(intended, now, Kind::Configuration, Some(0)),
+        }
+        true
+    }
 
-impl InFlight {
-    /// Completes request `seq` with `kind` if it is still in flight.
-    fn complete(&mut self, seq: u64, now: Instant, kind: Kind) {
-        let idx = (seq & self.mask) as usize;
-        let s = self.slots[idx];
-        if s.live && s.seq == seq {
-            self.slots[idx].live = false;
-            self.outstanding -= 1;
-            self.phase.record(s.intended, now, kind, Some(1));
+    fn on_event(&mut self, q: &mut SendQueue, ev: IoEvent<'_>) {
+        match ev {
+            IoEvent::Datagram { from, data, .. } => self.on_answer(q, from, data),
+            IoEvent::SendFailed { tag, .. } => {
+                self.flight
+                    .complete(tag, Instant::now(), Kind::Communication)
+            }
+            IoEvent::Woken => {}
+        }
+    }
+
+    /// One answer: the decider's (or, after the fallback wait, any server's) decides and
+    /// is opened; any other is only noted as answered.
+    fn on_answer(&mut self, q: &mut SendQueue, from: SocketAddr, data: &mut [u8]) {
+        let Ok(tv) = TenantView::parse(data) else {
+            return;
+        };
+        let uid = tv.unique_id();
+        if uid[..9] != self.prefix {
+            return;
+        }
+        let mut b = [0u8; 8];
+        b[..7].copy_from_slice(&uid[9..16]);
+        let seq = u64::from_le_bytes(b);
+        let (Some(slot), Some(server)) = (
+            self.flight.get(seq),
+            self.cfg.targets.iter().position(|a| *a == from),
+        ) else {
+            return;
+        };
+        let now = Instant::now();
+        if server != self.cfg.decider && now < slot.sent + self.cfg.io.fallback {
+            self.flight.mark_answered(seq, server);
+            return;
+        }
+        let Some(grant) = decode(&self.cfg, data) else {
+            return;
+        };
+        if self.cfg.io.completion_delivery {
+            let answered = slot.answered | 1 << server;
+            let dg = self.flight.sealed(seq);
+            for (i, to) in self.cfg.targets.iter().enumerate() {
+                if answered & (1 << i) == 0 {
+                    q.push(self.sock, *to, dg, seq);
+                }
+            }
+        }
+        let kind = if grant { Kind::Granted } else { Kind::Rejected };
+        self.flight.complete(seq, now, kind);
+    }
+
+    /// Sends the requests whose decider stayed silent for the fallback wait once more to
+    /// every server (queue permitting), then expires those past the horizon.
+    fn expire(&mut self, q: &mut SendQueue, now: Instant) {
+        while let Some(&(seq, due)) = self.replays.front() {
+            let n = self.cfg.targets.len();
+            if due > now || q.capacity() - q.len() < n {
+                break;
+            }
+            self.replays.pop_front();
+            if self.flight.get(seq).is_some() {
+                let dg = self.flight.sealed(seq);
+                for to in &self.cfg.targets {
+                    q.push(self.sock, *to, dg, seq);
+                }
+            }
+        }
+        while let Some(&(seq, deadline)) = self.timeouts.front() {
+            if deadline > now {
+                break;
+            }
+            self.timeouts.pop_front();
+            self.flight.complete(seq, now, Kind::Timeout);
         }
     }
 }
 
-/// One raw client thread's state.
+/// Authenticates and decodes one answer: whether it is a grant.
+fn decode(cfg: &RawConfig, dg: &mut [u8]) -> Option<bool> {
+    let opened = wire::open(&cfg.auth, dg).ok()?;
+    let view = wire::RateResponseView::parse(opened.pdu).ok()?;
+    Some(view.is_grant())
+}
+
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// One raw client thread.
 struct RawThread {
-    cfg: Arc<RawConfig>,
-    sock: UdpIo,
-    prefix: [u8; 9],
-    nonce_prefix: [u8; 4],
-    next_seq: u64,
-    flight: InFlight,
-    timeouts: VecDeque<(u64, Instant)>,
-    /// Where one request is sealed before it is queued.
-    scratch: [u8; wire::MAX_DATAGRAM],
-    /// Queued requests, tagged with their sequence number.
-    send: SendBatch,
-    recv: RecvBatch,
+    driver: UdpDriver,
+    st: State,
 }
 
 impl RawThread {
@@ -74,101 +188,46 @@ impl RawThread {
             SocketAddr::V6(a) if a.ip().is_loopback() => "[::1]:0".parse().expect("static"),
             SocketAddr::V6(_) => "[::]:0".parse().expect("static"),
         };
-        let sock = UdpIo::bind(bind, cfg.socket_buffer, cfg.socket_buffer)?;
+        let io = IoConfig {
+            backend: cfg.io.backend,
+            gso: cfg.io.gso,
+            gro: cfg.io.gso,
+            recv_buf: cfg.io.socket_buffer,
+            send_buf: cfg.io.socket_buffer,
+            max_sockets: 1,
+            batch: cfg.io.batch,
+            ..IoConfig::default()
+        };
+        let mut driver = UdpDriver::new(&io)?;
+        let sock = driver.bind(bind)?;
         let r = wire::new_unique_id().map_err(|e| std::io::Error::other(format!("{e:?}")))?;
         let mut prefix = [0u8; 9];
         prefix.copy_from_slice(&r[..9]);
-        prefix[6] = (prefix[6] & 0x0F) | 0x40;
-        prefix[8] = (prefix[8] & 0x3F) | 0x80;
-        let n = wire::new_nonce().map_err(|e| std::io::Error::other(format!("{e:?}")))?;
-        let cap = capacity.next_power_of_two().max(64);
-        let now = Instant::now();
-        let mut send = SendBatch::new(cfg.batch);
-        send.set_v6_socket(bind.is_ipv6());
-        Ok(RawThread {
+        let max_tpl = cfg.templates.iter().map(Vec::len).max().unwrap_or(0);
+        let stride = (cfg.auth.pdu_offset() + max_tpl).min(wire::MAX_DATAGRAM);
+        let st = State {
             sock,
             prefix,
-            nonce_prefix: [n[0], n[1], n[2], n[3]],
+            rng: Random::new(),
             next_seq: 0,
-            flight: InFlight {
-                phase,
-                slots: vec![
-                    Slot {
-                        seq: u64::MAX,
-                        intended: now,
-                        live: false
-                    };
-                    cap
-                ],
-                mask: cap as u64 - 1,
-                outstanding: 0,
-            },
-            timeouts: VecDeque::with_capacity(cap),
-            scratch: [0u8; wire::MAX_DATAGRAM],
-            send,
-            recv: RecvBatch::new(cfg.batch),
+            flight: Flight::new(phase, capacity, stride, Instant::now()),
+            timeouts: VecDeque::with_capacity(capacity.min(1 << 16)),
+            replays: VecDeque::with_capacity(capacity.min(1 << 16)),
             cfg,
-        })
-    }
-
-    /// Seals one request into the send batch. False when its slot is still busy.
-    /// The caller flushes when the batch is full.
-    fn prepare(&mut self, intended: Instant, now: Instant, wall_ms: u64) -> bool {
-        let seq = self.next_seq;
-        let idx = (seq & self.flight.mask) as usize;
-        if self.flight.slots[idx].live {
-            return false;
-        }
-        self.next_seq += 1;
-        let mut uid = [0u8; 16];
-        uid[..9].copy_from_slice(&self.prefix);
-        uid[9..].copy_from_slice(&seq.to_le_bytes()[..7]);
-        let mut nonce = [0u8; 12];
-        nonce[..4].copy_from_slice(&self.nonce_prefix);
-        nonce[4..].copy_from_slice(&seq.to_le_bytes());
-        let tpl = &self.cfg.templates[(seq % self.cfg.templates.len() as u64) as usize];
-        let off = self.cfg.auth.pdu_offset();
-        let buf = &mut self.scratch;
-        buf[off..off + tpl.len()].copy_from_slice(tpl);
-        let tenant = TenantFields {
-            id: self.cfg.key_id,
-            unique_id: uid,
-            timestamp_ms: wall_ms,
-            steering: 0,
         };
-        self.flight.phase.submit();
-        let to = self.cfg.targets[(seq % self.cfg.targets.len() as u64) as usize];
-        match wire::seal(&self.cfg.auth, &tenant, nonce, &mut buf[..], tpl.len()) {
-            Ok(n) if self.send.push(&buf[..n], to, seq) => {
-                self.flight.slots[idx] = Slot {
-                    seq,
-                    intended,
-                    live: true,
-                };
-                self.flight.outstanding += 1;
-                self.timeouts.push_back((seq, now + self.cfg.horizon));
-            }
-            _ => self
-                .flight
-                .phase
-                .record(intended, now, Kind::Configuration, Some(0)),
-        }
-        true
+        Ok(RawThread { driver, st })
     }
 
-    /// Queues (and sends full batches of) what `load` asks for at `now`; returns when the
-    /// next open-loop request is due (closed loop: in a millisecond).
+    /// Queues what `load` asks for at `now` (flushing when the queue is full); returns
+    /// when the next open-loop request is due (closed loop: in a millisecond).
     fn offer(&mut self, load: RawLoad, start: Instant, opened: &mut u64, now: Instant) -> Instant {
         let ms = wall_ms();
-        let stop_at = self.flight.phase.window_end;
+        let stop_at = self.st.flight.phase.window_end;
         match load {
             RawLoad::Closed { in_flight } => {
-                while self.flight.outstanding + self.send.len() < in_flight {
-                    if !self.prepare(now, now, ms) {
+                while self.st.flight.outstanding < in_flight {
+                    if !self.prepare_one(now, now, ms) {
                         break;
-                    }
-                    if self.send.is_full() {
-                        self.flush();
                     }
                 }
                 now + Duration::from_millis(1)
@@ -179,126 +238,58 @@ impl RawThread {
                     return intended;
                 }
                 *opened += 1;
-                if !self.prepare(intended, now, ms) {
+                if !self.prepare_one(intended, now, ms) {
                     // Too many outstanding: counted as overload, not sent.
-                    self.flight.phase.submit();
-                    self.flight
-                        .phase
-                        .record(intended, now, Kind::Overloaded, Some(0));
-                }
-                if self.send.is_full() {
-                    self.flush();
+                    let phase = &self.st.flight.phase;
+                    phase.submit();
+                    phase.record(intended, now, Kind::Overloaded, Some(0));
                 }
             },
         }
     }
 
-    /// Sends the queued batch; a datagram that cannot be sent is a communication failure.
-    fn flush(&mut self) {
-        let flight = &mut self.flight;
-        self.sock.send_batch(&mut self.send, |seq| {
-            flight.complete(seq, Instant::now(), Kind::Communication)
-        });
-    }
-
-    /// Drains the socket, completing every request whose response authenticates.
-    fn receive(&mut self) {
-        loop {
-            let n = match self.sock.recv_batch(&mut self.recv) {
-                Ok(n) if n > 0 => n,
-                _ => return,
-            };
-            let now = Instant::now();
-            for i in 0..n {
-                if let Some(dg) = self.recv.datagram(i)
-                    && let Some((seq, grant)) = decode(&self.cfg, &self.prefix, dg)
-                {
-                    let kind = if grant { Kind::Granted } else { Kind::Rejected };
-                    self.flight.complete(seq, now, kind);
-                }
-            }
-            if n < self.cfg.batch {
-                return;
-            }
+    /// Prepares one request, flushing the send queue first when it lacks room.
+    fn prepare_one(&mut self, intended: Instant, now: Instant, ms: u64) -> bool {
+        let need = self.st.cfg.targets.len();
+        let q = self.driver.send_queue();
+        if q.capacity() - q.len() < need {
+            let st = &mut self.st;
+            let _ = self.driver.flush(&mut |q, ev| st.on_event(q, ev));
         }
-    }
-
-    fn expire(&mut self, now: Instant) {
-        while let Some(&(seq, deadline)) = self.timeouts.front() {
-            if deadline > now {
-                break;
-            }
-            self.timeouts.pop_front();
-            self.flight.complete(seq, Instant::now(), Kind::Timeout);
-        }
-    }
-
-    /// Sleeps until a response is readable or `timeout` passes (`ppoll`: sub-millisecond
-    /// waits, which the engine's millisecond `wait_fds` would round up).
-    fn wait(&self, timeout: Duration) {
-        let mut pfd = libc::pollfd {
-            fd: self.sock.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        // SAFETY: one valid pollfd, valid timespec, no signal mask.
-        unsafe {
-            libc::ppoll(&mut pfd, 1, &ts, std::ptr::null());
-        }
+        let q = self.driver.send_queue();
+        self.st.prepare(q, intended, now, ms)
     }
 }
 
-/// Authenticates and decodes one response of ours: its sequence number and whether
-/// it is a grant. `None` for anything else (foreign, forged or malformed).
-fn decode(cfg: &RawConfig, prefix: &[u8; 9], dg: &mut [u8]) -> Option<(u64, bool)> {
-    let opened = wire::open(&cfg.auth, dg).ok()?;
-    let uid = opened.tenant.unique_id();
-    let uid: &[u8] = uid.as_ref();
-    if uid.len() != 16 || uid[..9] != prefix[..] {
-        return None;
-    }
-    let mut b = [0u8; 8];
-    b[..7].copy_from_slice(&uid[9..16]);
-    let view = wire::RateResponseView::parse(opened.pdu).ok()?;
-    Some((u64::from_le_bytes(b), view.is_grant()))
-}
-
-fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// Runs one raw client thread until the phase window ends and everything in
-/// flight completed or timed out (bounded by `drain`).
+/// Runs one raw client thread until the phase window ends and everything in flight
+/// completed or timed out (bounded by `drain`); leaves its I/O counters in `extra`.
 pub fn run_thread(
     cfg: Arc<RawConfig>,
     phase: Arc<Phase>,
     load: RawLoad,
     drain: Duration,
+    extra: &ExtraSlot,
 ) -> std::io::Result<()> {
     let capacity = match load {
         // Slots are a ring indexed by sequence number: keep it much larger than the
         // window so a request waiting for its timeout never blocks the ring.
         RawLoad::Closed { in_flight } => (in_flight.max(1) * 16).max(4096),
         RawLoad::Open { rate } => {
-            ((rate * (cfg.horizon.as_secs_f64() + 0.5)) as usize + 1024).min(1 << 22)
+            ((rate * (cfg.horizon.as_secs_f64() + 0.5)) as usize + 1024).min(1 << 18)
         }
     };
     let mut t = RawThread::new(cfg, phase, capacity)?;
-    let stop_at = t.flight.phase.window_end;
+    let stop_at = t.st.flight.phase.window_end;
     let hard_stop = stop_at + drain;
+    // Open loop never spins: at a fixed rate the ceiling waits until work is due.
+    let spin = t.st.cfg.io.spin && matches!(load, RawLoad::Closed { .. });
     let start = Instant::now();
     let mut opened: u64 = 0;
+    let mut result = Ok(());
     loop {
         let now = Instant::now();
         let stopping = now >= stop_at;
-        if now >= hard_stop {
+        if now >= hard_stop || (stopping && t.st.flight.outstanding == 0) {
             break;
         }
         let next_due = if stopping {
@@ -306,25 +297,25 @@ pub fn run_thread(
         } else {
             t.offer(load, start, &mut opened, now)
         };
-        t.flush();
-        if stopping && t.flight.outstanding == 0 {
+        let wait = if spin {
+            Duration::ZERO
+        } else {
+            next_due
+                .saturating_duration_since(now)
+                .min(Duration::from_millis(1))
+        };
+        let RawThread { driver, st } = &mut t;
+        if let Err(e) = driver.run_once(Some(wait), &mut |q, ev| st.on_event(q, ev)) {
+            result = Err(e);
             break;
         }
-        t.receive();
-        t.expire(Instant::now());
-        let now = Instant::now();
-        let wait = next_due
-            .saturating_duration_since(now)
-            .min(Duration::from_millis(1));
-        if t.cfg.spin {
-            std::hint::spin_loop();
-        } else if !wait.is_zero() || matches!(load, RawLoad::Closed { .. }) {
-            t.wait(wait.max(Duration::from_micros(50)));
-        }
+        let RawThread { driver, st } = &mut t;
+        st.expire(driver.send_queue(), Instant::now());
     }
     // Anything still outstanding past the drain limit is a timeout.
-    while let Some((seq, _)) = t.timeouts.pop_front() {
-        t.flight.complete(seq, Instant::now(), Kind::Timeout);
+    while let Some((seq, _)) = t.st.timeouts.pop_front() {
+        t.st.flight.complete(seq, Instant::now(), Kind::Timeout);
     }
-    Ok(())
+    extra::add_io(extra, t.driver.stats());
+    result
 }

@@ -1,0 +1,136 @@
+//! Figures that only some clients report, filled in by the client itself at the end of
+//! its phase: the UDP I/O layer's counters (backend, datagrams per send and per receive
+//! buffer, GSO/GRO fallbacks) of the engine and the raw client, the engine's latency
+//! breakdown (queue wait, wire, decision, completion wake), and the embedded responders'
+//! I/O counters.
+//!
+//! Owns these figures' JSON keys (`io`, `responder_io`, `breakdown_us`) and their summary
+//! lines. Must not touch clients, sockets or the measurement window.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use hdrhistogram::Histogram;
+use ratelimitly_engine::udp::IoStats;
+use serde_json::{Map, Value, json};
+
+/// One stage of the engine's per-decision latency breakdown (µs).
+#[derive(Clone, Debug)]
+pub struct Stage {
+    pub name: &'static str,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub count: u64,
+}
+
+impl Stage {
+    /// The stage `name` of histogram `h` (µs values).
+    pub fn of(name: &'static str, h: &Histogram<u64>) -> Stage {
+        let q = |x| {
+            if h.is_empty() {
+                0
+            } else {
+                h.value_at_quantile(x)
+            }
+        };
+        Stage {
+            name,
+            p50_us: q(0.5),
+            p99_us: q(0.99),
+            count: h.len(),
+        }
+    }
+}
+
+/// What a client reports beyond the common figures.
+#[derive(Clone, Debug, Default)]
+pub struct ClientExtra {
+    /// The client's I/O counters (engine cores merged, or raw threads merged).
+    pub io: Option<IoStats>,
+    /// The embedded responders' I/O counters over the phase's lifetime.
+    pub responder_io: Option<IoStats>,
+    /// The engine's latency breakdown over the whole phase (warm-up included).
+    pub breakdown: Vec<Stage>,
+}
+
+/// Where a client leaves its [`ClientExtra`] before it finishes.
+pub type ExtraSlot = Arc<Mutex<ClientExtra>>;
+
+/// Merges `io` into the slot's client I/O counters.
+pub fn add_io(slot: &ExtraSlot, io: &IoStats) {
+    let mut e = slot.lock().unwrap_or_else(|p| p.into_inner());
+    match &mut e.io {
+        Some(sum) => sum.merge(io),
+        None => e.io = Some(io.clone()),
+    }
+}
+
+fn io_json(io: &IoStats) -> Value {
+    json!({
+        "backend": io.backend.as_str(),
+        "datagrams_per_send": io.datagrams_per_send(),
+        "datagrams_per_send_call": io.datagrams_per_send_call(),
+        "datagrams_per_recv": io.datagrams_per_recv(),
+        "datagrams_per_recv_call": io.datagrams_per_recv_call(),
+        "datagrams_sent": io.datagrams_sent,
+        "datagrams_received": io.datagrams_received,
+        "gso_sends": io.gso_sends,
+        "gro_buffers": io.gro_buffers,
+        "gso_fallbacks": io.gso_fallbacks,
+        "gro_fallbacks": io.gro_fallbacks,
+        "eagain_waits": io.eagain_waits,
+        "wakes": io.wakes,
+        "loops": io.loops,
+    })
+}
+
+impl ClientExtra {
+    /// Adds the new keys to a result object (`io`, `responder_io`, `breakdown_us`; each
+    /// only when known).
+    pub fn add_json(&self, out: &mut Map<String, Value>) {
+        if let Some(io) = &self.io {
+            out.insert("io".into(), io_json(io));
+        }
+        if let Some(io) = &self.responder_io {
+            out.insert("responder_io".into(), io_json(io));
+        }
+        if !self.breakdown.is_empty() {
+            let b: Map<String, Value> = self
+                .breakdown
+                .iter()
+                .map(|s| {
+                    let v = json!({ "p50": s.p50_us, "p99": s.p99_us, "count": s.count });
+                    (s.name.to_string(), v)
+                })
+                .collect();
+            out.insert("breakdown_us".into(), Value::Object(b));
+        }
+    }
+
+    /// The summary lines (nothing when nothing is known).
+    pub fn print(&self, out: &mut impl Write) -> std::io::Result<()> {
+        for (who, io) in [("client", &self.io), ("responders", &self.responder_io)] {
+            if let Some(io) = io {
+                writeln!(
+                    out,
+                    "  {who} I/O {}: datagrams/send {:.1} (/call {:.1})  datagrams/recv buffer {:.1} (/call {:.1})  GSO/GRO fallbacks {}/{}",
+                    io.backend,
+                    io.datagrams_per_send(),
+                    io.datagrams_per_send_call(),
+                    io.datagrams_per_recv(),
+                    io.datagrams_per_recv_call(),
+                    io.gso_fallbacks,
+                    io.gro_fallbacks,
+                )?;
+            }
+        }
+        if !self.breakdown.is_empty() {
+            write!(out, "  breakdown µs p50/p99:")?;
+            for s in &self.breakdown {
+                write!(out, " {} {}/{}", s.name, s.p50_us, s.p99_us)?;
+            }
+            writeln!(out)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,81 @@
+//! Smoke tests of the I/O options: a short loopback run per client with the mmsg
+//! backend, GSO off and reply batching off, and a short open-loop `--compare`.
+
+use super::*;
+
+fn run_json(extra: &[&str], tag: &str) -> serde_json::Value {
+    let dir = std::env::temp_dir().join(format!("loadgen-io-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.json");
+    let mut argv = vec!["loadgen", "--duration", "0.5", "--warmup", "0.2", "--quiet"];
+    argv.extend_from_slice(extra);
+    argv.extend_from_slice(&["--json", json.to_str().unwrap()]);
+    let a = Args::try_parse_from(argv).unwrap();
+    assert_eq!(run(&a), Ok(true), "{extra:?}");
+    let doc = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    doc
+}
+
+/// `--io mmsg --gso off --reply-batch off`: every client finishes with submitted =
+/// completed, the options are in `parameters`, and the engine and raw results carry
+/// the I/O counters (and the engine its latency breakdown).
+#[test]
+fn mmsg_without_gso_or_reply_batch() {
+    let doc = run_json(
+        &[
+            "--compare",
+            "--in-flight",
+            "8",
+            "--io",
+            "mmsg",
+            "--gso",
+            "off",
+            "--reply-batch",
+            "off",
+        ],
+        "mmsg",
+    );
+    let p = &doc["parameters"];
+    assert_eq!(p["io"], "mmsg");
+    assert_eq!(p["gso"], false);
+    assert_eq!(p["reply_batch"], false);
+    for r in doc["results"].as_array().unwrap() {
+        assert_eq!(r["balanced"], true, "{}", r["client"]);
+        assert_eq!(r["submitted"], r["completed"]);
+        assert!(r["datagrams_per_decision"].as_f64().is_some());
+        assert!(r["client_cpu_us_per_decision"].as_f64().is_some());
+        assert_eq!(r["responder_io"]["backend"], "mmsg");
+        // The engine reports `Stats::io` once its cores run on the udp layer.
+        if r["client"] == "raw" || !r["io"].is_null() {
+            assert_eq!(r["io"]["backend"], "mmsg", "{}", r["client"]);
+            assert_eq!(r["io"]["gso_sends"], 0);
+            assert!(r["io"]["datagrams_per_send"].as_f64().is_some());
+        }
+        if r["client"] == "engine" {
+            for stage in ["queue_wait", "wire", "decision", "completion_wake"] {
+                assert!(
+                    r["breakdown_us"][stage]["p99"].as_u64().is_some(),
+                    "{stage}"
+                );
+            }
+        }
+    }
+    assert!(doc["ratios"]["engine_vs_raw"].as_f64().is_some());
+}
+
+/// `--compare --rate R` runs every client open loop and reports p50, p99 and CPU.
+#[test]
+fn compare_open_loop() {
+    let doc = run_json(&["--compare", "--rate", "1000"], "open");
+    assert_eq!(doc["parameters"]["rate"], 1000.0);
+    let results = doc["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3);
+    for r in results {
+        assert_eq!(r["balanced"], true, "{}", r["client"]);
+        assert!(r["decisions"].as_u64().unwrap() > 100, "{}", r["client"]);
+        assert!(r["latency_us"]["p50"].as_f64().is_some());
+        assert!(r["latency_us"]["p99"].as_f64().is_some());
+        assert!(r["client_cpu_us_per_decision"].as_f64().is_some());
+    }
+}
