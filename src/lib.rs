@@ -47,7 +47,7 @@
 //! Public API: the types re-exported at the crate root (what an embedding application
 //! uses) and [`proto`] (the sans-IO protocol, also used by the responder). The engine's
 //! internals that benches, the simulation and loadgen reach (`engine::state`,
-//! `engine::sockets`, `engine::inflight`, `engine::wheel`, `engine::io`, [`udp`]) are
+//! `engine::sockets`, `engine::inflight`, `engine::wheel`, [`udp`]) are
 //! internal: they follow the engine, not semver.
 
 pub mod discovery;

@@ -87,8 +87,8 @@ pub enum OptionError {
     /// Report interval 0 or above 10 s.
     #[error("report interval must be 1 ms..=10 s")]
     BadReportInterval,
-    /// Sockets per core outside 2..=63.
-    #[error("sockets per core must be 2..=63, is {0}")]
+    /// Sockets per core outside 2..=1024.
+    #[error("sockets per core must be 2..=1024, is {0}")]
     BadMaxSockets(usize),
 }
 

@@ -24,7 +24,6 @@ pub mod completion;
 pub mod config;
 mod driver;
 pub mod inflight;
-pub mod io;
 mod membership;
 mod reports;
 pub mod sockets;
@@ -62,6 +61,8 @@ use crate::proto::wire::{self, Auth, ReportEntry};
 pub const DEFAULT_IN_FLIGHT: usize = 65_536;
 /// Default socket buffer size (each direction).
 pub const DEFAULT_SOCKET_BUFFER: usize = 4 << 20;
+/// Most sockets a core may be configured to hold (`max_sockets_per_core`).
+pub const MAX_SOCKETS_PER_CORE: usize = 1024;
 /// Default latency-report flush interval.
 pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_millis(5);
 
@@ -192,7 +193,7 @@ impl EngineBuilder {
     }
 
     /// Most sockets one core may hold open at once: the current one plus those still
-    /// draining after steering rebinds (default 16, 2..=63). A steering hint beyond it
+    /// draining after steering rebinds (default 16, 2..=1024). A steering hint beyond it
     /// is refused and counted in `Stats::steering_refused`.
     pub fn max_sockets_per_core(mut self, n: usize) -> Self {
         self.max_sockets = n;
@@ -282,7 +283,7 @@ impl EngineBuilder {
         {
             return Err(OptionError::BadReportInterval.into());
         }
-        if !(2..io::MAX_WAIT_FDS).contains(&self.max_sockets) {
+        if !(2..=MAX_SOCKETS_PER_CORE).contains(&self.max_sockets) {
             return Err(OptionError::BadMaxSockets(self.max_sockets).into());
         }
         Ok(EngineConfig {

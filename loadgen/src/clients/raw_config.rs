@@ -7,8 +7,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ratelimitly_engine::udp::BackendChoice;
 use ratelimitly_engine::proto::wire::{self, Auth, GuardSpec, ResourceSpec};
+use ratelimitly_engine::udp::BackendChoice;
 
 use crate::workload::{self, Workload};
 

@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelimitly_engine::udp::{IoConfig, IoEvent, SendQueue, SocketId, UdpDriver};
 use ratelimitly_engine::proto::wire::{self, TenantView};
+use ratelimitly_engine::udp::{IoConfig, IoEvent, SendQueue, SocketId, UdpDriver};
 
 use super::raw_config::RawConfig;
 use super::raw_flight::{Flight, Random};
