@@ -21,6 +21,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use chacha20::ChaCha20Rng;
+use rand_core::{Rng, SeedableRng};
+use zeroize::Zeroize;
+
 use super::Shared;
 use super::inflight::{Entry, InFlight, Key};
 use super::reports::Reports;
@@ -36,8 +40,11 @@ use crate::proto::wire::{self, DropReason, RateResponseView, RngError, TenantVie
 pub const DRAIN: usize = 256;
 /// Send tag of latency reports.
 pub const REPORT_TAG: u64 = u64::MAX;
-/// Random bytes fetched from the entropy source at a time.
+/// Random bytes generated at a time.
 const RNG_POOL: usize = 4096;
+/// Bytes of ChaCha20 keystream generated under one key before it is re-keyed from the
+/// entropy source.
+const RESEED_BYTES: usize = 1 << 20;
 
 /// Where a core's transmits go: the driver's send batch, or a simulated network.
 /// The datagram bytes are only borrowed: copy them.
@@ -55,18 +62,37 @@ pub fn os_entropy() -> Entropy {
     Box::new(wire::fill_random)
 }
 
-/// Buffered randomness (one entropy call per ~146 requests).
+/// Buffered randomness: a ChaCha20 keystream keyed with 32 bytes of the entropy source
+/// and re-keyed every [`RESEED_BYTES`] (the construction of arc4random and of the
+/// kernel's own generator), so a request costs no system call and no kernel ChaCha run.
 struct RandPool {
     buf: Box<[u8; RNG_POOL]>,
     at: usize,
     source: Entropy,
+    rng: Option<ChaCha20Rng>,
+    since_seed: usize,
 }
 
 impl RandPool {
+    fn refill(&mut self) -> Result<(), RngError> {
+        if self.rng.is_none() || self.since_seed >= RESEED_BYTES {
+            let mut seed = [0u8; 32];
+            (self.source)(&mut seed)?;
+            self.rng = Some(ChaCha20Rng::from_seed(seed));
+            seed.zeroize();
+            self.since_seed = 0;
+        }
+        if let Some(rng) = self.rng.as_mut() {
+            rng.fill_bytes(&mut self.buf[..]);
+        }
+        self.since_seed += RNG_POOL;
+        self.at = 0;
+        Ok(())
+    }
+
     fn fill(&mut self, out: &mut [u8]) -> Result<(), RngError> {
         if self.at + out.len() > RNG_POOL {
-            (self.source)(&mut self.buf[..])?;
-            self.at = 0;
+            self.refill()?;
         }
         out.copy_from_slice(&self.buf[self.at..self.at + out.len()]);
         // never hand out the same bytes twice
@@ -119,6 +145,8 @@ impl CoreState {
             buf: Box::new([0u8; RNG_POOL]),
             at: RNG_POOL,
             source: entropy,
+            rng: None,
+            since_seed: 0,
         };
         let mut mask = [0u8; 5];
         rng.fill(&mut mask)?;
