@@ -267,14 +267,7 @@ fn latency_report_goes_once_to_each_server() {
 #[test]
 fn a_failed_core_fails_its_requests_and_refuses_new_work() {
     let _serial = serial();
-    let r = responder(
-        COOKIE,
-        1,
-        Faults {
-            silent: true,
-            ..Faults::default()
-        },
-    );
+    let r = silent_responder(COOKIE, 1);
     let e = engine(COOKIE, vec![ep(&r)], RequestPolicy::default());
     let h = e.handle();
     let res = resource("fault", u32::MAX);
@@ -303,14 +296,7 @@ fn a_failed_core_fails_its_requests_and_refuses_new_work() {
 #[test]
 fn wait_timeout_hands_the_completion_back() {
     let _serial = serial();
-    let r = responder(
-        COOKIE,
-        1,
-        Faults {
-            silent: true,
-            ..Faults::default()
-        },
-    );
+    let r = silent_responder(COOKIE, 1);
     let e = engine(COOKIE, vec![ep(&r)], RequestPolicy::default());
     let h = e.handle();
     let res = resource("wt", u32::MAX);

@@ -345,7 +345,17 @@ impl CoreState {
                 self.stats.discovery_failures += 1;
                 self.shared.membership.request_refresh();
             }
-            Failure::Overloaded => self.stats.overloaded += 1,
+            Failure::Overloaded => {
+                self.stats.overloaded += 1;
+                // logged at 1, 2, 4, 8, ... refusals: visible, never a flood
+                if self.stats.overloaded.is_power_of_two() {
+                    tracing::warn!(
+                        core = self.index,
+                        refused = self.stats.overloaded,
+                        "engine core overloaded: in-flight limit reached"
+                    );
+                }
+            }
             Failure::Communication(_) => self.stats.comm_failures += 1,
             _ => {}
         }
@@ -504,6 +514,12 @@ impl CoreState {
                             let oldest = e.req.snapshot().iter().map(|x| x.server_id).min();
                             if r.server_id != oldest {
                                 s.oldest_fallbacks += 1;
+                                if s.oldest_fallbacks.is_power_of_two() {
+                                    tracing::info!(
+                                        fallbacks = s.oldest_fallbacks,
+                                        "oldest server silent in round 0: a younger one decided"
+                                    );
+                                }
                             }
                         }
                     }

@@ -533,6 +533,7 @@ impl Common {
         {
             e.gso = false;
             self.stats.gso_fallbacks += 1;
+            tracing::warn!("UDP GSO refused by the kernel on a socket: per-datagram sends there");
         }
     }
 }
@@ -679,6 +680,7 @@ impl UdpDriver {
         let c = &mut self.common;
         if c.cfg.gro && !opened.gro {
             c.stats.gro_fallbacks += 1;
+            tracing::warn!("UDP GRO unavailable on a socket: per-datagram receives there");
         }
         c.socks[slot] = Some(SockEntry {
             v6: opened.local.is_ipv6(),

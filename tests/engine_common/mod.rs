@@ -12,6 +12,15 @@ pub use rl_testkit::endpoints::dead_addr;
 pub use rl_testkit::harness::{endpoint as ep, responder};
 pub use rl_testkit::keys::{AES, COOKIE, NONE, key};
 
+/// A responder that receives and never answers (requests to it stay in flight).
+pub fn silent_responder(k: &str, server_id: u64) -> rl_responder::ResponderHandle {
+    let silent = rl_responder::Faults {
+        silent: true,
+        ..rl_responder::Faults::default()
+    };
+    responder(k, server_id, silent)
+}
+
 pub fn engine(k: &str, eps: Vec<Endpoint>, policy: RequestPolicy) -> Engine {
     Engine::builder(key(k))
         .cores(Cores::Count(1))
