@@ -185,9 +185,8 @@ pub struct Args {
     /// Client socket buffer size in bytes (engine and raw; 0 = system default).
     #[arg(long, default_value_t = 4 << 20)]
     pub socket_buffer: usize,
-    /// UDP I/O backend of the engine, the raw client and the embedded responders: mmsg
-    /// (the engine's default, the faster one measured here), auto (io_uring where the
-    /// kernel allows it, else mmsg) or uring.
+    /// UDP I/O backend of the engine, raw client and responders: mmsg (the engine's
+    /// default, faster here), auto (io_uring where allowed, else mmsg) or uring.
     #[arg(long, default_value = "mmsg")]
     #[serde(serialize_with = "as_text")]
     pub io: BackendChoice,
