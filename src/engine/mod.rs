@@ -23,13 +23,17 @@
 pub mod completion;
 pub mod config;
 mod driver;
+#[doc(hidden)] // internal: for the simulation, the fuzz target and the benches
 pub mod inflight;
 mod membership;
 mod reports;
+#[doc(hidden)] // internal: for the simulation, the fuzz target and the benches
 pub mod sockets;
+#[doc(hidden)] // internal: for the simulation, the fuzz target and the benches
 pub mod state;
 pub mod stats;
 pub mod submit;
+#[doc(hidden)] // internal: for the simulation, the fuzz target and the benches
 pub mod wheel;
 
 use std::cell::Cell;
