@@ -50,6 +50,8 @@
 //! `engine::sockets`, `engine::inflight`, `engine::wheel`, [`udp`]) are
 //! internal: they follow the engine, not semver.
 
+#![warn(missing_docs)]
+
 pub mod discovery;
 pub mod engine;
 pub mod key_source;

@@ -258,7 +258,10 @@ impl Response {
 pub enum CommError {
     /// Every datagram of round 0 failed to send (`endpoints` endpoints were tried).
     #[error("no datagram of round 0 could be sent ({endpoints} endpoints tried)")]
-    AllSendsFailed { endpoints: u32 },
+    AllSendsFailed {
+        /// Endpoints tried.
+        endpoints: u32,
+    },
     /// The operating system's random number generator failed, so nothing was sent.
     #[error("random number generator failed; nothing was sent")]
     Rng,
@@ -282,7 +285,10 @@ pub enum Failure {
     Communication(#[from] CommError),
     /// The horizon passed without a valid response.
     #[error("timeout: no valid response within the {horizon_ms} ms horizon")]
-    Timeout { horizon_ms: u32 },
+    Timeout {
+        /// The horizon H in milliseconds.
+        horizon_ms: u32,
+    },
     /// The engine refused the request (in-flight limit / queue full).
     #[error("engine overloaded: request not admitted")]
     Overloaded,

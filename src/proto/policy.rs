@@ -23,9 +23,23 @@ pub enum Schedule {
     /// B(k) = b, with b >= 1.
     Fixed(u32),
     /// B(k) = min(initial + k·step, max), with step >= 1.
-    Linear { initial: u32, step: u32, max: u32 },
+    Linear {
+        /// B(0).
+        initial: u32,
+        /// Added per round.
+        step: u32,
+        /// The cap.
+        max: u32,
+    },
     /// B(k) = min(initial·factor^k, max), with factor >= 2.
-    Exponential { initial: u32, factor: u32, max: u32 },
+    Exponential {
+        /// B(0).
+        initial: u32,
+        /// Multiplied per round.
+        factor: u32,
+        /// The cap.
+        max: u32,
+    },
 }
 
 /// Which schedule rule a [`Schedule`] breaks.
@@ -39,7 +53,12 @@ pub enum ScheduleError {
     InitialZero,
     /// `initial > max`.
     #[error("schedule initial ({initial}) must be <= max ({max})")]
-    InitialAboveMax { initial: u32, max: u32 },
+    InitialAboveMax {
+        /// The schedule's initial value.
+        initial: u32,
+        /// The schedule's cap.
+        max: u32,
+    },
     /// Linear schedule with `step == 0`.
     #[error("linear schedule needs step >= 1")]
     StepZero,
@@ -225,10 +244,20 @@ pub enum PolicyError {
     HorizonOverflow,
     /// H exceeds the API key's dedup_ttl_ms_max.
     #[error("policy horizon {horizon_ms} ms exceeds the key's dedup TTL limit {limit_ms} ms")]
-    HorizonOverKeyLimit { horizon_ms: u32, limit_ms: u32 },
+    HorizonOverKeyLimit {
+        /// The policy's horizon.
+        horizon_ms: u32,
+        /// The key's dedup TTL limit.
+        limit_ms: u32,
+    },
     /// A request's endpoint snapshot holds more endpoints than one request can address.
     #[error("{count} endpoints exceed the per-request maximum of {max}")]
-    TooManyEndpoints { count: usize, max: usize },
+    TooManyEndpoints {
+        /// Endpoints in the snapshot.
+        count: usize,
+        /// The per-request maximum.
+        max: usize,
+    },
 }
 
 /// A validated request policy. `Default` = U 20 ms, N 1, fixed(1), F 1, completion on
