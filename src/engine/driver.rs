@@ -111,6 +111,8 @@ pub(crate) struct Driver {
     map: SockMap,
     failed: Vec<u64>,
     v6: bool,
+    /// When this core last published its statistics.
+    published_at: Instant,
     shared: Arc<Shared>,
     index: usize,
 }
@@ -155,6 +157,7 @@ impl Driver {
             map: SockMap(vec![(SockId(first.raw()), first)]),
             failed: Vec::with_capacity(1024),
             v6,
+            published_at: Instant::now(),
             shared,
             index,
         })
@@ -197,15 +200,21 @@ impl Driver {
             work |= state.handle_timeout(now, &mut sink);
             self.feed_failures(now);
             self.socket_ops();
-            self.shared
-                .publish_stats(self.index, &self.state, Some(self.io.stats()));
+            if (self.shared.stats_wanted(self.index)
+                || now.saturating_duration_since(self.published_at) >= super::PUBLISH_EVERY)
+                && self
+                    .shared
+                    .publish_stats(self.index, &self.state, Some(self.io.stats()))
+            {
+                self.published_at = now;
+            }
             if self.shared.queues[self.index].stop.load(Ordering::Acquire) {
                 let (state, mut sink) = self.sink();
                 state.shutdown(Instant::now(), &mut sink);
                 self.state.wake_callers();
                 self.flush();
                 self.shared
-                    .publish_stats_now(self.index, &self.state, Some(self.io.stats()));
+                    .publish_stats(self.index, &self.state, Some(self.io.stats()));
                 return;
             }
             let timeout = if work {

@@ -115,42 +115,26 @@ struct Published {
     generation: AtomicU64,
     /// A reader wants a fresh snapshot.
     wanted: AtomicBool,
-    /// When the core published last.
-    at: Mutex<Option<Instant>>,
 }
 
 /// How often a busy core publishes its statistics unasked.
-const PUBLISH_EVERY: Duration = Duration::from_millis(100);
+pub(crate) const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
 impl Shared {
-    /// Called by core `i` once per loop: publishes when a reader asked or the last
-    /// publication is old. Never blocks the core (a held lock skips the turn).
+    /// True when a reader asked core `i` for a fresh snapshot (the core checks once per
+    /// turn; it also publishes unasked every [`PUBLISH_EVERY`] by its own clock).
+    pub(crate) fn stats_wanted(&self, i: usize) -> bool {
+        self.published[i].wanted.load(Ordering::Relaxed)
+    }
+
+    /// Publishes core `i`'s statistics now; false when a reader held the lock (the core
+    /// tries again next turn, never waits).
     pub(crate) fn publish_stats(
         &self,
         i: usize,
         state: &state::CoreState,
         io: Option<&crate::udp::IoStats>,
-    ) {
-        let p = &self.published[i];
-        if !p.wanted.load(Ordering::Relaxed) {
-            let due = match p.at.try_lock() {
-                Ok(at) => at.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY),
-                Err(_) => false,
-            };
-            if !due {
-                return;
-            }
-        }
-        self.publish_stats_now(i, state, io);
-    }
-
-    /// Publishes core `i`'s statistics now (unless a reader holds the lock).
-    pub(crate) fn publish_stats_now(
-        &self,
-        i: usize,
-        state: &state::CoreState,
-        io: Option<&crate::udp::IoStats>,
-    ) {
+    ) -> bool {
         let p = &self.published[i];
         if let Ok(mut s) = p.stats.try_lock() {
             s.copy_from(state.stats());
@@ -161,12 +145,11 @@ impl Shared {
             s.in_flight = state.in_flight() as u64;
             s.sockets = state.sockets() as u64;
             drop(s);
-            if let Ok(mut at) = p.at.try_lock() {
-                *at = Some(Instant::now());
-            }
             p.wanted.store(false, Ordering::Relaxed);
             p.generation.fetch_add(1, Ordering::Release);
+            return true;
         }
+        false
     }
 }
 
@@ -339,7 +322,6 @@ impl EngineBuilder {
                 stats: Mutex::new(Stats::new()),
                 generation: AtomicU64::new(0),
                 wanted: AtomicBool::new(false),
-                at: Mutex::new(None),
             })
             .collect();
         Ok(Arc::new(Shared {
@@ -575,7 +557,7 @@ impl Engine {
         }
         for q in sh.queues.iter() {
             q.stop.store(true, Ordering::SeqCst);
-            q.wake_now();
+            q.wake();
         }
         for h in self.threads.drain(..) {
             let _ = h.join();
@@ -674,7 +656,7 @@ impl EngineHandle {
         }
         let core = self.core_for_thread();
         let c = self.enqueue(core, req);
-        self.inner.queues[core].wake_if_parked();
+        self.inner.queues[core].wake();
         self.leave();
         c
     }
@@ -690,7 +672,7 @@ impl EngineHandle {
         }
         let core = self.core_for_thread();
         let out = reqs.into_iter().map(|r| self.enqueue(core, r)).collect();
-        self.inner.queues[core].wake_if_parked();
+        self.inner.queues[core].wake();
         self.leave();
         Batch::new(out)
     }
@@ -713,7 +695,7 @@ impl EngineHandle {
             observed_ms,
         };
         let r = if self.inner.queues[core].push(Msg::Report(entry)).is_ok() {
-            self.inner.queues[core].wake_if_parked();
+            self.inner.queues[core].wake();
             Ok(())
         } else {
             self.inner.queue_full.fetch_add(1, Ordering::Relaxed);
@@ -749,7 +731,7 @@ impl EngineHandle {
             .collect();
         for (p, q) in sh.published.iter().zip(sh.queues.iter()) {
             p.wanted.store(true, Ordering::Relaxed);
-            q.wake_if_parked();
+            q.wake();
         }
         let deadline = Instant::now() + Duration::from_millis(100);
         for (i, p) in sh.published.iter().enumerate() {
@@ -759,7 +741,7 @@ impl EngineHandle {
                 && !q.stop.load(Ordering::Relaxed)
                 && Instant::now() < deadline
             {
-                q.wake_if_parked();
+                q.wake();
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
@@ -785,7 +767,7 @@ impl EngineHandle {
         for q in self.inner.queues.iter() {
             let (tx, rx) = crossbeam_channel::bounded(1);
             if q.push(Msg::FlushReports(tx)).is_ok() {
-                q.wake_now();
+                q.wake();
                 if let Ok(s) = rx.recv_timeout(Duration::from_secs(2)) {
                     total.merge(&s);
                 }
@@ -801,7 +783,7 @@ impl EngineHandle {
     pub fn inject_core_fault(&self, core: usize) {
         if let Some(q) = self.inner.queues.get(core) {
             let _ = q.push(Msg::Fault);
-            q.wake_now();
+            q.wake();
         }
     }
 

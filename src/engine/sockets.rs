@@ -161,11 +161,6 @@ impl SocketTable {
             }
         }
     }
-
-    /// Every socket still open (for shutdown).
-    pub(crate) fn ids(&self) -> impl Iterator<Item = SockId> + '_ {
-        self.socks.iter().map(|s| s.id)
-    }
 }
 
 #[cfg(test)]

@@ -317,12 +317,6 @@ impl CoreState {
         }
     }
 
-    /// A datagram longer than the receive buffer arrived (the driver truncated it).
-    pub fn count_oversized(&mut self) {
-        self.stats.received += 1;
-        self.stats.drop(DropReason::TooLong);
-    }
-
     fn complete(&mut self, slot: u32, out: Result<Response, Failure>) {
         self.stats.completions += 1;
         self.shared
@@ -658,10 +652,5 @@ impl CoreState {
                 self.inflight.recycle(e.dgram);
             }
         }
-    }
-
-    /// Every socket still open (the driver closes them at shutdown).
-    pub fn socket_ids(&self) -> impl Iterator<Item = SockId> + '_ {
-        self.socks.ids()
     }
 }

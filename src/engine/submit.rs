@@ -94,15 +94,10 @@ impl CoreQueue {
     }
 
     /// Wakes the core: a system call only if it is blocked in its wait.
-    pub(crate) fn wake_if_parked(&self) {
+    pub(crate) fn wake(&self) {
         if let Some(w) = self.waker.get() {
             w.wake();
         }
-    }
-
-    /// Wakes the core (the same as [`CoreQueue::wake_if_parked`]).
-    pub(crate) fn wake_now(&self) {
-        self.wake_if_parked();
     }
 }
 
