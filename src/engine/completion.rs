@@ -117,10 +117,8 @@ impl SlotPool {
             decided: UnsafeCell::new(None),
             waker: AtomicWaker::new(),
         }));
-        // ArrayQueue allocates infallibly: check the same size can be had first
-        let mut probe: Vec<u64> = Vec::new();
-        probe.try_reserve_exact(capacity * 2).ok()?;
-        drop(probe);
+        // the free list (16 bytes a slot, allocated infallibly by ArrayQueue) is a
+        // fraction of the slots just reserved fallibly above
         let free = ArrayQueue::new(capacity);
         for i in 0..capacity as u32 {
             let _ = free.push(i);
