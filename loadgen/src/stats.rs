@@ -73,6 +73,14 @@ impl Kind {
     pub fn is_request(self) -> bool {
         !matches!(self, Kind::Report | Kind::ReportFailed)
     }
+    /// The kind of a latency report that was (`sent`) or was not accepted.
+    pub fn report(sent: bool) -> Kind {
+        if sent {
+            Kind::Report
+        } else {
+            Kind::ReportFailed
+        }
+    }
 }
 
 /// One thread's measurements for one phase.

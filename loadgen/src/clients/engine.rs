@@ -109,14 +109,7 @@ impl AsyncClient for EngineClient {
                 &self.trackers[0],
                 Duration::from_millis(u64::from(workload::REPORT_MS)),
             );
-            return (
-                if r.is_ok() {
-                    Kind::Report
-                } else {
-                    Kind::ReportFailed
-                },
-                None,
-            );
+            return (Kind::report(r.is_ok()), None);
         }
         let mut b = self.handle.request();
         for i in self.work.buckets_of(j) {

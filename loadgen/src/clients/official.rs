@@ -134,14 +134,7 @@ impl AsyncClient for Official {
                     Duration::from_millis(u64::from(workload::REPORT_MS)),
                 )
                 .await;
-            return (
-                if r.is_ok() {
-                    Kind::Report
-                } else {
-                    Kind::ReportFailed
-                },
-                None,
-            );
+            return (Kind::report(r.is_ok()), None);
         }
         let mut b = self.client.request();
         for i in self.work.buckets_of(j) {
