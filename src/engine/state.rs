@@ -577,17 +577,16 @@ impl CoreState {
             return;
         }
         let (key, ep, kind) = Key::from_tag(tag);
+        // nothing is counted that was not sent, whether or not the request is still live
+        self.stats.sends = self.stats.sends.saturating_sub(1);
+        if kind == TransmitKind::Completion {
+            self.stats.completion_sends = self.stats.completion_sends.saturating_sub(1);
+        }
         // the tag may name a request that has finished since (its slab cell is reused
         // only with a new generation, so this check is exact)
         if let Some(e) = self.inflight.get_mut(key) {
-            self.stats.sends = self.stats.sends.saturating_sub(1);
-            if kind == TransmitKind::Completion {
-                self.stats.completion_sends = self.stats.completion_sends.saturating_sub(1);
-            }
             e.req.transmit_failed(ep, kind);
             self.drive(key, now, out);
-        } else {
-            self.stats.sends = self.stats.sends.saturating_sub(1);
         }
     }
 
