@@ -105,15 +105,8 @@ fn parse_limit(s: &str) -> Result<LimitArg, String> {
 }
 
 fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
-    let (id, addr) = s.split_once('@').ok_or("endpoint must be ID@IP:PORT")?;
-    let server_id: u64 = id.parse().map_err(|_| "endpoint id must be a u64")?;
-    if server_id == 0 {
-        return Err("endpoint id must not be 0".into());
-    }
-    let addr: SocketAddr = addr
-        .parse()
-        .map_err(|_| "endpoint address must be IP:PORT")?;
-    Ok(Endpoint { server_id, addr })
+    s.parse()
+        .map_err(|e: ratelimitly_engine::EndpointParseError| e.to_string())
 }
 
 /// Why the proxy could not start. Never carries the key.
@@ -123,24 +116,6 @@ enum StartError {
     Usage(String),
     /// Anything else (bind, engine start): exit 1.
     Runtime(String),
-}
-
-// TODO: use key_source (the shared key loader) once it is on this branch.
-fn load_key(file: Option<&PathBuf>) -> Result<String, StartError> {
-    let raw = match file {
-        Some(p) => std::fs::read_to_string(p)
-            .map_err(|e| StartError::Usage(format!("cannot read --key-file: {}", e.kind())))?,
-        None => std::env::var("RATELIMITLY_API_KEY").map_err(|_| {
-            StartError::Usage("RATELIMITLY_API_KEY is not set (or use --key-file)".into())
-        })?,
-    };
-    let key = raw
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with('#'))
-        .unwrap_or("")
-        .to_owned();
-    Ok(key)
 }
 
 fn main() -> ExitCode {
@@ -187,10 +162,9 @@ fn run(cli: Cli) -> Result<(), StartError> {
                     "one of --endpoint or --domain is required".into(),
                 ));
             }
-            let text = load_key(cli.key_file.as_ref())?;
-            let key: ApiKey = text
-                .parse()
-                .map_err(|e| StartError::Usage(format!("invalid API key: {e}")))?;
+            let text = ratelimitly_engine::key_source::read_key_text(cli.key_file.as_deref())
+                .map_err(|e| StartError::Usage(e.to_string()))?;
+            let key: ApiKey = text.parse().map_err(|e| StartError::Usage(e.to_string()))?;
             match cli.admission {
                 AdmissionKind::Engine => {
                     let mut b = Engine::builder(key);
@@ -220,6 +194,7 @@ fn run(cli: Cli) -> Result<(), StartError> {
                         ));
                     }
                     let official: ratelimitly::ApiKey = text
+                        .expose()
                         .parse()
                         .map_err(|_| StartError::Usage("invalid API key".into()))?;
                     Backend::Official(official)
