@@ -1,5 +1,7 @@
-//! Codec benches: API-key parsing, bucket/tracker id derivation, and for each auth
-//! mode (none, cookie, aes) request encode + seal and response open + decode.
+//! Codec benches: API-key parsing, bucket/tracker id derivation, for each auth mode
+//! (none, cookie, aes) request encode + seal and response open + decode, and AES-256-GCM
+//! seal / open at our datagram sizes in three implementations (aws-lc-rs, which the
+//! engine uses; ring; RustCrypto's aes-gcm).
 //!
 //! Owns nothing but measurements (sans-IO: no socket, no clock). The keys are the
 //! public synthetic fixtures of tests/data/vectors.json (via rl-testkit). Run:
@@ -144,5 +146,100 @@ fn per_mode(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, keys, ids, per_mode);
+/// AES-256-GCM at PDU sizes of our datagrams (a small response, a typical request, a
+/// request with several resources), AAD = tenant TLV + auth TLV head (60 bytes): seal
+/// with a detached tag, and verify + decrypt in place.
+fn aead(c: &mut Criterion) {
+    use aes_gcm::aead::AeadInPlace;
+    use aes_gcm::{KeyInit, Nonce};
+    let key = [7u8; 32];
+    let aad = [1u8; 60];
+    let nonce = [9u8; 12];
+    let rc = aes_gcm::Aes256Gcm::new((&key).into());
+    let rg = ring::aead::LessSafeKey::new(
+        ring::aead::UnboundKey::new(&ring::aead::AES_256_GCM, &key).expect("key"),
+    );
+    let lc = aws_lc_rs::aead::LessSafeKey::new(
+        aws_lc_rs::aead::UnboundKey::new(&aws_lc_rs::aead::AES_256_GCM, &key).expect("key"),
+    );
+    for len in [40usize, 150, 300] {
+        let mut g = c.benchmark_group(format!("aead_{len}B"));
+        g.throughput(Throughput::Elements(1));
+        let mut buf = vec![3u8; len];
+        g.bench_function("seal/aws_lc_rs", |b| {
+            b.iter(|| {
+                let n = aws_lc_rs::aead::Nonce::assume_unique_for_key(nonce);
+                let aad = aws_lc_rs::aead::Aad::from(&aad);
+                black_box(
+                    lc.seal_in_place_separate_tag(n, aad, &mut buf)
+                        .expect("seal"),
+                )
+            })
+        });
+        g.bench_function("seal/ring", |b| {
+            b.iter(|| {
+                let n = ring::aead::Nonce::assume_unique_for_key(nonce);
+                let aad = ring::aead::Aad::from(&aad);
+                black_box(
+                    rg.seal_in_place_separate_tag(n, aad, &mut buf)
+                        .expect("seal"),
+                )
+            })
+        });
+        g.bench_function("seal/aes_gcm", |b| {
+            b.iter(|| {
+                let n = Nonce::from_slice(&nonce);
+                black_box(
+                    rc.encrypt_in_place_detached(n, &aad, &mut buf)
+                        .expect("seal"),
+                )
+            })
+        });
+        let plain = vec![3u8; len];
+        let mut sealed = plain.clone();
+        let tag = rc
+            .encrypt_in_place_detached(Nonce::from_slice(&nonce), &aad, &mut sealed)
+            .expect("seal");
+        let tag: [u8; 16] = tag.into();
+        g.bench_function("open/aws_lc_rs", |b| {
+            b.iter_batched_ref(
+                || sealed.clone(),
+                |ct| {
+                    let n = aws_lc_rs::aead::Nonce::assume_unique_for_key(nonce);
+                    let aad = aws_lc_rs::aead::Aad::from(&aad);
+                    black_box(lc.open_in_place_separate_tag(n, aad, &tag, ct).is_ok())
+                },
+                BatchSize::SmallInput,
+            )
+        });
+        g.bench_function("open/ring", |b| {
+            b.iter_batched_ref(
+                || sealed.clone(),
+                |ct| {
+                    let n = ring::aead::Nonce::assume_unique_for_key(nonce);
+                    let aad = ring::aead::Aad::from(&aad);
+                    let tag = ring::aead::Tag::from(tag);
+                    black_box(rg.open_in_place_separate_tag(n, aad, tag, ct, 0..).is_ok())
+                },
+                BatchSize::SmallInput,
+            )
+        });
+        g.bench_function("open/aes_gcm", |b| {
+            b.iter_batched_ref(
+                || sealed.clone(),
+                |ct| {
+                    let n = Nonce::from_slice(&nonce);
+                    black_box(
+                        rc.decrypt_in_place_detached(n, &aad, ct, (&tag).into())
+                            .is_ok(),
+                    )
+                },
+                BatchSize::SmallInput,
+            )
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(benches, keys, ids, per_mode, aead);
 criterion_main!(benches);

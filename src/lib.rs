@@ -50,7 +50,7 @@
 //! `engine::sockets`, `engine::inflight`, `engine::wheel`, [`udp`]) are
 //! internal: they follow the engine, not semver.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, missing_debug_implementations)]
 
 pub mod discovery;
 pub mod engine;
@@ -60,7 +60,7 @@ pub mod udp;
 
 pub use crate::engine::{
     Batch, BuildError, Completion, Cores, DnsConfig, Engine, EngineBuilder, EngineHandle,
-    OptionError, Request, RequestBuilder, Stats,
+    LatencyHistogram, OptionError, Request, RequestBuilder, Stats,
 };
 pub use crate::proto::endpoint::{Endpoint, EndpointParseError};
 pub use crate::proto::error::{ConfigError, KeyError};
@@ -68,5 +68,6 @@ pub use crate::proto::ids::{LatencyTracker, Resource};
 pub use crate::proto::key::{ApiKey, AuthMode, Quotas};
 pub use crate::proto::outcome::{
     Decision, Failure, FailureCategory, GuardResult, Outcome, Phase, ResourceResult, Response,
+    Results,
 };
 pub use crate::proto::policy::{PolicyError, RequestPolicy, Schedule, ScheduleParseError};

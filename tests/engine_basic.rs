@@ -202,8 +202,7 @@ fn policy_over_key_limit_is_rejected_before_io() {
             addr: "127.0.0.1:9".parse().unwrap(),
         }])
         .build()
-        .err()
-        .expect("rejected");
+        .expect_err("rejected");
     let msg = err.to_string();
     assert!(msg.contains("303") && msg.contains("300"), "{msg}");
     assert!(!msg.contains(COOKIE) && !msg.contains("rl-cookie"), "{msg}");

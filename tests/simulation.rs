@@ -51,6 +51,24 @@ fn no_faults_every_request_granted_in_round_zero_by_the_oldest() {
     assert_eq!(s.core(0).stats().oldest_fallbacks, 0);
 }
 
+/// Both servers answer at the same instant, the oldest first: the younger's answer,
+/// received in the same batch, spares its completion send. When the younger answers a
+/// millisecond later, completion delivery sends it the request once more.
+#[test]
+fn an_answer_in_the_deciding_batch_spares_its_completion_send() {
+    for (slow_ms, resends) in [(0, 0), (1, 1)] {
+        let mut s = Sim::new(SimConfig::new(7, 2));
+        s.servers[1].slow = ms(slow_ms);
+        let res = resource("a", u32::MAX);
+        s.submit(&res, 1);
+        s.finish(ms(500));
+        let r = s.outcomes[0].1.as_ref().unwrap();
+        assert_eq!(r.server_id, Some(1000));
+        assert_eq!(r.completion_sends, resends, "younger {slow_ms} ms later");
+        assert_eq!(s.core(0).stats().completion_sends, u64::from(resends));
+    }
+}
+
 #[test]
 fn oldest_silent_the_younger_decides_after_round_zero() {
     let mut s = Sim::new(SimConfig::new(2, 2));

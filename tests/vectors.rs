@@ -203,7 +203,8 @@ fn keys_invalid() {
 }
 
 /// Neither the key string, its data part, nor the secret (hex, or as Rust formats a byte
-/// array) appears in any Debug/Display output of keys, auth state or key errors.
+/// array) appears in any Debug/Display output of keys, auth state, key errors or an
+/// engine builder holding the key.
 #[test]
 fn credentials_never_formatted() {
     let v = vectors();
@@ -213,6 +214,7 @@ fn credentials_never_formatted() {
         let key: ApiKey = text.parse().unwrap();
         let auth = Auth::new(&key);
         let cfg = ConfigError::Key(KeyError::BadChecksum);
+        let builder = ratelimitly_engine::Engine::builder(key.clone());
         for out in [
             format!("{key:?}"),
             format!("{key:#?}"),
@@ -220,6 +222,7 @@ fn credentials_never_formatted() {
             format!("{auth:?}"),
             format!("{auth:#?}"),
             format!("{cfg} {cfg:?}"),
+            format!("{builder:?}"),
         ] {
             assert!(out.contains(&key.key_id().to_string()) || out.contains("key"));
             outputs.push((text.to_string(), out));

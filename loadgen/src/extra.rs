@@ -10,7 +10,7 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use hdrhistogram::Histogram;
+use ratelimitly_engine::LatencyHistogram;
 use ratelimitly_engine::udp::IoStats;
 use serde_json::{Map, Value, json};
 
@@ -25,18 +25,11 @@ pub struct Stage {
 
 impl Stage {
     /// The stage `name` of histogram `h` (µs values).
-    pub fn of(name: &'static str, h: &Histogram<u64>) -> Stage {
-        let q = |x| {
-            if h.is_empty() {
-                0
-            } else {
-                h.value_at_quantile(x)
-            }
-        };
+    pub fn of(name: &'static str, h: &LatencyHistogram) -> Stage {
         Stage {
             name,
-            p50_us: q(0.5),
-            p99_us: q(0.99),
+            p50_us: h.value_at_quantile(0.5),
+            p99_us: h.value_at_quantile(0.99),
             count: h.len(),
         }
     }

@@ -11,6 +11,7 @@
 //! a caller that gives up (drops its future) abandons the slot and the core frees it.
 
 use std::cell::UnsafeCell;
+use std::fmt;
 use std::future::Future;
 use std::mem::{MaybeUninit, size_of};
 use std::pin::Pin;
@@ -78,11 +79,11 @@ impl AtomicHist {
     }
 
     /// Adds the recorded values into `h` (each at its bucket's lower bound, at least 1).
-    pub(crate) fn add_to(&self, h: &mut hdrhistogram::Histogram<u64>) {
+    pub(crate) fn add_to(&self, h: &mut super::stats::LatencyHistogram) {
         for (i, b) in self.buckets.iter().enumerate() {
             let n = b.load(Ordering::Relaxed);
             if n > 0 {
-                let _ = h.record_n(Self::value(i).max(1), n);
+                h.record_n(Self::value(i), n);
             }
         }
     }
@@ -287,6 +288,12 @@ impl SlotPool {
 /// itself still runs to its end on the core).
 pub struct Completion {
     inner: Inner,
+}
+
+impl fmt::Debug for Completion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Completion").finish_non_exhaustive()
+    }
 }
 
 enum Inner {

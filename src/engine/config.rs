@@ -39,6 +39,7 @@ pub struct DnsConfig {
 }
 
 /// Why the engine could not be built. Configuration errors are found before any I/O.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// The key, policy or an option is invalid.
@@ -54,6 +55,19 @@ pub enum BuildError {
     /// A core's socket could not be created or bound.
     #[error("engine socket setup failed: {0:?}")]
     Socket(io::ErrorKind),
+    /// A core's I/O backend could not start: with `Uring`, io_uring is refused here
+    /// (seccomp profiles of container runtimes block it: choose `Auto` or `Mmsg`).
+    #[error(
+        "engine core {core}: the {backend} I/O backend could not start ({kind:?}); where io_uring is refused, use the auto or mmsg backend"
+    )]
+    IoBackend {
+        /// The core.
+        core: usize,
+        /// The backend asked for.
+        backend: crate::udp::BackendChoice,
+        /// The system's error.
+        kind: io::ErrorKind,
+    },
     /// A core's thread could not start.
     #[error("engine core {core} could not start: {kind:?}")]
     Executor {
@@ -65,6 +79,7 @@ pub enum BuildError {
 }
 
 /// An engine option out of range.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum OptionError {
     /// Zero cores, or a CPU id outside the process's affinity set.

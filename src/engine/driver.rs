@@ -24,6 +24,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::Shared;
+use super::config::BuildError;
 use super::sockets::{SockId, SocketOp};
 use super::state::{CoreState, TransmitSink, os_entropy};
 use super::submit::Msg;
@@ -120,7 +121,7 @@ pub(crate) struct Driver {
 impl Driver {
     /// Starts the core's I/O layer, binds its first socket (dual-stack IPv6 when
     /// available, else IPv4) and builds its state. Runs on the core's own thread.
-    pub(crate) fn new(index: usize, shared: Arc<Shared>) -> std::io::Result<Driver> {
+    pub(crate) fn new(index: usize, shared: Arc<Shared>) -> Result<Driver, BuildError> {
         let cfg = IoConfig {
             backend: shared.io_backend,
             gso: shared.gso,
@@ -132,12 +133,19 @@ impl Driver {
             send_capacity: SEND_CAPACITY,
             max_datagram: 2048,
         };
-        let mut io = UdpDriver::new(&cfg)?;
+        let mut io = UdpDriver::new(&cfg).map_err(|e| BuildError::IoBackend {
+            core: index,
+            backend: shared.io_backend,
+            kind: e.kind(),
+        })?;
         let any6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0);
         let any4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
         let (first, v6) = match io.bind(any6) {
             Ok(s) => (s, true),
-            Err(_) => (io.bind(any4)?, false),
+            Err(_) => (
+                io.bind(any4).map_err(|e| BuildError::Socket(e.kind()))?,
+                false,
+            ),
         };
         let port = io.local_addr(first).map_or(0, |a| a.port());
         let state = CoreState::new(
@@ -148,7 +156,7 @@ impl Driver {
             port,
             os_entropy(),
         )
-        .map_err(|_| std::io::Error::other("no OS randomness"))?;
+        .map_err(|_| BuildError::Socket(std::io::ErrorKind::Other))?;
         let _ = shared.queues[index].waker.set(io.waker());
         tracing::debug!(core = index, backend = %io.kind(), "engine core started");
         Ok(Driver {

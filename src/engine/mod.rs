@@ -37,6 +37,7 @@ pub mod submit;
 pub mod wheel;
 
 use std::cell::Cell;
+use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -50,7 +51,7 @@ use self::completion::SlotPool;
 pub use self::config::{BuildError, Cores, DnsConfig, OptionError};
 use self::config::{EngineConfig, Source};
 use self::membership::Membership;
-pub use self::stats::Stats;
+pub use self::stats::{LatencyHistogram, Stats};
 pub use self::submit::{Batch, Request, RequestBuilder};
 use self::submit::{CoreQueue, Msg};
 use crate::proto::error::ConfigError;
@@ -168,6 +169,20 @@ pub struct EngineBuilder {
     spin: Option<Duration>,
     io_backend: crate::udp::BackendChoice,
     gso: bool,
+}
+
+impl fmt::Debug for EngineBuilder {
+    /// The settings, never the key's secret (only its id).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EngineBuilder")
+            .field("key_id", &self.key.key_id())
+            .field("policy", &self.policy)
+            .field("cores", &self.cores)
+            .field("endpoints", &self.endpoints)
+            .field("dns", &self.dns)
+            .field("in_flight_per_core", &self.in_flight)
+            .finish_non_exhaustive()
+    }
 }
 
 impl EngineBuilder {
@@ -409,7 +424,7 @@ impl EngineBuilder {
                             d.run();
                         }
                         Err(e) => {
-                            let _ = tx.send(Err(e.kind()));
+                            let _ = tx.send(Err(e));
                         }
                     }
                 });
@@ -427,9 +442,9 @@ impl EngineBuilder {
             engine.threads.push(handle);
             match ready {
                 Ok(Ok(addr)) => engine.local_addrs.push(addr),
-                Ok(Err(kind)) => {
+                Ok(Err(e)) => {
                     engine.shutdown_inner();
-                    return Err(BuildError::Socket(kind));
+                    return Err(e);
                 }
                 Err(_) => {
                     engine.shutdown_inner();
@@ -498,6 +513,16 @@ pub struct Engine {
     local_addrs: Vec<SocketAddr>,
     discovery: Option<JoinHandle<()>>,
     stopped: bool,
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine")
+            .field("cores", &self.threads.len())
+            .field("local_addrs", &self.local_addrs)
+            .field("stopped", &self.stopped)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Engine {
@@ -585,6 +610,14 @@ impl Drop for Engine {
 #[derive(Clone)]
 pub struct EngineHandle {
     pub(crate) inner: Arc<Shared>,
+}
+
+impl fmt::Debug for EngineHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EngineHandle")
+            .field("cores", &self.inner.queues.len())
+            .finish_non_exhaustive()
+    }
 }
 
 thread_local! {

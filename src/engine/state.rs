@@ -15,7 +15,11 @@
 //!
 //! Ordering contract for drivers: hand every transmit to the network before performing
 //! the socket operations polled after it (a `Close` follows the last transmit of its
-//! socket), and handle received datagrams before timers of the same instant.
+//! socket), and handle received datagrams before timers of the same instant. A request
+//! decided by a datagram keeps its completion transmits until the next
+//! [`CoreState::handle_timeout`] (which [`CoreState::poll_timeout`] asks for at once), so
+//! that answers from other servers later in the same receive batch spare their resends:
+//! call `handle_timeout` after each batch of datagrams.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,7 +36,7 @@ use super::sockets::{SockId, SocketOp, SocketTable};
 use super::stats::{ROUND_BUCKETS, Stats};
 use super::submit::{Msg, PduBuf};
 use super::wheel::{TimerHandle, TimerWheel};
-use crate::proto::machine::{Sends, TransmitKind};
+use crate::proto::machine::{Ignored, Sends, TransmitKind};
 use crate::proto::outcome::{CommError, Failure, Phase, Response};
 use crate::proto::wire::{self, DropReason, RateResponseView, RngError, TenantView};
 
@@ -129,6 +133,21 @@ pub struct CoreState {
     wall_ms: u64,
     /// Completion slots whose callers are still to be woken (see `wake_callers`).
     wakes: Vec<u32>,
+    /// Requests decided by a datagram whose completion transmits wait for the end of the
+    /// receive batch (sent by the next `handle_timeout`), each key once.
+    completing: Vec<Key>,
+    /// When the oldest of `completing` was decided.
+    completing_since: Option<Instant>,
+}
+
+impl std::fmt::Debug for CoreState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoreState")
+            .field("index", &self.index)
+            .field("in_flight", &self.inflight.len())
+            .field("sockets", &self.socks.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl CoreState {
@@ -164,6 +183,8 @@ impl CoreState {
             scratch: Box::new([0u8; wire::MAX_DATAGRAM]),
             wall_ms: 0,
             wakes: Vec::with_capacity(8192),
+            completing: Vec::with_capacity(limit),
+            completing_since: None,
             shared,
         })
     }
@@ -200,10 +221,14 @@ impl CoreState {
 
     /// The next instant at which [`CoreState::handle_timeout`] has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match (self.wheel.next_deadline(), self.reports.due_at()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.wheel.next_deadline(),
+            self.reports.due_at(),
+            self.completing_since,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// The next socket operation for the driver (perform it after sending every
@@ -254,11 +279,18 @@ impl CoreState {
             return;
         };
         let (server_id, steering) = (opened.tenant.id(), opened.tenant.steering());
+        let mut taken = false;
         match e
             .req
             .handle_results(&self.shared.plan, now, server_id, steering)
         {
+            Err(Ignored::Finished) if e.req.answered_after_decision(server_id) => {
+                // decided earlier in this batch: its completion send to this server is off
+                self.stats.ignored_responses += 1;
+                return;
+            }
             Ok(v) => {
+                taken = true;
                 if v.keeps_response() {
                     // built straight into the completion slot (replacing a retained one)
                     let r = Response::from_view(server_id, steering, v.phase, &resp);
@@ -276,6 +308,18 @@ impl CoreState {
                 Some(r) => self.stats.drop(r),
                 None => self.stats.ignored_responses += 1,
             },
+        }
+        // A decision's completion transmits wait for the end of this receive batch, so
+        // that the other servers' answers already in it spare their resends.
+        if taken
+            && let Some(e) = self.inflight.get_mut(key)
+            && e.req.completion_queued()
+        {
+            self.wheel.cancel(e.timer);
+            e.timer = TimerHandle::NONE;
+            self.completing.push(key);
+            self.completing_since.get_or_insert(now);
+            return;
         }
         self.drive(key, now, out);
     }
@@ -546,11 +590,30 @@ impl CoreState {
         self.inflight.recycle(e.dgram);
     }
 
-    /// Fires due timers and flushes due reports; true when anything fired.
+    /// Sends the completion transmits held back since the last receive batch (only
+    /// before each request's D) and delivers those decisions; true when there were any.
+    fn flush_completing(&mut self, now: Instant, out: &mut dyn TransmitSink) -> bool {
+        if self.completing_since.take().is_none() {
+            return false;
+        }
+        let mut keys = std::mem::take(&mut self.completing);
+        for key in keys.drain(..) {
+            if let Some(e) = self.inflight.get_mut(key) {
+                e.req.expire_completion(&self.shared.plan, now);
+                self.drive(key, now, out);
+            }
+        }
+        self.completing = keys;
+        true
+    }
+
+    /// Sends the completion transmits held back during the last receive batch, fires due
+    /// timers and flushes due reports; true when anything happened.
     pub fn handle_timeout(&mut self, now: Instant, out: &mut dyn TransmitSink) -> bool {
+        let completed = self.flush_completing(now, out);
         let mut fired = std::mem::take(&mut self.fired);
         self.wheel.expire(now, |v| fired.push(v));
-        let mut any = !fired.is_empty();
+        let mut any = completed || !fired.is_empty();
         for v in fired.drain(..) {
             let key = Key::unpack(v);
             if let Some(e) = self.inflight.get_mut(key) {
@@ -635,6 +698,7 @@ impl CoreState {
                 other => self.handle_msg(now, other, out),
             }
         }
+        self.flush_completing(now, out);
         self.flush_reports(out);
         for key in self.inflight.keys() {
             self.finish(key, Err(Failure::Shutdown), now);

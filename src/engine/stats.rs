@@ -2,7 +2,8 @@
 //! snapshot returned by `EngineHandle::stats()`.
 //!
 //! Owns: the per-core counters (plain counters, updated only by the owning core, so no atomics on
-//! the hot path), [`Stats`] (the merged snapshot) and the drop-reason indexing.
+//! the hot path), [`Stats`] (the merged snapshot), [`LatencyHistogram`] (our face of the
+//! HdrHistograms, so no dependency type is public) and the drop-reason indexing.
 //! Must not touch: sockets, request state, clocks (latencies are passed in).
 
 use std::time::Duration;
@@ -18,8 +19,78 @@ pub const ROUND_BUCKETS: usize = 8;
 /// Why a received datagram was dropped by the engine (wire rules plus routing).
 pub const DROP_REASONS: usize = DropReason::ALL.len();
 
-/// Counters and histograms of one core (and, merged, of the engine).
+/// A latency histogram (HdrHistogram: fixed bounds, recording never allocates). Values
+/// are in the unit its field names (µs, or per-mille of H).
 #[derive(Clone, Debug)]
+pub struct LatencyHistogram(Histogram<u64>);
+
+impl LatencyHistogram {
+    /// Values `1..=max`, `digits` significant digits.
+    fn with_bounds(max: u64, digits: u8) -> LatencyHistogram {
+        LatencyHistogram(Histogram::new_with_bounds(1, max, digits).expect("valid bounds"))
+    }
+
+    /// Values recorded.
+    pub fn len(&self) -> u64 {
+        self.0.len()
+    }
+
+    /// True when nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The value at quantile `q` (0.0..=1.0); 0 when empty.
+    pub fn value_at_quantile(&self, q: f64) -> u64 {
+        if self.0.is_empty() {
+            0
+        } else {
+            self.0.value_at_quantile(q)
+        }
+    }
+
+    /// The largest value recorded (0 when empty).
+    pub fn max(&self) -> u64 {
+        self.0.max()
+    }
+
+    /// The mean of the recorded values (0.0 when empty).
+    pub fn mean(&self) -> f64 {
+        self.0.mean()
+    }
+
+    /// Recorded values in `low..=high` (at the histogram's resolution).
+    pub fn count_between(&self, low: u64, high: u64) -> u64 {
+        self.0.count_between(low, high)
+    }
+
+    /// Records `v` (clamped to the bounds).
+    pub(crate) fn record(&mut self, v: u64) {
+        self.0.saturating_record(v.max(1));
+    }
+
+    /// Records `v` `n` times (clamped to the bounds).
+    pub(crate) fn record_n(&mut self, v: u64, n: u64) {
+        let v = v.clamp(1, self.0.high());
+        let _ = self.0.record_n(v, n);
+    }
+
+    /// Adds `other`'s values (same bounds: never fails).
+    fn add(&mut self, other: &LatencyHistogram) {
+        let _ = self.0.add(&other.0);
+    }
+
+    /// Becomes a copy of `other` without allocating.
+    fn copy_from(&mut self, other: &LatencyHistogram) {
+        self.0.reset();
+        self.add(other);
+    }
+}
+
+/// Counters and histograms of one core (and, merged, of the engine). New counters may be
+/// added: build one with [`Stats::new`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Stats {
     /// Decisions (grants + rejections) selected in round k (last bucket: k >= 7).
     pub decisions_by_round: [u64; ROUND_BUCKETS],
@@ -75,27 +146,27 @@ pub struct Stats {
     /// Outcomes delivered to callers by the cores.
     pub completions: u64,
     /// Decision latency (submit to outcome) in microseconds.
-    pub latency_us: Histogram<u64>,
+    pub latency_us: LatencyHistogram,
     /// Decision latency as a fraction of the horizon H, in per-mille (1000 = H).
-    pub latency_permille_of_h: Histogram<u64>,
+    pub latency_permille_of_h: LatencyHistogram,
     /// The I/O layer's counters (backend, batch sizes, GSO/GRO, fallbacks), summed over
     /// the cores (`None` in simulation, where no I/O runs).
     pub io: Option<crate::udp::IoStats>,
     /// Breakdown, queue wait: from submit until the core took the request (µs).
-    pub queue_wait_us: Histogram<u64>,
+    pub queue_wait_us: LatencyHistogram,
     /// Breakdown, wire time: from the first send until the deciding answer arrived (µs).
-    pub wire_us: Histogram<u64>,
+    pub wire_us: LatencyHistogram,
     /// Breakdown, decision time: from the deciding answer until the decision (µs; the
     /// wait for the oldest server until the round ends shows here).
-    pub decision_us: Histogram<u64>,
+    pub decision_us: LatencyHistogram,
     /// Breakdown, completion wake: from the decision until the caller ran (µs; measured
     /// by the callers, engine-wide: filled in by `EngineHandle::stats`).
-    pub completion_wake_us: Histogram<u64>,
+    pub completion_wake_us: LatencyHistogram,
 }
 
-/// A µs histogram (1 µs .. 1 h, 2 significant digits: recording never allocates).
-fn us_hist() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("valid bounds")
+/// A µs histogram (1 µs .. 1 h, 2 significant digits).
+fn us_hist() -> LatencyHistogram {
+    LatencyHistogram::with_bounds(3_600_000_000, 2)
 }
 
 impl Default for Stats {
@@ -134,10 +205,9 @@ impl Stats {
             report_datagrams: 0,
             report_failures: 0,
             completions: 0,
-            // 1 µs .. 1 h, 3 significant digits: recording never allocates.
-            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
-            latency_permille_of_h: Histogram::new_with_bounds(1, 1_000_000, 3)
-                .expect("valid bounds"),
+            // 1 µs .. 1 h, 3 significant digits
+            latency_us: LatencyHistogram::with_bounds(3_600_000_000, 3),
+            latency_permille_of_h: LatencyHistogram::with_bounds(1_000_000, 3),
             io: None,
             queue_wait_us: us_hist(),
             wire_us: us_hist(),
@@ -149,10 +219,10 @@ impl Stats {
     /// Records one decision latency against the horizon `horizon`.
     pub(crate) fn record_latency(&mut self, latency: Duration, horizon: Duration) {
         let us = (latency.as_micros() as u64).clamp(1, 3_600_000_000);
-        self.latency_us.saturating_record(us);
+        self.latency_us.record(us);
         let h = horizon.as_micros().max(1) as u64;
         let pm = (us.saturating_mul(1000) / h).clamp(1, 1_000_000);
-        self.latency_permille_of_h.saturating_record(pm);
+        self.latency_permille_of_h.record(pm);
     }
 
     /// Counts one dropped datagram.
@@ -210,26 +280,26 @@ impl Stats {
             completions
         );
         self.io.clone_from(&other.io);
-        self.latency_us.reset();
-        let _ = self.latency_us.add(&other.latency_us);
-        self.latency_permille_of_h.reset();
-        let _ = self.latency_permille_of_h.add(&other.latency_permille_of_h);
         for (a, b) in [
+            (&mut self.latency_us, &other.latency_us),
+            (
+                &mut self.latency_permille_of_h,
+                &other.latency_permille_of_h,
+            ),
             (&mut self.queue_wait_us, &other.queue_wait_us),
             (&mut self.wire_us, &other.wire_us),
             (&mut self.decision_us, &other.decision_us),
             (&mut self.completion_wake_us, &other.completion_wake_us),
         ] {
-            a.reset();
-            let _ = a.add(b);
+            a.copy_from(b);
         }
     }
 
     /// Records the stages of one decision (µs each).
     pub(crate) fn record_breakdown(&mut self, queue: u64, wire: u64, decision: u64) {
-        self.queue_wait_us.saturating_record(queue.max(1));
-        self.wire_us.saturating_record(wire.max(1));
-        self.decision_us.saturating_record(decision.max(1));
+        self.queue_wait_us.record(queue);
+        self.wire_us.record(wire);
+        self.decision_us.record(decision);
     }
 
     /// Adds `other` into `self`.
@@ -273,12 +343,12 @@ impl Stats {
             (a @ None, Some(b)) => *a = Some(b.clone()),
             _ => {}
         }
-        let _ = self.latency_us.add(&other.latency_us);
-        let _ = self.latency_permille_of_h.add(&other.latency_permille_of_h);
-        let _ = self.queue_wait_us.add(&other.queue_wait_us);
-        let _ = self.wire_us.add(&other.wire_us);
-        let _ = self.decision_us.add(&other.decision_us);
-        let _ = self.completion_wake_us.add(&other.completion_wake_us);
+        self.latency_us.add(&other.latency_us);
+        self.latency_permille_of_h.add(&other.latency_permille_of_h);
+        self.queue_wait_us.add(&other.queue_wait_us);
+        self.wire_us.add(&other.wire_us);
+        self.decision_us.add(&other.decision_us);
+        self.completion_wake_us.add(&other.completion_wake_us);
     }
 }
 

@@ -8,6 +8,7 @@
 //! Must not touch: sockets, the request machine, clocks other than the submit timestamp.
 //! The PDU is encoded here, on the caller's thread; the core adds the tenant/auth TLVs.
 
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::AtomicBool;
@@ -109,6 +110,17 @@ pub struct RequestBuilder<'a> {
     resources: SmallVec<[ResourceSpec; 2]>,
     label: &'a str,
     error: Option<ConfigError>,
+}
+
+impl fmt::Debug for RequestBuilder<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RequestBuilder")
+            .field("guards", &self.guards.len())
+            .field("resources", &self.resources.len())
+            .field("label", &self.label)
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'a> RequestBuilder<'a> {
@@ -272,6 +284,12 @@ pub struct Request {
     pub(crate) kind: Kind,
 }
 
+impl fmt::Debug for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Request").finish_non_exhaustive()
+    }
+}
+
 impl Request {
     /// The outcome decided without a core, if any (empty → local grant; invalid).
     #[allow(clippy::result_large_err)] // Err is the final outcome, returned once
@@ -289,6 +307,15 @@ pub struct Batch {
     pending: Vec<Completion>,
     done: Vec<Option<Outcome>>,
     next: usize,
+}
+
+impl fmt::Debug for Batch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batch")
+            .field("requests", &self.pending.len())
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Batch {

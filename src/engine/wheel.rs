@@ -59,6 +59,15 @@ pub struct TimerWheel<T: Copy> {
     len: usize,
 }
 
+impl<T: Copy> std::fmt::Debug for TimerWheel<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimerWheel")
+            .field("tick_ns", &self.tick_ns)
+            .field("slots", &self.heads.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl<T: Copy> TimerWheel<T> {
     /// A wheel starting at `origin` with `slots` slots (rounded up to a power of two,
     /// at least 64) of `tick` each, with node storage reserved for `capacity` timers.

@@ -18,6 +18,7 @@ pub use crate::proto::key::KeyError;
 use crate::proto::policy::PolicyError;
 
 /// Why a [`crate::proto::ids::Resource`] definition was rejected.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Error)]
 pub enum ResourceError {
     /// The bucket name is empty.
@@ -38,6 +39,7 @@ pub enum ResourceError {
 }
 
 /// Why a [`crate::proto::ids::LatencyTracker`] definition was rejected.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Error)]
 pub enum TrackerError {
     /// The tracker name is empty.
@@ -64,6 +66,7 @@ pub enum TrackerError {
 }
 
 /// Why a request (or latency report) was rejected before anything was sent.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Error)]
 pub enum RequestError {
     /// tokens requested outside 1..=65535.
@@ -104,6 +107,7 @@ pub enum RequestError {
 }
 
 /// A configuration failure: found before any I/O or send.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum ConfigError {
     /// The API key string is invalid.
@@ -124,6 +128,7 @@ pub enum ConfigError {
 }
 
 /// Why a discovery produced no server.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DiscoveryError {
     /// The domain is empty or not a valid DNS name.

@@ -408,6 +408,37 @@ impl Delivery {
         })
     }
 
+    /// Decided, with completion transmits queued and not yet handed out. A caller may
+    /// hold them until the end of a receive batch, so that answers already received in
+    /// that batch count ([`Delivery::answered_after_decision`]); it must then apply
+    /// [`Delivery::expire_completion`] before draining them.
+    pub fn completion_queued(&self) -> bool {
+        self.state == State::Decided
+            && self.pending != 0
+            && self.pending_kind == TransmitKind::Completion
+    }
+
+    /// A valid response from `server_id` arrived after the decision while its completion
+    /// transmits were still queued: that server has now supplied a response, so none goes
+    /// to its endpoints. True when this removed any.
+    pub fn answered_after_decision(&mut self, server_id: u64) -> bool {
+        if !self.completion_queued() {
+            return false;
+        }
+        let mask = self.server_mask(server_id) & self.pending;
+        self.responded |= mask;
+        self.pending &= !mask;
+        mask != 0
+    }
+
+    /// Drops queued completion transmits once `now` has reached D: they leave only
+    /// before D.
+    pub fn expire_completion(&mut self, plan: &Plan, now: Instant) {
+        if self.completion_queued() && now >= self.deadline(plan) {
+            self.pending = 0;
+        }
+    }
+
     /// The steering byte of the latest valid response since the last call.
     pub fn poll_steering(&mut self) -> Option<u8> {
         self.steering.take()
@@ -736,5 +767,51 @@ mod tests {
             Some(DropReason::NotExpected)
         );
         assert_eq!(Ignored::Duplicate.drop_reason(), None);
+    }
+
+    fn three_servers(t0: Instant) -> (Plan, Delivery) {
+        let plan = Plan::new(&RequestPolicy::default());
+        let snap: Snapshot = (0..3u16)
+            .map(|i| Endpoint {
+                server_id: 10 + u64::from(i),
+                addr: SocketAddr::from(([127, 0, 0, 1], 4000 + i)),
+            })
+            .collect::<Vec<_>>()
+            .into();
+        let mut d = Delivery::new(&plan, snap, t0).unwrap();
+        while d.poll_transmit().is_some() {}
+        (plan, d)
+    }
+
+    #[test]
+    fn an_answer_after_the_decision_spares_its_queued_completion_send() {
+        let t0 = Instant::now();
+        let (plan, mut d) = three_servers(t0);
+        let now = t0 + Duration::from_millis(1);
+        assert!(d.handle_results(&plan, now, 10, 1).is_ok());
+        assert!(d.completion_queued());
+        assert!(d.answered_after_decision(12));
+        assert!(!d.answered_after_decision(12), "once per server");
+        assert!(!d.answered_after_decision(99), "unknown server");
+        let t = d.poll_transmit().unwrap();
+        assert_eq!((t.endpoint, t.kind), (1, TransmitKind::Completion));
+        assert!(d.poll_transmit().is_none());
+        assert!(!d.completion_queued());
+        let sends = d.poll_outcome(&plan).unwrap().unwrap();
+        assert_eq!((sends.sends, sends.completion_sends), (4, 1));
+    }
+
+    #[test]
+    fn held_completion_sends_are_dropped_at_the_deadline() {
+        let t0 = Instant::now();
+        let (plan, mut d) = three_servers(t0);
+        d.handle_results(&plan, t0 + Duration::from_millis(1), 10, 1)
+            .unwrap();
+        d.expire_completion(&plan, d.deadline(&plan) - Duration::from_millis(1));
+        assert!(d.completion_queued(), "still before D");
+        d.expire_completion(&plan, d.deadline(&plan));
+        assert!(d.poll_transmit().is_none());
+        let sends = d.poll_outcome(&plan).unwrap().unwrap();
+        assert_eq!((sends.sends, sends.completion_sends), (3, 0));
     }
 }

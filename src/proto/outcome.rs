@@ -12,6 +12,8 @@
 //! passed the wire checks, or decoded results), the API key. No error here is string-typed
 //! or ever carries key material.
 
+use std::fmt;
+
 use smallvec::SmallVec;
 
 use crate::proto::error::{ConfigError, DiscoveryError};
@@ -122,6 +124,45 @@ pub enum Phase {
     Local,
 }
 
+/// A response's per-resource or per-guard results, in the server's order: a slice (it
+/// derefs to `[T]`), stored inline for up to two entries.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Results<T>(SmallVec<[T; 2]>);
+
+impl<T> Results<T> {
+    /// No results.
+    pub fn new() -> Self {
+        Results(SmallVec::new())
+    }
+}
+
+impl<T> std::ops::Deref for Results<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.0
+    }
+}
+
+impl<T> FromIterator<T> for Results<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
+        Results(iter.into_iter().collect())
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Results<T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Results<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.0.iter()).finish()
+    }
+}
+
 /// A decision with its evidence.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Response {
@@ -132,9 +173,9 @@ pub struct Response {
     /// When the selected response arrived.
     pub phase: Phase,
     /// Per-resource results in the server's order.
-    pub resources: SmallVec<[ResourceResult; 2]>,
+    pub resources: Results<ResourceResult>,
     /// Per-guard results in the server's order.
-    pub guards: SmallVec<[GuardResult; 2]>,
+    pub guards: Results<GuardResult>,
     /// Request datagrams handed to the network, completion deliveries included (sends
     /// reported failed through `transmit_failed` are not counted).
     pub sends: u32,
@@ -153,8 +194,8 @@ impl Response {
             decision: Decision::Granted,
             server_id: None,
             phase: Phase::Local,
-            resources: SmallVec::new(),
-            guards: SmallVec::new(),
+            resources: Results::new(),
+            guards: Results::new(),
             sends: 0,
             completion_sends: 0,
             steering_keep: true,
@@ -171,8 +212,8 @@ impl Response {
         guards: impl IntoIterator<Item = GuardResult>,
         resources: impl IntoIterator<Item = ResourceResult>,
     ) -> Self {
-        let guards: SmallVec<[GuardResult; 2]> = guards.into_iter().collect();
-        let resources: SmallVec<[ResourceResult; 2]> = resources.into_iter().collect();
+        let guards: Results<GuardResult> = guards.into_iter().collect();
+        let resources: Results<ResourceResult> = resources.into_iter().collect();
         let granted = wire::grants(
             guards.iter().map(|g| g.passed),
             resources.iter().map(|r| r.deficit),
@@ -254,6 +295,7 @@ impl Response {
 }
 
 /// Why no datagram could be sent.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum CommError {
     /// Every datagram of round 0 failed to send (`endpoints` endpoints were tried).
@@ -272,6 +314,7 @@ pub enum CommError {
 
 /// No decision was made. A failure is not a rejection and does not prove that nothing
 /// was consumed.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Failure {
     /// Key, request, tracker or policy invalid; found before any send.
@@ -306,6 +349,7 @@ pub enum Failure {
 }
 
 /// The category of a [`Failure`].
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FailureCategory {
     /// [`Failure::Configuration`].

@@ -28,7 +28,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use ratelimitly_engine::Failure;
+use ratelimitly_engine::{Failure, FailureCategory};
 
 /// Why no decision came back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -59,13 +59,14 @@ impl FailureKind {
     /// The kind of an engine failure; `None` for a configuration failure (an invalid
     /// request is a bug of the mapping function, answered `500` whatever the policy).
     pub fn of(failure: &Failure) -> Option<FailureKind> {
-        match failure {
-            Failure::Timeout { .. } => Some(FailureKind::Timeout),
-            Failure::Overloaded => Some(FailureKind::Overload),
-            Failure::Discovery(_) => Some(FailureKind::Discovery),
-            Failure::Communication(_) => Some(FailureKind::Communication),
-            Failure::Shutdown | Failure::CoreFailed { .. } => Some(FailureKind::EngineStopped),
-            Failure::Configuration(_) => None,
+        match failure.category() {
+            FailureCategory::Timeout => Some(FailureKind::Timeout),
+            FailureCategory::Overloaded => Some(FailureKind::Overload),
+            FailureCategory::Discovery => Some(FailureKind::Discovery),
+            FailureCategory::Shutdown => Some(FailureKind::EngineStopped),
+            FailureCategory::Configuration => None,
+            // a category added later: the service could not be asked
+            _ => Some(FailureKind::Communication),
         }
     }
 

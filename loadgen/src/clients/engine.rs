@@ -150,6 +150,8 @@ fn outcome_kind(o: Outcome) -> (Kind, Option<u32>) {
                 Failure::Timeout { .. } => Kind::Timeout,
                 Failure::Overloaded => Kind::Overloaded,
                 Failure::Shutdown | Failure::CoreFailed { .. } => Kind::Shutdown,
+                // a failure added later: the service could not be asked
+                _ => Kind::Communication,
             },
             None,
         ),

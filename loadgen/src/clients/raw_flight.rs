@@ -20,10 +20,12 @@ pub struct Slot {
     pub intended: Instant,
     /// When it was sealed and queued.
     pub sent: Instant,
-    /// Bit i: server i answered (before the decision).
+    /// Bit i: server i answered (before the decision, or in the batch that decided).
     pub answered: u64,
     len: u16,
     live: bool,
+    /// Decided and recorded; its completion resends wait for the end of the batch.
+    decided: bool,
 }
 
 /// The ring of requests in flight.
@@ -47,6 +49,7 @@ impl Flight {
             answered: 0,
             len: 0,
             live: false,
+            decided: false,
         };
         Flight {
             phase,
@@ -83,6 +86,7 @@ impl Flight {
             answered: 0,
             len: len as u16,
             live: true,
+            decided: false,
         };
         self.outstanding += 1;
     }
@@ -108,14 +112,37 @@ impl Flight {
         &self.bytes[at..at + usize::from(self.slots[i].len)]
     }
 
-    /// Completes request `seq` with `kind` if it is still in flight.
+    /// Completes request `seq` with `kind` if it is still in flight and undecided.
     pub fn complete(&mut self, seq: u64, now: Instant, kind: Kind) {
+        if self.decide(seq, now, kind) {
+            self.release(seq);
+        }
+    }
+
+    /// Records the decision `kind` of request `seq` if it is in flight and undecided
+    /// (true then); its slot stays in flight, collecting answers, until [`Flight::release`].
+    pub fn decide(&mut self, seq: u64, now: Instant, kind: Kind) -> bool {
         let i = self.idx(seq);
         let s = self.slots[i];
-        if s.live && s.seq == seq {
+        if !s.live || s.seq != seq || s.decided {
+            return false;
+        }
+        self.slots[i].decided = true;
+        self.phase.record(s.intended, now, kind, Some(1));
+        true
+    }
+
+    /// True when request `seq` is in flight and decided.
+    pub fn is_decided(&self, seq: u64) -> bool {
+        self.get(seq).is_some_and(|s| s.decided)
+    }
+
+    /// Frees the slot of request `seq`.
+    pub fn release(&mut self, seq: u64) {
+        let i = self.idx(seq);
+        if self.slots[i].live && self.slots[i].seq == seq {
             self.slots[i].live = false;
             self.outstanding -= 1;
-            self.phase.record(s.intended, now, kind, Some(1));
         }
     }
 }

@@ -37,6 +37,8 @@ struct State {
     timeouts: VecDeque<(u64, Instant)>,
     /// Requests due for their one replay if the decider has not answered by then.
     replays: VecDeque<(u64, Instant)>,
+    /// Requests decided in the current receive batch (completion resends pending).
+    completing: Vec<u64>,
 }
 
 impl State {
@@ -83,9 +85,9 @@ impl State {
         true
     }
 
-    fn on_event(&mut self, q: &mut SendQueue, ev: IoEvent<'_>) {
+    fn on_event(&mut self, ev: IoEvent<'_>) {
         match ev {
-            IoEvent::Datagram { from, data, .. } => self.on_answer(q, from, data),
+            IoEvent::Datagram { from, data, .. } => self.on_answer(from, data),
             IoEvent::SendFailed { tag, .. } => {
                 self.flight
                     .complete(tag, Instant::now(), Kind::Communication)
@@ -96,7 +98,7 @@ impl State {
 
     /// One answer: the decider's (or, after the fallback wait, any server's) decides and
     /// is opened; any other is only noted as answered.
-    fn on_answer(&mut self, q: &mut SendQueue, from: SocketAddr, data: &mut [u8]) {
+    fn on_answer(&mut self, from: SocketAddr, data: &mut [u8]) {
         let Ok(tv) = TenantView::parse(data) else {
             return;
         };
@@ -114,24 +116,38 @@ impl State {
             return;
         };
         let now = Instant::now();
-        if server != self.cfg.decider && now < slot.sent + self.cfg.io.fallback {
+        if self.flight.is_decided(seq)
+            || (server != self.cfg.decider && now < slot.sent + self.cfg.io.fallback)
+        {
             self.flight.mark_answered(seq, server);
             return;
         }
         let Some(grant) = decode(&self.cfg, data) else {
             return;
         };
-        if self.cfg.io.completion_delivery {
-            let answered = slot.answered | 1 << server;
-            let dg = self.flight.sealed(seq);
-            for (i, to) in self.cfg.targets.iter().enumerate() {
-                if answered & (1 << i) == 0 {
-                    q.push(self.sock, *to, dg, seq);
+        self.flight.mark_answered(seq, server);
+        let kind = if grant { Kind::Granted } else { Kind::Rejected };
+        self.flight.decide(seq, now, kind);
+        self.completing.push(seq);
+    }
+
+    /// After a receive batch: the completion resends of the requests it decided, to each
+    /// server that has not answered by now (as the engine does), then frees their slots.
+    fn flush_completing(&mut self, q: &mut SendQueue) {
+        for seq in self.completing.drain(..) {
+            let Some(slot) = self.flight.get(seq) else {
+                continue;
+            };
+            if self.cfg.io.completion_delivery {
+                let dg = self.flight.sealed(seq);
+                for (i, to) in self.cfg.targets.iter().enumerate() {
+                    if slot.answered & (1 << i) == 0 {
+                        q.push(self.sock, *to, dg, seq);
+                    }
                 }
             }
+            self.flight.release(seq);
         }
-        let kind = if grant { Kind::Granted } else { Kind::Rejected };
-        self.flight.complete(seq, now, kind);
     }
 
     /// Sends the requests whose decider stayed silent for the fallback wait once more to
@@ -213,6 +229,7 @@ impl RawThread {
             flight: Flight::new(phase, capacity, stride, Instant::now()),
             timeouts: VecDeque::with_capacity(capacity.min(1 << 16)),
             replays: VecDeque::with_capacity(capacity.min(1 << 16)),
+            completing: Vec::with_capacity(capacity),
             cfg,
         };
         Ok(RawThread { driver, st })
@@ -254,7 +271,7 @@ impl RawThread {
         let q = self.driver.send_queue();
         if q.capacity() - q.len() < need {
             let st = &mut self.st;
-            let _ = self.driver.flush(&mut |q, ev| st.on_event(q, ev));
+            let _ = self.driver.flush(&mut |_, ev| st.on_event(ev));
         }
         let q = self.driver.send_queue();
         self.st.prepare(q, intended, now, ms)
@@ -305,11 +322,12 @@ pub fn run_thread(
                 .min(Duration::from_millis(1))
         };
         let RawThread { driver, st } = &mut t;
-        if let Err(e) = driver.run_once(Some(wait), &mut |q, ev| st.on_event(q, ev)) {
+        if let Err(e) = driver.run_once(Some(wait), &mut |_, ev| st.on_event(ev)) {
             result = Err(e);
             break;
         }
         let RawThread { driver, st } = &mut t;
+        st.flush_completing(driver.send_queue());
         st.expire(driver.send_queue(), Instant::now());
     }
     // Anything still outstanding past the drain limit is a timeout.

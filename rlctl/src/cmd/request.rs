@@ -101,9 +101,8 @@ fn failure_summary(f: &Failure, horizon_ms: u32) -> RequestSummary {
         FailureCategory::Configuration => ("configuration", EXIT_CONFIG),
         FailureCategory::Discovery => ("discovery", EXIT_COMM),
         FailureCategory::Timeout => ("timeout", EXIT_TIMEOUT),
-        FailureCategory::Communication
-        | FailureCategory::Overloaded
-        | FailureCategory::Shutdown => ("communication", EXIT_COMM),
+        // Overloaded, Shutdown and any category added later
+        _ => ("communication", EXIT_COMM),
     };
     RequestSummary::failed(cat, f.to_string(), code, Some(horizon_ms))
 }

@@ -4,8 +4,9 @@
 
 use std::fmt;
 
-use aes_gcm::aead::AeadInPlace;
-use aes_gcm::{Aes256Gcm, KeyInit, Nonce, Tag};
+use std::sync::Arc;
+
+use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
 use subtle::ConstantTimeEq;
 use zeroize::Zeroize;
 
@@ -44,9 +45,9 @@ const fn auth_type(mode: AuthMode) -> u16 {
 
 /// Per-key authentication state, prepared once: mode, key id, cookie, AES key schedule.
 /// `Debug` shows the key id and mode only. Secret material is wiped on drop: the cookie by
-/// this type, the AES-256 round keys by the `aes` crate (its `zeroize` feature). The
-/// GHASH key H = AES_K(0) is wiped by `polyval` only where it does not pick its backend at
-/// run time (not on x86/x86-64, where polyval 0.6 keeps it in a union it never drops).
+/// this type; the AES-256 round keys and the GHASH key H = AES_K(0) by AWS-LC, which keeps
+/// them in one `OPENSSL_malloc` allocation that `OPENSSL_free` overwrites with zeros
+/// before freeing (when the last clone of this `Auth` is dropped).
 #[derive(Clone)]
 pub struct Auth {
     mode: AuthMode,
@@ -60,8 +61,8 @@ enum Prepared {
     None,
     /// The cookie (the key's secret), wiped on drop.
     Cookie([u8; SECRET_LEN]),
-    /// The expanded AES-256-GCM key (wiped on drop by `aes`, see [`Auth`]).
-    Aes(Box<Aes256Gcm>),
+    /// The expanded AES-256-GCM key, shared by clones (wiped by AWS-LC, see [`Auth`]).
+    Aes(Arc<LessSafeKey>),
 }
 
 impl Drop for Prepared {
@@ -79,7 +80,10 @@ impl Auth {
         let prepared = match mode {
             AuthMode::None => Prepared::None,
             AuthMode::Cookie => Prepared::Cookie(*key.secret()),
-            AuthMode::Aes => Prepared::Aes(Box::new(Aes256Gcm::new(key.secret().into()))),
+            AuthMode::Aes => Prepared::Aes(Arc::new(LessSafeKey::new(
+                UnboundKey::new(&AES_256_GCM, key.secret())
+                    .expect("a 32-byte key is a valid AES-256 key"),
+            ))),
         };
         Auth {
             mode,
@@ -147,9 +151,9 @@ pub fn seal(
             out[a + off::NONCE..a + off::TAG].copy_from_slice(&nonce);
             let (head, body) = out.split_at_mut(p);
             let tag = cipher
-                .encrypt_in_place_detached(
-                    Nonce::from_slice(&nonce),
-                    &head[..a + off::TAG],
+                .seal_in_place_separate_tag(
+                    Nonce::assume_unique_for_key(nonce),
+                    Aad::from(&head[..a + off::TAG]),
                     &mut body[..pdu_len],
                 )
                 // Only fails for plaintexts over 2^36 bytes; ours are < 1200.
@@ -157,7 +161,7 @@ pub fn seal(
                     needed: total,
                     max: MAX_DATAGRAM,
                 })?;
-            head[a + off::TAG..p].copy_from_slice(&tag);
+            head[a + off::TAG..p].copy_from_slice(tag.as_ref());
         }
     }
     Ok(total)
@@ -206,10 +210,25 @@ pub fn open<'b>(auth: &Auth, datagram: &'b mut [u8]) -> Result<Opened<'b>, DropR
                 return Err(DropReason::EmptyCiphertext);
             }
             let (aad, tag) = head.split_at(a + off::TAG);
-            let nonce = Nonce::from_slice(&aad[a + off::NONCE..]);
-            cipher
-                .decrypt_in_place_detached(nonce, aad, body, Tag::from_slice(tag))
-                .map_err(|_| DropReason::AuthFailed)?;
+            let mut nonce = [0u8; NONCE_LEN];
+            nonce.copy_from_slice(&aad[a + off::NONCE..]);
+            // AWS-LC writes plaintext before it compares the tag: decrypt into scratch and
+            // copy back only what verified, so a forged datagram leaves the buffer as it was
+            // (and its trial decryption is wiped).
+            let mut scratch = [0u8; MAX_DATAGRAM];
+            let plain = &mut scratch[..body.len()];
+            let verified = cipher.open_separate_gather(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(aad),
+                body,
+                tag,
+                plain,
+            );
+            if verified.is_err() {
+                plain.zeroize();
+                return Err(DropReason::AuthFailed);
+            }
+            body.copy_from_slice(plain);
         }
     }
     let head: &'b [u8] = head;
