@@ -1,6 +1,6 @@
 //! Drives a future-based client (the engine or the official client) on a Tokio runtime
 //! limited to the client cores (worker threads pinned), closed loop (N in flight) or open
-//! loop (a pacer at a fixed rate; latency from each request's intended send time).
+//! loop (a pacer thread at a fixed rate; latency from each request's intended send time).
 //!
 //! Owns the load shape for the future-based clients. Must not set up servers or
 //! print results.
@@ -39,9 +39,69 @@ fn runtime(cores: &[usize]) -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
+/// Shortest sleep of the open-loop pacer: it wakes at most every 250 µs and releases what
+/// is due (Tokio's own timer ticks in whole milliseconds, which released requests in
+/// 1 ms bursts up to 1 ms late).
+const PACER_TICK: Duration = Duration::from_micros(250);
+
+/// The open-loop pacer: on its own thread (pinned to `core`, 1 µs timer slack), it spawns
+/// operation tasks onto the runtime at `rate` per second, each at its intended time.
+fn pace<C: AsyncClient>(
+    target: Arc<C>,
+    phase: Arc<Phase>,
+    rate: f64,
+    core: Option<usize>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let rt = tokio::runtime::Handle::current();
+    let next = Arc::new(AtomicU64::new(0));
+    std::thread::Builder::new()
+        .name("lg-pacer".into())
+        .spawn(move || {
+            if let Some(c) = core {
+                crate::stats::pin(c);
+            }
+            // SAFETY: prctl with PR_SET_TIMERSLACK takes a plain integer (nanoseconds).
+            unsafe {
+                libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0);
+            }
+            let stop_at = phase.window_end;
+            let start = Instant::now();
+            let mut i: u64 = 0;
+            loop {
+                let now = Instant::now();
+                let mut intended = start + Duration::from_secs_f64(i as f64 / rate);
+                if intended >= stop_at {
+                    break;
+                }
+                while intended <= now {
+                    let (target, phase, next) =
+                        (Arc::clone(&target), Arc::clone(&phase), Arc::clone(&next));
+                    phase.submit();
+                    let at = intended;
+                    rt.spawn(async move {
+                        let j = next.fetch_add(1, Ordering::Relaxed);
+                        let (k, s) = target.op(j).await;
+                        phase.record(at, Instant::now(), k, s);
+                    });
+                    i += 1;
+                    intended = start + Duration::from_secs_f64(i as f64 / rate);
+                }
+                let wake = intended.max(now + PACER_TICK);
+                std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+            }
+        })
+}
+
 /// Runs `target` under `load` until the phase's window ends, then waits (at most
-/// `drain`) for every submitted operation to complete.
-async fn drive<C: AsyncClient>(target: Arc<C>, phase: Arc<Phase>, load: Load, drain: Duration) {
+/// `drain`) for every submitted operation to complete. The open-loop pacer runs on
+/// `pacer_core`.
+async fn drive<C: AsyncClient>(
+    target: Arc<C>,
+    phase: Arc<Phase>,
+    load: Load,
+    drain: Duration,
+    pacer_core: Option<usize>,
+) {
     let next = Arc::new(AtomicU64::new(0));
     let stop_at = phase.window_end;
     match load {
@@ -75,28 +135,14 @@ async fn drive<C: AsyncClient>(target: Arc<C>, phase: Arc<Phase>, load: Load, dr
             .await;
         }
         Load::Open { rate } => {
-            let start = Instant::now();
-            let mut i: u64 = 0;
-            loop {
-                let now = Instant::now();
-                let mut intended = start + Duration::from_secs_f64(i as f64 / rate);
-                if intended >= stop_at {
-                    break;
+            match pace(Arc::clone(&target), Arc::clone(&phase), rate, pacer_core) {
+                Ok(pacer) => {
+                    while !pacer.is_finished() {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    let _ = pacer.join();
                 }
-                while intended <= now {
-                    let (target, phase, next) =
-                        (Arc::clone(&target), Arc::clone(&phase), Arc::clone(&next));
-                    phase.submit();
-                    let at = intended;
-                    tokio::spawn(async move {
-                        let j = next.fetch_add(1, Ordering::Relaxed);
-                        let (k, s) = target.op(j).await;
-                        phase.record(at, Instant::now(), k, s);
-                    });
-                    i += 1;
-                    intended = start + Duration::from_secs_f64(i as f64 / rate);
-                }
-                tokio::time::sleep_until(intended.into()).await;
+                Err(e) => eprintln!("loadgen: open-loop pacer thread: {e}"),
             }
             let deadline = Instant::now() + drain;
             while phase.completed.load(Ordering::Relaxed) < phase.submitted.load(Ordering::Relaxed)
@@ -135,7 +181,15 @@ where
         };
         let phase = Phase::new(Instant::now(), spec.warmup, spec.duration);
         let _ = ready.send(Ok(Arc::clone(&phase)));
-        drive(Arc::clone(&client), phase, spec.load, spec.drain).await;
+        let pacer_core = spec.cores.first().copied();
+        drive(
+            Arc::clone(&client),
+            phase,
+            spec.load,
+            spec.drain,
+            pacer_core,
+        )
+        .await;
         wait_gate(&spec.gate);
         if let Ok(c) = Arc::try_unwrap(client) {
             c.finish();
