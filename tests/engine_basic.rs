@@ -391,15 +391,7 @@ fn every_backend_with_gso_on_and_off() {
                 Err(err) => panic!("{err}"),
             };
             let h = e.handle();
-            let res = resource("backends", u32::MAX);
-            let b: Vec<_> = (0..500)
-                .map(|_| h.request().consume(&res, 1).build())
-                .collect();
-            let outs = h.submit_batch(b).wait();
-            assert!(
-                outs.iter()
-                    .all(|o| o.as_ref().is_ok_and(|r| r.decision == Decision::Granted))
-            );
+            grant_batch(&h, "backends", 500);
             let s = h.stats();
             let io = s.io.expect("io stats");
             assert_eq!(io.backend, kind, "{backend:?} gso {gso}");

@@ -8,7 +8,6 @@ mod engine_common;
 
 use engine_common::*;
 use ratelimitly_engine::engine::{Cores, Engine};
-use ratelimitly_engine::proto::outcome::Decision;
 use ratelimitly_engine::udp::{BackendChoice, BackendKind};
 use rl_responder::Faults;
 
@@ -78,15 +77,7 @@ fn io_uring_refused_auto_falls_back_to_mmsg_and_serves() {
     );
     let e = build(BackendChoice::Auto).expect("auto falls back to mmsg");
     let h = e.handle();
-    let res = resource("refused", u32::MAX);
-    let b: Vec<_> = (0..200)
-        .map(|_| h.request().consume(&res, 1).build())
-        .collect();
-    let outs = h.submit_batch(b).wait();
-    assert!(
-        outs.iter()
-            .all(|o| o.as_ref().is_ok_and(|r| r.decision == Decision::Granted))
-    );
+    grant_batch(&h, "refused", 200);
     assert_eq!(h.stats().io.expect("io stats").backend, BackendKind::Mmsg);
     e.shutdown();
 }

@@ -40,6 +40,21 @@ pub fn tracker(name: &str) -> LatencyTracker {
     LatencyTracker::new(name, Duration::from_secs(60), 100, 1).unwrap()
 }
 
+/// Submits `n` one-unit requests on resource `name` (limit u32::MAX) as one batch and
+/// asserts every one is granted.
+pub fn grant_batch(h: &ratelimitly_engine::engine::EngineHandle, name: &str, n: usize) {
+    let res = resource(name, u32::MAX);
+    let b: Vec<_> = (0..n)
+        .map(|_| h.request().consume(&res, 1).build())
+        .collect();
+    let outs = h.submit_batch(b).wait();
+    assert!(
+        outs.iter().all(|o| o.as_ref().is_ok_and(|r| {
+            r.decision == ratelimitly_engine::proto::outcome::Decision::Granted
+        }))
+    );
+}
+
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
