@@ -68,6 +68,9 @@ pub enum BuildError {
         /// The system's error.
         kind: io::ErrorKind,
     },
+    /// The OS gave no randomness to seed a core's unique ids and nonces.
+    #[error("no OS randomness for unique ids and nonces")]
+    NoRandomness,
     /// A core's thread could not start.
     #[error("engine core {core} could not start: {kind:?}")]
     Executor {

@@ -156,7 +156,7 @@ impl Driver {
             port,
             os_entropy(),
         )
-        .map_err(|_| BuildError::Socket(std::io::ErrorKind::Other))?;
+        .map_err(|_| BuildError::NoRandomness)?;
         let _ = shared.queues[index].waker.set(io.waker());
         tracing::debug!(core = index, backend = %io.kind(), "engine core started");
         Ok(Driver {

@@ -383,7 +383,7 @@ impl EngineBuilder {
         for i in 0..cfg.cpus.len() {
             let st =
                 state::CoreState::new(i, shared.clone(), now, sockets::SockId(0), port, entropy(i))
-                    .map_err(|_| BuildError::Socket(std::io::ErrorKind::Other))?;
+                    .map_err(|_| BuildError::NoRandomness)?;
             states.push(st);
         }
         Ok((EngineHandle { inner: shared }, states))

@@ -279,7 +279,6 @@ impl CoreState {
             return;
         };
         let (server_id, steering) = (opened.tenant.id(), opened.tenant.steering());
-        let mut taken = false;
         match e
             .req
             .handle_results(&self.shared.plan, now, server_id, steering)
@@ -290,36 +289,30 @@ impl CoreState {
                 return;
             }
             Ok(v) => {
-                taken = true;
                 if v.keeps_response() {
                     // built straight into the completion slot (replacing a retained one)
                     let r = Response::from_view(server_id, steering, v.phase, &resp);
                     self.shared.pool.stage(e.slot, r);
                     e.answered_us = micros(now.saturating_duration_since(e.req.started()));
                 }
-                if e.req.poll_steering() == Some(0) {
-                    let sock = e.sock;
-                    if !self.socks.hint(sock) {
-                        self.stats.steering_refused += 1;
-                    }
+                if e.req.poll_steering() == Some(0) && !self.socks.hint(e.sock) {
+                    self.stats.steering_refused += 1;
+                }
+                // A decision's completion transmits wait for the end of this receive
+                // batch, so that the other servers' answers already in it spare their
+                // resends.
+                if e.req.completion_queued() {
+                    self.wheel.cancel(e.timer);
+                    e.timer = TimerHandle::NONE;
+                    self.completing.push(key);
+                    self.completing_since.get_or_insert(now);
+                    return;
                 }
             }
             Err(i) => match i.drop_reason() {
                 Some(r) => self.stats.drop(r),
                 None => self.stats.ignored_responses += 1,
             },
-        }
-        // A decision's completion transmits wait for the end of this receive batch, so
-        // that the other servers' answers already in it spare their resends.
-        if taken
-            && let Some(e) = self.inflight.get_mut(key)
-            && e.req.completion_queued()
-        {
-            self.wheel.cancel(e.timer);
-            e.timer = TimerHandle::NONE;
-            self.completing.push(key);
-            self.completing_since.get_or_insert(now);
-            return;
         }
         self.drive(key, now, out);
     }

@@ -280,7 +280,17 @@ impl Stats {
             completions
         );
         self.io.clone_from(&other.io);
-        for (a, b) in [
+        for (a, b) in self.histograms_with(other) {
+            a.copy_from(b);
+        }
+    }
+
+    /// Each histogram of `self` with the same histogram of `other`.
+    fn histograms_with<'a>(
+        &'a mut self,
+        other: &'a Stats,
+    ) -> [(&'a mut LatencyHistogram, &'a LatencyHistogram); 6] {
+        [
             (&mut self.latency_us, &other.latency_us),
             (
                 &mut self.latency_permille_of_h,
@@ -290,9 +300,7 @@ impl Stats {
             (&mut self.wire_us, &other.wire_us),
             (&mut self.decision_us, &other.decision_us),
             (&mut self.completion_wake_us, &other.completion_wake_us),
-        ] {
-            a.copy_from(b);
-        }
+        ]
     }
 
     /// Records the stages of one decision (µs each).
@@ -343,12 +351,9 @@ impl Stats {
             (a @ None, Some(b)) => *a = Some(b.clone()),
             _ => {}
         }
-        self.latency_us.add(&other.latency_us);
-        self.latency_permille_of_h.add(&other.latency_permille_of_h);
-        self.queue_wait_us.add(&other.queue_wait_us);
-        self.wire_us.add(&other.wire_us);
-        self.decision_us.add(&other.decision_us);
-        self.completion_wake_us.add(&other.completion_wake_us);
+        for (a, b) in self.histograms_with(other) {
+            a.add(b);
+        }
     }
 }
 

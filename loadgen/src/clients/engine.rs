@@ -10,7 +10,7 @@ use std::time::Duration;
 use ratelimitly_engine::engine::{Cores, Engine, EngineHandle};
 use ratelimitly_engine::proto::ids::{LatencyTracker, Resource};
 
-use ratelimitly_engine::proto::outcome::{Decision, Failure, Outcome};
+use ratelimitly_engine::proto::outcome::{Decision, FailureCategory, Outcome};
 
 use super::tokio_driver::{self, AsyncClient};
 use super::{PhaseSpec, Ready, RunContext, Target};
@@ -143,14 +143,13 @@ fn outcome_kind(o: Outcome) -> (Kind, Option<u32>) {
             Some(r.sends),
         ),
         Err(f) => (
-            match f {
-                Failure::Configuration(_) => Kind::Configuration,
-                Failure::Discovery(_) => Kind::Discovery,
-                Failure::Communication(_) => Kind::Communication,
-                Failure::Timeout { .. } => Kind::Timeout,
-                Failure::Overloaded => Kind::Overloaded,
-                Failure::Shutdown | Failure::CoreFailed { .. } => Kind::Shutdown,
-                // a failure added later: the service could not be asked
+            match f.category() {
+                FailureCategory::Configuration => Kind::Configuration,
+                FailureCategory::Discovery => Kind::Discovery,
+                FailureCategory::Timeout => Kind::Timeout,
+                FailureCategory::Overloaded => Kind::Overloaded,
+                FailureCategory::Shutdown => Kind::Shutdown,
+                // Communication, and any category added later
                 _ => Kind::Communication,
             },
             None,
