@@ -25,7 +25,7 @@ pub struct Slot {
     len: u16,
     live: bool,
     /// Decided and recorded; its completion resends wait for the end of the batch.
-    decided: bool,
+    pub decided: bool,
 }
 
 /// The ring of requests in flight.
@@ -130,11 +130,6 @@ impl Flight {
         self.slots[i].decided = true;
         self.phase.record(s.intended, now, kind, Some(1));
         true
-    }
-
-    /// True when request `seq` is in flight and decided.
-    pub fn is_decided(&self, seq: u64) -> bool {
-        self.get(seq).is_some_and(|s| s.decided)
     }
 
     /// Frees the slot of request `seq`.

@@ -116,9 +116,7 @@ impl State {
             return;
         };
         let now = Instant::now();
-        if self.flight.is_decided(seq)
-            || (server != self.cfg.decider && now < slot.sent + self.cfg.io.fallback)
-        {
+        if slot.decided || (server != self.cfg.decider && now < slot.sent + self.cfg.io.fallback) {
             self.flight.mark_answered(seq, server);
             return;
         }

@@ -53,7 +53,6 @@ fn pace<C: AsyncClient>(
     core: Option<usize>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let rt = tokio::runtime::Handle::current();
-    let next = Arc::new(AtomicU64::new(0));
     std::thread::Builder::new()
         .name("lg-pacer".into())
         .spawn(move || {
@@ -74,12 +73,10 @@ fn pace<C: AsyncClient>(
                     break;
                 }
                 while intended <= now {
-                    let (target, phase, next) =
-                        (Arc::clone(&target), Arc::clone(&phase), Arc::clone(&next));
+                    let (target, phase) = (Arc::clone(&target), Arc::clone(&phase));
                     phase.submit();
-                    let at = intended;
+                    let (at, j) = (intended, i);
                     rt.spawn(async move {
-                        let j = next.fetch_add(1, Ordering::Relaxed);
                         let (k, s) = target.op(j).await;
                         phase.record(at, Instant::now(), k, s);
                     });
