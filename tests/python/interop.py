@@ -28,6 +28,7 @@ from ratelimitly import (
     r_client_derive_bucket_id,
 )
 from ratelimitly.discovery import ServerEndpoint, server_id_from_target
+from ratelimitly.policy import FixedSchedule, RequestPolicy
 
 # Public test fixtures (not real credentials): the repository's tests/data/vectors.json.
 _VECTORS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "vectors.json")
@@ -111,7 +112,13 @@ def run_mode(binary, mode):
         dns_ready = read_json_line(proc, deadline)
         check(dns_ready.get("event") == "dns_ready", f"{mode}: dns_ready line")
         fallback = ServerEndpoint(socket.AF_INET, (ready["address"], ready["port"]), SERVER_ID, "s-777", 30_000)
-        client = RateLimitlyClient(KEYS[mode], dns_srv=DOMAIN, resolver=make_resolver(dns_ready["port"], fallback))
+        # U = 100 ms (H = 300 ms, the fixture keys' dedup limit) instead of the default 20 ms:
+        # on a loaded 2-core CI machine the first answer can take longer than a 60 ms
+        # horizon; a replay carries the same unique id, so the server counts it once.
+        policy = RequestPolicy(unit_ms=100, replay_count=1, replay_gap=FixedSchedule(1))
+        client = RateLimitlyClient(
+            KEYS[mode], dns_srv=DOMAIN, policy=policy, resolver=make_resolver(dns_ready["port"], fallback)
+        )
         bucket = r_client_derive_bucket_id("py-checkout", 60_000, 5)
         one = ResourceRequest(bucket, 60_000, 5, 1)
         for i in range(1, 6):
