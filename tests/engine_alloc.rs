@@ -50,8 +50,15 @@ fn run(h: &EngineHandle, res: &Resource, n: usize) {
     }
 }
 
+/// The two tests count allocations of the whole process: one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn zero_allocations_per_request_in_steady_state() {
+    let _serial = serial();
     let key: ApiKey = COOKIE.parse().unwrap();
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = sock.local_addr().unwrap();
@@ -97,5 +104,56 @@ fn zero_allocations_per_request_in_steady_state() {
     );
     stop.store(true, Ordering::Relaxed);
     e.shutdown();
+    peer.join().unwrap();
+}
+
+/// The same with the core hosted on a Tokio runtime (`EngineBuilder::runtime`): the
+/// requests are awaited one after another inside one task, so neither the core's task
+/// (reactor readiness, its timer, its wake-ups) nor the caller's may allocate.
+#[test]
+fn zero_allocations_per_request_with_a_hosted_core() {
+    let _serial = serial();
+    let key: ApiKey = COOKIE.parse().unwrap();
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = sock.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let auth = Auth::new(&key);
+    let st = stop.clone();
+    let peer = std::thread::spawn(move || grant_peer::grant_all(auth, sock, 42, st, |_, _| {}));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let e = Engine::builder(key)
+        .cores(Cores::Count(1))
+        .endpoints(vec![Endpoint {
+            server_id: 42,
+            addr,
+        }])
+        .in_flight_per_core(4096)
+        .runtime(rt.handle().clone())
+        .build()
+        .unwrap();
+    let h = e.handle();
+    const N: usize = 5000;
+    let allocs = rt.block_on(async move {
+        let res = Resource::new("alloc", Duration::from_secs(60), 1_000_000).unwrap();
+        let run = async |n: usize| {
+            for _ in 0..n {
+                let o = h.request().consume(&res, 1).send().await.expect("decided");
+                assert_eq!(o.decision, Decision::Granted);
+            }
+        };
+        run(2000).await; // warm up
+        let before = ALLOCS.load(Ordering::SeqCst);
+        run(N).await;
+        ALLOCS.load(Ordering::SeqCst) - before
+    });
+    println!("hosted core: allocations during {N} requests: {allocs}");
+    assert!(allocs <= 2, "{allocs} allocations for {N} requests");
+    stop.store(true, Ordering::Relaxed);
+    e.shutdown();
+    drop(rt);
     peer.join().unwrap();
 }

@@ -42,6 +42,16 @@ impl ClientKind {
 }
 
 /// Authentication mode of the embedded responders' synthetic key.
+/// Where the engine's core runs (`--engine-core`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineCore {
+    /// A pinned thread of its own on the first client core (the engine's default).
+    Pinned,
+    /// A task on loadgen's Tokio runtime (`EngineBuilder::runtime`).
+    Hosted,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AuthArg {
     Aes,
@@ -196,6 +206,10 @@ pub struct Args {
     /// Embedded responders reply in GSO batches per client address (on|off).
     #[arg(long, default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
     pub reply_batch: bool,
+    /// Where the engine's core runs: pinned (a thread of its own on the client core) or
+    /// hosted (a task on the same Tokio runtime as the callers).
+    #[arg(long, value_enum, default_value_t = EngineCore::Pinned)]
+    pub engine_core: EngineCore,
 
     /// Client to drive.
     #[arg(long, value_enum, default_value_t = ClientKind::Engine)]

@@ -258,7 +258,7 @@ mod tests {
     use super::*;
 
     /// Every key of the JSON report's `parameters`.
-    const PARAMETER_KEYS: [&str; 35] = [
+    const PARAMETER_KEYS: [&str; 36] = [
         "servers",
         "embedded",
         "auth",
@@ -294,6 +294,7 @@ mod tests {
         "io",
         "gso",
         "reply_batch",
+        "engine_core",
     ];
 
     #[test]

@@ -3,8 +3,10 @@
 # one run on the same CPU budget:
 #   1. upstream direct              (wrk -> rl-upstream)
 #   2. rl-proxy --limit off         (wrk -> proxy -> upstream; no admission: the baseline)
-#   3. rl-proxy, engine admission   (every request decided by our engine)
-#   4. rl-proxy --admission official (every request decided by the official ratelimitly crate)
+#   3. rl-proxy, engine admission   (every request decided by our engine; its core hosted on
+#                                    the proxy's Tokio runtime, the default)
+#   4. the same with --engine-core pinned (the core on a thread of its own, same CPU set)
+#   5. rl-proxy --admission official (every request decided by the official ratelimitly crate)
 #
 # Placement (2-CPU default): the proxy process, engine core included, gets PROXY_CPUS
 # (default: the last allowed CPU); wrk, the upstream and the responder get ENV_CPUS
@@ -16,12 +18,15 @@
 # request (utime+stime of the whole process from /proc over the measured run), and the
 # admission CPU per request = that figure minus the one of `--limit off`.
 #
-# Usage: proxy/bench/run.sh [DURATION_S] [CONNECTIONS]   (defaults 8, 32)
+# The engine rows differ only in where the engine's core runs (--engine-core).
+#
+# Usage: proxy/bench/run.sh [DURATION_S] [CONNECTIONS] [ROUNDS]   (defaults 8, 32, 3)
 # Writes the table to proxy/bench/results.md (and stdout).
 set -euo pipefail
 
 DURATION=${1:-8}
 CONNS=${2:-32}
+ROUNDS=${3:-3}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT="$ROOT/proxy/bench/results.md"
 AES_KEY="rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5"
@@ -132,33 +137,54 @@ LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 # A limit no request reaches: every request is decided (granted) by the service.
 LIMIT="4000000000/1s"
 
-run "upstream direct" "$UPORT"
+# Each round runs every setup once, in this order; the table gives each setup's median
+# over the rounds and the median of its per-round ratio to `--limit off` (paired within
+# a round, so that the host's swings, which last seconds, cancel).
+for round in $(seq 1 "$ROUNDS"); do
+    echo "round $round of $ROUNDS" >&2
+    run "upstream direct" "$UPORT"
 
-start_proxy --endpoint "$SID@127.0.0.1:$RPORT" --limit off
-run "rl-proxy --limit off" "$PPORT" "$PROXY_PID"
-stop_proxy
+    start_proxy --endpoint "$SID@127.0.0.1:$RPORT" --limit off
+    run "rl-proxy --limit off" "$PPORT" "$PROXY_PID"
+    stop_proxy
 
-start_proxy --endpoint "$SID@127.0.0.1:$RPORT" --limit "$LIMIT" --on-failure closed
-run "rl-proxy, engine" "$PPORT" "$PROXY_PID"
-stop_proxy
+    start_proxy --endpoint "$SID@127.0.0.1:$RPORT" --limit "$LIMIT" --on-failure closed
+    run "rl-proxy, engine" "$PPORT" "$PROXY_PID"
+    stop_proxy
 
-start_proxy --domain "$DOMAIN" --dns-server "127.0.0.1:$DPORT" --limit "$LIMIT" \
-    --admission official --on-failure closed
-run "rl-proxy, official crate" "$PPORT" "$PROXY_PID"
-stop_proxy
+    start_proxy --endpoint "$SID@127.0.0.1:$RPORT" --limit "$LIMIT" --on-failure closed \
+        --engine-core pinned
+    run "rl-proxy, engine, pinned core" "$PPORT" "$PROXY_PID"
+    stop_proxy
+
+    start_proxy --domain "$DOMAIN" --dns-server "127.0.0.1:$DPORT" --limit "$LIMIT" \
+        --admission official --on-failure closed
+    run "rl-proxy, official crate" "$PPORT" "$PROXY_PID"
+    stop_proxy
+done
 
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
-python3 - "$OUT" "$PROXY_CPUS" "$ENV_CPUS" "$DURATION" "$CONNS" "$(nproc)" "$(uname -r)" "$LOAD_START" "$LOAD_END" "${ROWS[@]}" <<'EOF'
-import sys, datetime
-out, proxy_cpus, env_cpus, dur, conns, ncpu, kernel, load0, load1, *rows = sys.argv[1:]
+python3 - "$OUT" "$PROXY_CPUS" "$ENV_CPUS" "$DURATION" "$CONNS" "$(nproc)" "$(uname -r)" "$LOAD_START" "$LOAD_END" "$ROUNDS" "${ROWS[@]}" <<'EOF'
+import sys, datetime, statistics
+out, proxy_cpus, env_cpus, dur, conns, ncpu, kernel, load0, load1, rounds, *rows = sys.argv[1:]
 rows = [r.split("|") for r in rows]
-base = next(r for r in rows if "limit off" in r[0])
-base_rps, base_cpu = float(base[1]), float(base[4])
+names = list(dict.fromkeys(r[0] for r in rows))
+def us(t):
+    for unit, f in (("us", 1), ("ms", 1e3), ("s", 1e6)):
+        if t.endswith(unit):
+            return float(t[: -len(unit)]) * f
+    return float("nan")
+def fmt_us(v):
+    return f"{v/1e3:.2f}ms" if v >= 1e3 else f"{v:.0f}us"
+by = {n: [r for r in rows if r[0] == n] for n in names}
+base = by["rl-proxy --limit off"]
+med = statistics.median
 lines = [
     "# rl-proxy end-to-end benchmark (last run)",
     "",
     f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {ncpu} CPUs, Linux {kernel}. "
-    f"wrk -t1 -c{conns} -d{dur}s --latency, GET / (20-byte body), HTTP/1.1 keep-alive.",
+    f"wrk -t1 -c{conns} -d{dur}s --latency, GET / (20-byte body), HTTP/1.1 keep-alive; "
+    f"{rounds} rounds, each running every setup once in table order.",
     f"Proxy process (Tokio workers + engine core) on CPU(s) {proxy_cpus}; wrk, rl-upstream and "
     f"rl-responder (AES key, 1 core) on CPU(s) {env_cpus}.",
     "Every admitted request is decided by the service (limit 4000000000/1s keyed by client IP, "
@@ -166,18 +192,31 @@ lines = [
     f"Load average (1/5/15 min) of the whole machine at start {load0}, at end {load1}: other work "
     "shares these CPUs, so compare rows of this one run only.",
     "",
-    "| setup | req/s | vs limit off | p50 | p99 | proxy CPU µs/req | admission CPU µs/req | req/s one proxy CPU sustains | vs limit off | non-2xx |",
+    "Medians over the rounds. `vs limit off` = median of the per-round ratios (each setup against",
+    "the `--limit off` run of the same round); `per round` lists them.",
+    "",
+    "| setup | req/s | vs limit off | per round | p50 | p99 | proxy CPU µs/req | admission CPU µs/req | req/s one proxy CPU sustains | non-2xx |",
     "|---|---|---|---|---|---|---|---|---|---|",
 ]
-for name, rps, p50, p99, cpu, non2xx in rows:
-    ratio = f"{float(rps)/base_rps:.2f}x" if "upstream" not in name else "-"
-    adm = cap = cap_ratio = "-"
-    if cpu != "-":
-        cap = f"{1e6/float(cpu):.0f}"
-        cap_ratio = f"{base_cpu/float(cpu):.2f}x"
-        if "limit off" not in name:
-            adm = f"{float(cpu) - base_cpu:.1f}"
-    lines.append(f"| {name} | {float(rps):.0f} | {ratio} | {p50} | {p99} | {cpu} | {adm} | {cap} | {cap_ratio} | {non2xx} |")
+for n in names:
+    rs = by[n]
+    rps = med(float(r[1]) for r in rs)
+    ratios = per = "-"
+    adm = cap = cpu = "-"
+    if "upstream" not in n:
+        rr = [float(r[1]) / float(b[1]) for r, b in zip(rs, base)]
+        ratios = f"{med(rr):.2f}x"
+        per = " ".join(f"{x:.2f}" for x in rr)
+    cpus = [float(r[4]) for r in rs if r[4] != "-"]
+    if cpus:
+        c = med(cpus)
+        cpu = f"{c:.1f}"
+        cap = f"{1e6/c:.0f}"
+        if "limit off" not in n:
+            adm = f"{med(float(r[4]) - float(b[4]) for r, b in zip(rs, base)):.1f}"
+    non2xx = sum(int(r[5]) for r in rs)
+    lines.append(f"| {n} | {rps:.0f} | {ratios} | {per} | {fmt_us(med(us(r[2]) for r in rs))} | "
+                 f"{fmt_us(med(us(r[3]) for r in rs))} | {cpu} | {adm} | {cap} | {non2xx} |")
 lines += [
     "",
     "`req/s one proxy CPU sustains` = 1e6 / proxy CPU µs per request: the throughput the proxy's CPU",

@@ -7,8 +7,12 @@
 //!     (--endpoint ID@IP:PORT ... | --domain D [--dns-server IP:PORT])
 //!     [--listen 127.0.0.1:0] [--admin-listen 127.0.0.1:0]
 //!     [--limit COUNT/WINDOW|off] [--key-by ip|path|header:NAME] [--on-failure open|closed]
-//!     [--admission engine|official]
+//!     [--admission engine|official] [--engine-core hosted|pinned]
 //! ```
+//!
+//! The engine's core runs hosted by default: as a task on the proxy's own Tokio runtime,
+//! so admitting a request costs no thread hand-off (`EngineBuilder::runtime`; the
+//! benchmark in `proxy/bench/` measures both).
 //!
 //! Owns: the command line, key loading (environment or `--key-file`, never the command
 //! line, never echoed), the readiness line, the listeners, SIGINT/SIGTERM handling.
@@ -39,6 +43,13 @@ use tower::{Layer, ServiceExt};
 
 use crate::official::OfficialAdmission;
 use crate::upstream::Upstream;
+
+/// Where the engine's core runs (`--engine-core`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum EngineCore {
+    Hosted,
+    Pinned,
+}
 
 /// Which client admits requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -84,6 +95,10 @@ struct Cli {
     /// Which client admits requests.
     #[arg(long, value_enum, default_value = "engine")]
     admission: AdmissionKind,
+    /// Where the engine's core runs: hosted (a task on the proxy's own Tokio runtime,
+    /// no thread hand-off per request) or pinned (a thread of its own on the last CPU).
+    #[arg(long, value_enum, default_value = "hosted")]
+    engine_core: EngineCore,
     /// Read the API key from this file instead of RATELIMITLY_API_KEY.
     #[arg(long)]
     key_file: Option<PathBuf>,
@@ -154,6 +169,10 @@ enum Backend {
 
 fn run(cli: Cli) -> Result<(), StartError> {
     let upstream = Upstream::new(&cli.upstream).map_err(|e| StartError::Usage(e.to_string()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| StartError::Runtime(format!("runtime: {e}")))?;
     let backend = match cli.limit {
         LimitArg::Off => Backend::Off,
         LimitArg::On(_) => {
@@ -176,7 +195,11 @@ fn run(cli: Cli) -> Result<(), StartError> {
                     } else {
                         b.endpoints(cli.endpoints.clone())
                     };
-                    // Built before the runtime starts: build() blocks (first discovery).
+                    if cli.engine_core == EngineCore::Hosted {
+                        b = b.runtime(rt.handle().clone());
+                    }
+                    // Built outside the runtime: a pinned core's build() blocks until
+                    // its thread has bound its socket.
                     let engine = b.build().map_err(|e| match e {
                         ratelimitly_engine::BuildError::Config(_)
                         | ratelimitly_engine::BuildError::Option(_) => {
@@ -202,10 +225,6 @@ fn run(cli: Cli) -> Result<(), StartError> {
             }
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| StartError::Runtime(format!("runtime: {e}")))?;
     let handle = match &backend {
         Backend::Engine(e) => Some(e.handle()),
         _ => None,
@@ -215,10 +234,11 @@ fn run(cli: Cli) -> Result<(), StartError> {
         _ => None,
     };
     let result = rt.block_on(serve_all(cli, upstream, handle, official_key));
-    rt.shutdown_timeout(Duration::from_secs(1));
+    // the engine first: hosted cores stop on the runtime
     if let Backend::Engine(e) = backend {
         e.shutdown();
     }
+    rt.shutdown_timeout(Duration::from_secs(1));
     result
 }
 

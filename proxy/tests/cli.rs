@@ -300,7 +300,7 @@ fn allowed_cpus() -> Vec<usize> {
 }
 
 /// Under `taskset -c N` with N > 0 (a CPU set not starting at CPU 0), the engine takes
-/// its core from that set and the proxy serves.
+/// its core from that set and the proxy serves, with the core pinned or hosted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_inside_a_cpu_set_not_starting_at_zero() {
     let _s = SERIAL.lock().await;
@@ -318,23 +318,27 @@ async fn serves_inside_a_cpu_set_not_starting_at_zero() {
     }
     let r = responder(203);
     let up = upstream().await;
-    let mut cmd = Command::new("taskset");
-    cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
-        .args(["-c", &cpu.to_string()])
-        .arg(env!("CARGO_BIN_EXE_rl-proxy"))
-        .args(["--upstream", &format!("http://{}", up.addr())])
-        .args(["--endpoint", &endpoint(&r), "--limit", "5/60s"]);
-    let proxy = start(cmd).await;
-    let resp = get(proxy.addr(), "/").await;
-    assert_eq!(resp.status(), StatusCode::OK);
-    assert_eq!(resp.body().as_ref(), UPSTREAM_BODY);
-    let text = String::from_utf8(get(proxy.admin(), "/metrics").await.body().to_vec()).unwrap();
-    assert_eq!(
-        parse_prometheus(&text)["ratelimitly_requests_total{outcome=\"granted\"}"],
-        1.0,
-        "decided by the engine, not failed open"
-    );
-    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    // a pinned core takes its CPU from the set; a hosted one runs on the proxy's runtime
+    for core in ["pinned", "hosted"] {
+        let mut cmd = Command::new("taskset");
+        cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+            .args(["-c", &cpu.to_string()])
+            .arg(env!("CARGO_BIN_EXE_rl-proxy"))
+            .args(["--upstream", &format!("http://{}", up.addr())])
+            .args(["--endpoint", &endpoint(&r), "--limit", "5/60s"])
+            .args(["--engine-core", core]);
+        let proxy = start(cmd).await;
+        let resp = get(proxy.addr(), "/").await;
+        assert_eq!(resp.status(), StatusCode::OK, "{core}");
+        assert_eq!(resp.body().as_ref(), UPSTREAM_BODY);
+        let text = String::from_utf8(get(proxy.admin(), "/metrics").await.body().to_vec()).unwrap();
+        assert_eq!(
+            parse_prometheus(&text)["ratelimitly_requests_total{outcome=\"granted\"}"],
+            1.0,
+            "{core}: decided by the engine, not failed open"
+        );
+        assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    }
     up.signal(libc::SIGTERM).await;
     r.stop();
 }

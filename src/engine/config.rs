@@ -135,6 +135,8 @@ pub(crate) struct EngineConfig {
     pub spin: Option<Duration>,
     pub io_backend: crate::udp::BackendChoice,
     pub gso: bool,
+    /// Cores run as tasks on the application's runtime.
+    pub hosted: bool,
 }
 
 /// The CPU ids this process may run on (its `sched_getaffinity` set), ascending.

@@ -201,30 +201,10 @@ impl Driver {
     fn run_loop(&mut self) {
         let mut work = true;
         loop {
-            let now = Instant::now();
-            let (state, mut sink) = self.sink();
-            state.set_wall_ms(wall_ms());
-            work |= state.handle_queue(now, &mut sink);
-            work |= state.handle_timeout(now, &mut sink);
-            self.feed_failures(now);
-            self.socket_ops();
-            if (self.shared.stats_wanted(self.index)
-                || now.saturating_duration_since(self.published_at) >= super::PUBLISH_EVERY)
-                && self
-                    .shared
-                    .publish_stats(self.index, &self.state, Some(self.io.stats()))
-            {
-                self.published_at = now;
-            }
-            if self.shared.queues[self.index].stop.load(Ordering::Acquire) {
-                let (state, mut sink) = self.sink();
-                state.shutdown(Instant::now(), &mut sink);
-                self.state.wake_callers();
-                self.flush();
-                self.shared
-                    .publish_stats(self.index, &self.state, Some(self.io.stats()));
+            let Some(found) = self.prelude(&mut |_| {}) else {
                 return;
-            }
+            };
+            work |= found;
             let timeout = if work {
                 Some(Duration::ZERO)
             } else {
@@ -238,18 +218,70 @@ impl Driver {
                 }
             };
             self.state.wake_callers();
-            work = self.io_turn(timeout);
+            work = self.io_turn(Wait::Upto(timeout));
         }
     }
 
-    /// One `run_once` of the I/O layer; true when datagrams arrived.
-    fn io_turn(&mut self, timeout: Option<Duration>) -> bool {
+    /// The part of a turn before the I/O layer runs: takes submissions and due timers
+    /// (their transmits are queued), feeds send failures back, performs socket
+    /// operations (`before_close` hears of each socket just before it closes) and
+    /// publishes statistics when asked or due. Returns whether it found work, or `None`
+    /// once the core has stopped (every request completed, the last datagrams sent).
+    pub(crate) fn prelude(&mut self, before_close: &mut dyn FnMut(SocketId)) -> Option<bool> {
+        let now = Instant::now();
+        let (state, mut sink) = self.sink();
+        state.set_wall_ms(wall_ms());
+        let mut work = state.handle_queue(now, &mut sink);
+        work |= state.handle_timeout(now, &mut sink);
+        self.feed_failures(now);
+        self.socket_ops(before_close);
+        if self.shared.stats_wanted(self.index)
+            || now.saturating_duration_since(self.published_at) >= super::PUBLISH_EVERY
+        {
+            self.publish(now);
+        }
+        if self.shared.queues[self.index].stop.load(Ordering::Acquire) {
+            let (state, mut sink) = self.sink();
+            state.shutdown(Instant::now(), &mut sink);
+            self.state.wake_callers();
+            self.flush();
+            self.shared
+                .publish_stats(self.index, &self.state, Some(self.io.stats()));
+            return None;
+        }
+        Some(work)
+    }
+
+    /// Publishes this core's statistics (a reader holding the lock defers it a turn).
+    pub(crate) fn publish(&mut self, now: Instant) {
+        if self
+            .shared
+            .publish_stats(self.index, &self.state, Some(self.io.stats()))
+        {
+            self.published_at = now;
+        }
+    }
+
+    /// Publishes this core's counters without the histograms (cheap).
+    pub(crate) fn publish_counters(&mut self) {
+        self.shared
+            .publish(self.index, &self.state, Some(self.io.stats()), false);
+    }
+
+    /// When this core last published its statistics.
+    pub(crate) fn published_at(&self) -> Instant {
+        self.published_at
+    }
+
+    /// One pass of the I/O layer: received datagrams go straight to the state; true
+    /// when any arrived.
+    pub(crate) fn io_turn(&mut self, wait: Wait<'_>) -> bool {
         let state = &mut self.state;
         let map = &self.map;
         let failed = &mut self.failed;
         let now: Cell<Option<Instant>> = Cell::new(None);
         let mut any = false;
-        let r = self.io.run_once(timeout, &mut |q, ev| match ev {
+        let mut on_event = |q: &mut SendQueue, ev: IoEvent<'_>| match ev {
             IoEvent::Datagram { sock, data, .. } => {
                 any = true;
                 let t = now.get().unwrap_or_else(|| {
@@ -263,11 +295,47 @@ impl Driver {
             }
             IoEvent::SendFailed { tag, .. } => failed.push(tag),
             IoEvent::Woken => {}
-        });
+        };
+        let r = match wait {
+            Wait::Upto(timeout) => self.io.run_once(timeout, &mut on_event),
+            Wait::Never(read) => self.io.run_nowait(read, &mut on_event),
+        };
         if let Err(e) = r {
             tracing::warn!(core = self.index, error = %e, "engine core I/O wait failed");
         }
         any
+    }
+
+    /// Wakes the callers whose requests completed since the last call.
+    pub(crate) fn wake_callers(&mut self) {
+        self.state.wake_callers();
+    }
+
+    /// True when the core has nothing to do until a datagram, a submission or its
+    /// next deadline ([`CoreState::poll_timeout`], returned) arrives.
+    pub(crate) fn idle(&self) -> Option<Option<Instant>> {
+        (self.failed.is_empty() && self.shared.queues[self.index].rx.is_empty())
+            .then(|| self.state.poll_timeout())
+    }
+
+    /// The I/O layer's cross-thread waker.
+    pub(crate) fn waker(&self) -> Arc<crate::udp::Waker> {
+        self.io.waker()
+    }
+
+    /// The core's open sockets (the I/O layer's ids).
+    pub(crate) fn socket_ids(&self) -> impl Iterator<Item = SocketId> + '_ {
+        self.map.0.iter().map(|(_, id)| *id)
+    }
+
+    /// The I/O layer.
+    pub(crate) fn io(&mut self) -> &mut UdpDriver {
+        &mut self.io
+    }
+
+    /// The core's index.
+    pub(crate) fn index(&self) -> usize {
+        self.index
     }
 
     fn spin(&self) {
@@ -305,7 +373,7 @@ impl Driver {
         }
     }
 
-    fn socket_ops(&mut self) {
+    fn socket_ops(&mut self, before_close: &mut dyn FnMut(SocketId)) {
         while let Some(op) = self.state.poll_socket_op() {
             match op {
                 SocketOp::Open { after_port } => {
@@ -329,6 +397,7 @@ impl Driver {
                     // its last datagrams leave before it closes
                     self.flush();
                     if let Some(s) = self.map.io(id) {
+                        before_close(s);
                         self.io.close(s);
                     }
                     self.map.0.retain(|(i, _)| *i != id);
@@ -341,6 +410,15 @@ impl Driver {
     /// reaches the queue until shutdown (polling every millisecond: the I/O layer may
     /// be the part that failed, so it is not used again).
     fn after_fault(&mut self) {
+        self.fault();
+        while !self.fail_queued() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A panic inside the core: marks it dead (submitters fail at once) and fails every
+    /// request it holds with [`Failure::CoreFailed`].
+    pub(crate) fn fault(&mut self) {
         let q = &self.shared.queues[self.index];
         q.dead.store(true, Ordering::SeqCst);
         tracing::error!(
@@ -352,16 +430,42 @@ impl Driver {
             self.state.wake_callers();
             self.state.fail_in_flight(&f);
         }));
-        loop {
-            while let Ok(msg) = q.rx.try_recv() {
-                fail_msg(&self.shared, msg, &f);
-            }
-            if q.stop.load(Ordering::SeqCst) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(1));
+    }
+
+    /// After [`fault`](Self::fault): fails what reached the queue since; true once
+    /// the engine is shutting down (nothing more will be queued).
+    pub(crate) fn fail_queued(&self) -> bool {
+        let q = &self.shared.queues[self.index];
+        let f = Failure::CoreFailed { core: self.index };
+        while let Ok(msg) = q.rx.try_recv() {
+            fail_msg(&self.shared, msg, &f);
+        }
+        q.stop.load(Ordering::SeqCst)
+    }
+
+    /// The core's task went away before it stopped (its runtime shut down first): fails
+    /// every request it holds and what is queued with [`Failure::Shutdown`], and marks
+    /// the core dead so that later submissions fail at once instead of waiting.
+    pub(crate) fn abandon(&mut self) {
+        let q = &self.shared.queues[self.index];
+        q.dead.store(true, Ordering::SeqCst);
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            self.state.wake_callers();
+            self.state.fail_in_flight(&Failure::Shutdown);
+        }));
+        while let Ok(msg) = q.rx.try_recv() {
+            fail_msg(&self.shared, msg, &Failure::Shutdown);
         }
     }
+}
+
+/// How a pass of the I/O layer waits.
+pub(crate) enum Wait<'a> {
+    /// Blocks in the I/O layer until an event or the timeout (`None`: no limit).
+    Upto(Option<Duration>),
+    /// Never blocks or polls: receives only on the sockets the function picks (a
+    /// hosted core learns readiness from its runtime).
+    Never(&'a dyn Fn(SocketId) -> bool),
 }
 
 /// Completes a message that no core will handle.

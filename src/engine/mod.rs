@@ -23,6 +23,7 @@
 pub mod completion;
 pub mod config;
 mod driver;
+mod hosted;
 #[doc(hidden)] // internal: for the simulation, the fuzz target and the benches
 pub mod inflight;
 mod membership;
@@ -101,6 +102,8 @@ pub(crate) struct Shared {
     pub io_backend: crate::udp::BackendChoice,
     /// GSO sends / GRO receives on.
     pub gso: bool,
+    /// The cores run as tasks on the application's runtime (`EngineBuilder::runtime`).
+    pub hosted: bool,
     /// The statistics each core published last (read without asking the core).
     published: Box<[Published]>,
     closed: AtomicBool,
@@ -136,9 +139,24 @@ impl Shared {
         state: &state::CoreState,
         io: Option<&crate::udp::IoStats>,
     ) -> bool {
+        self.publish(i, state, io, true)
+    }
+
+    /// [`publish_stats`](Self::publish_stats), the histograms only when `histograms`.
+    pub(crate) fn publish(
+        &self,
+        i: usize,
+        state: &state::CoreState,
+        io: Option<&crate::udp::IoStats>,
+        histograms: bool,
+    ) -> bool {
         let p = &self.published[i];
         if let Ok(mut s) = p.stats.try_lock() {
-            s.copy_from(state.stats());
+            if histograms {
+                s.copy_from(state.stats());
+            } else {
+                s.copy_counters_from(state.stats());
+            }
             match (&mut s.io, io) {
                 (Some(a), Some(b)) => a.clone_from(b),
                 (a, b) => *a = b.cloned(),
@@ -169,6 +187,7 @@ pub struct EngineBuilder {
     spin: Option<Duration>,
     io_backend: crate::udp::BackendChoice,
     gso: bool,
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl fmt::Debug for EngineBuilder {
@@ -181,6 +200,7 @@ impl fmt::Debug for EngineBuilder {
             .field("endpoints", &self.endpoints)
             .field("dns", &self.dns)
             .field("in_flight_per_core", &self.in_flight)
+            .field("hosted", &self.runtime.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -206,6 +226,32 @@ impl EngineBuilder {
     /// is refused and counted in `Stats::steering_refused`.
     pub fn max_sockets_per_core(mut self, n: usize) -> Self {
         self.max_sockets = n;
+        self
+    }
+
+    /// Runs the cores as tasks on the Tokio runtime `rt` instead of on pinned threads of
+    /// their own ("hosted" cores; [`Cores`] then gives only their number).
+    ///
+    /// Choose it when the application already runs on Tokio and its CPUs are busy: a
+    /// submitting task wakes the core's task on its own worker without a system call,
+    /// the worker's one `epoll_wait` covers the answers, and the core completes the
+    /// caller's future on that worker, so a decision costs one wake instead of the
+    /// four context switches of a pinned core sharing a CPU with the application
+    /// (measured in README, "hosted cores"). A pinned core is still the faster choice
+    /// for throughput when it has a CPU of its own.
+    ///
+    /// Hosted cores use the mmsg I/O backend (their readiness comes from the runtime's
+    /// reactor; `io_backend` is ignored), never spin, and yield to the runtime after
+    /// every turn with work (a turn takes at most 256 submissions and 256 datagrams).
+    /// `EngineHandle::stats` called from inside a runtime does not wait for a fresh
+    /// publication (it would block the worker the core needs): a hosted core publishes
+    /// its counters whenever it pauses, its latency histograms within 10 ms of its last
+    /// work, and everything every 100 ms while busy.
+    /// `EngineHandle::flush_reports` waits for the cores: call it from outside the
+    /// runtime (`spawn_blocking`). `build()` does not block on a hosted core (it binds
+    /// the sockets and spawns the tasks), so it may run on a runtime thread.
+    pub fn runtime(mut self, rt: tokio::runtime::Handle) -> Self {
+        self.runtime = Some(rt);
         self
     }
 
@@ -308,6 +354,7 @@ impl EngineBuilder {
             spin: self.spin,
             io_backend: self.io_backend,
             gso: self.gso,
+            hosted: false,
         })
     }
 
@@ -357,6 +404,7 @@ impl EngineBuilder {
             spin: cfg.spin,
             io_backend: cfg.io_backend,
             gso: cfg.gso,
+            hosted: cfg.hosted,
             published,
             closed: AtomicBool::new(false),
             active: AtomicUsize::new(0),
@@ -393,8 +441,14 @@ impl EngineBuilder {
     /// Blocks the calling thread until every core has bound its socket (milliseconds);
     /// from an async runtime call it through `spawn_blocking` or use
     /// [`EngineBuilder::build_async`].
-    pub fn build(self) -> Result<Engine, BuildError> {
-        let cfg = self.validate()?;
+    pub fn build(mut self) -> Result<Engine, BuildError> {
+        let runtime = self.runtime.take();
+        let mut cfg = self.validate()?;
+        if runtime.is_some() {
+            cfg.hosted = true;
+            cfg.io_backend = crate::udp::BackendChoice::Mmsg;
+            cfg.spin = None;
+        }
         let shared = Self::prepare(&cfg)?;
         let n = cfg.cpus.len();
         let discovery = match &cfg.source {
@@ -407,10 +461,27 @@ impl EngineBuilder {
         let mut engine = Engine {
             shared: shared.clone(),
             threads: Vec::with_capacity(n),
+            tasks: Vec::new(),
             local_addrs: Vec::with_capacity(n),
             discovery,
             stopped: false,
         };
+        if let Some(rt) = runtime {
+            for i in 0..n {
+                match driver::Driver::new(i, shared.clone()) {
+                    Ok(d) => {
+                        engine.local_addrs.push(d.local_addr());
+                        engine.tasks.push(rt.spawn(hosted::run(d)));
+                    }
+                    Err(e) => {
+                        engine.shutdown_inner();
+                        return Err(e);
+                    }
+                }
+            }
+            tracing::info!(cores = n, "engine started (hosted cores)");
+            return Ok(engine);
+        }
         for (i, cpu) in cfg.cpus.iter().copied().enumerate() {
             let (tx, rx) = crossbeam_channel::bounded(1);
             let sh = shared.clone();
@@ -510,6 +581,8 @@ impl<T> std::future::Future for OneshotRx<T> {
 pub struct Engine {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
+    /// Hosted cores' tasks.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
     local_addrs: Vec<SocketAddr>,
     discovery: Option<JoinHandle<()>>,
     stopped: bool,
@@ -518,7 +591,8 @@ pub struct Engine {
 impl fmt::Debug for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Engine")
-            .field("cores", &self.threads.len())
+            .field("cores", &self.shared.queues.len())
+            .field("hosted", &self.shared.hosted)
             .field("local_addrs", &self.local_addrs)
             .field("stopped", &self.stopped)
             .finish_non_exhaustive()
@@ -542,6 +616,7 @@ impl Engine {
             spin: None,
             io_backend: DEFAULT_IO_BACKEND,
             gso: true,
+            runtime: None,
         }
     }
 
@@ -563,7 +638,9 @@ impl Engine {
     }
 
     /// Completes every in-flight and queued request exactly once (`Failure::Shutdown`
-    /// when undecided), stops the cores and discovery, and joins them.
+    /// when undecided), stops the cores and discovery, and joins them. Hosted cores stop
+    /// on their runtime: called outside it, this waits for them (at most 2 s); called
+    /// on it, it returns at once and they stop at their next turn.
     pub fn shutdown(mut self) {
         self.shutdown_inner();
     }
@@ -587,6 +664,15 @@ impl Engine {
         for h in self.threads.drain(..) {
             let _ = h.join();
         }
+        if tokio::runtime::Handle::try_current().is_err() {
+            let t0 = Instant::now();
+            while !self.tasks.iter().all(|t| t.is_finished())
+                && t0.elapsed() < Duration::from_secs(2)
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        self.tasks.clear();
         // anything a core could not take (it never started)
         for q in sh.queues.iter() {
             while let Ok(m) = q.rx.try_recv() {
@@ -766,7 +852,13 @@ impl EngineHandle {
             p.wanted.store(true, Ordering::Relaxed);
             q.wake();
         }
-        let deadline = Instant::now() + Duration::from_millis(100);
+        // a hosted core cannot publish while this blocks the runtime it needs
+        let wait = if sh.hosted && tokio::runtime::Handle::try_current().is_ok() {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(100)
+        };
+        let deadline = Instant::now() + wait;
         for (i, p) in sh.published.iter().enumerate() {
             let q = &sh.queues[i];
             while p.generation.load(Ordering::Acquire) == before[i]

@@ -103,6 +103,8 @@ pub(crate) struct Mmsg {
     pollfds: Vec<libc::pollfd>,
     pollidx: Vec<usize>,
     hot: bool,
+    /// The last `recvmmsg` filled every buffer: its socket may hold more.
+    filled: bool,
     hot_loops: u32,
 }
 
@@ -125,6 +127,7 @@ impl Mmsg {
                 pollfds: Vec::with_capacity(cfg.max_sockets + 1),
                 pollidx: Vec::with_capacity(cfg.max_sockets + 1),
                 hot: false,
+                filled: false,
                 hot_loops: 0,
             },
             waker,
@@ -239,6 +242,38 @@ impl Mmsg {
         Ok(())
     }
 
+    /// `run_once` without the wait and without `poll(2)`: sends, reports a pending
+    /// wake-up, delivers the backlog, then one `recvmmsg` on each socket `read` picks.
+    pub(crate) fn run_nowait(
+        &mut self,
+        c: &mut Common,
+        read: &dyn Fn(super::SocketId) -> bool,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) {
+        c.report_failures(on_event);
+        self.send_all(c);
+        c.report_failures(on_event);
+        self.take_wake(c, false, on_event);
+        let batch = c.cfg.batch;
+        self.filled = false;
+        let mut got = self.deliver(c, batch, on_event);
+        for i in 0..c.socks.len() {
+            if self.backlog.is_some() {
+                break;
+            }
+            if c.id_at(i).is_some_and(read) {
+                got += self.recv_from(c, i, batch.saturating_sub(got), on_event);
+            }
+        }
+    }
+
+    /// True when the last [`run_nowait`](Self::run_nowait) may have left datagrams in
+    /// a socket or the backlog (a `recvmmsg` filled every buffer, or the budget ran
+    /// out); false means every socket it read was drained.
+    pub(crate) fn may_have_more(&self) -> bool {
+        self.filled || self.backlog.is_some()
+    }
+
     /// Reports a pending wake-up (clears the flag; the eventfd is drained by the poll
     /// path when it is readable, so a busy loop makes no system call here).
     fn take_wake(
@@ -301,6 +336,7 @@ impl Mmsg {
             return 0;
         }
         c.stats.recv_calls += 1;
+        self.filled |= n as usize == self.rx.hdrs.len();
         self.backlog = Some(Backlog {
             slot: i,
             id,

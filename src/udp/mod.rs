@@ -772,6 +772,51 @@ impl UdpDriver {
         }
     }
 
+    /// Sends what is queued, then receives without waiting and without `poll(2)`: the
+    /// datagrams a previous call left over first, then one `recvmmsg` on each socket
+    /// for which `read` says so. For a driver whose readiness is tracked by someone
+    /// else (a hosted engine core waits in its async runtime, see
+    /// `engine::hosted`); the io_uring backend does one non-blocking `run_once`.
+    pub fn run_nowait(
+        &mut self,
+        read: &dyn Fn(SocketId) -> bool,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> io::Result<()> {
+        self.common.stats.loops += 1;
+        match &mut self.backend {
+            Backend::Uring(u) => u.run_once(&mut self.common, Some(Duration::ZERO), on_event),
+            Backend::Mmsg(m) => {
+                m.run_nowait(&mut self.common, read, on_event);
+                Ok(())
+            }
+        }
+    }
+
+    /// After [`run_nowait`](Self::run_nowait): true when datagrams may be left to
+    /// receive without a new readiness event (a `recvmmsg` filled every buffer or the
+    /// batch budget ran out); false when every socket it read was drained. Always
+    /// true with io_uring.
+    pub fn may_have_more(&self) -> bool {
+        match &self.backend {
+            Backend::Uring(_) => true,
+            Backend::Mmsg(m) => m.may_have_more(),
+        }
+    }
+
+    /// True while sends on socket `id` wait for room in its send buffer (EAGAIN): a
+    /// driver that waits elsewhere waits for the socket to become writable, then
+    /// calls [`writable`](Self::writable).
+    pub fn wants_write(&self, id: SocketId) -> bool {
+        self.common.entry(id).is_some_and(|e| e.want_write)
+    }
+
+    /// Socket `id` has room again: its waiting sends go out on the next call.
+    pub fn writable(&mut self, id: SocketId) {
+        if let Some(e) = self.common.entry_mut(id) {
+            e.want_write = false;
+        }
+    }
+
     /// Sends what is queued without waiting. Only [`IoEvent::SendFailed`] reaches
     /// `on_event`; datagrams and wake-ups that arrive meanwhile are kept for the next
     /// `run_once`.

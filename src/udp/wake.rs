@@ -8,12 +8,20 @@
 //! sees the other's flag, so a wake-up is never lost: either the driver does not block,
 //! or the waker writes the eventfd.
 //!
-//! Owns: the eventfd and the flag. Must not touch: the driver's sockets or ring (the
+//! A driver run as a task on an async runtime (a hosted engine core) waits in the
+//! runtime instead of in `poll(2)`: after [`Waker::host`], a wake-up wakes the
+//! registered task instead of writing the eventfd (no system call when the submitter
+//! runs on the same runtime worker). The handshake is the same: the task registers,
+//! then parks, then reads `pending`.
+//!
+//! Owns: the eventfd and the flags. Must not touch: the driver's sockets or ring (the
 //! driver reads the eventfd: io_uring through a read SQE, mmsg through `poll` + `read`).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use atomic_waker::AtomicWaker;
 
 /// Ends a driver's wait from any thread. Obtained from `UdpDriver::waker`.
 #[derive(Debug)]
@@ -21,6 +29,9 @@ pub struct Waker {
     fd: OwnedFd,
     pending: AtomicBool,
     parked: AtomicBool,
+    /// Set once: wake the registered task instead of writing the eventfd.
+    hosted: AtomicBool,
+    task: AtomicWaker,
 }
 
 impl Waker {
@@ -39,6 +50,8 @@ impl Waker {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             pending: AtomicBool::new(false),
             parked: AtomicBool::new(false),
+            hosted: AtomicBool::new(false),
+            task: AtomicWaker::new(),
         })
     }
 
@@ -52,10 +65,25 @@ impl Waker {
         if !self.parked.load(Ordering::SeqCst) {
             return; // the driver sees `pending` before it next blocks
         }
+        if self.hosted.load(Ordering::SeqCst) {
+            return self.task.wake();
+        }
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a valid u64 to our eventfd. It cannot block: the
         // pending flag keeps the counter far below its maximum.
         unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// From now on the driver waits as a task: wake-ups wake the task last passed to
+    /// [`register`](Self::register) instead of writing the eventfd.
+    pub(crate) fn host(&self) {
+        self.hosted.store(true, Ordering::SeqCst);
+    }
+
+    /// The hosted driver's task (register before [`park`](Self::park), then check
+    /// [`is_pending`](Self::is_pending), as a future's poll does).
+    pub(crate) fn register(&self, task: &std::task::Waker) {
+        self.task.register(task);
     }
 
     /// True while a wake-up is pending (not yet reported by the driver).

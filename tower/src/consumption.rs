@@ -8,9 +8,12 @@
 //! happens with a consumption).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::header::HeaderName;
@@ -207,6 +210,10 @@ impl FromStr for KeyBy {
 
 /// The ready mapping: one token of a bucket `PREFIX:KEY` limited to [`Limit`], where KEY
 /// comes from [`KeyBy`], plus optional guards applied to every request.
+///
+/// The buckets of the most recent keys are kept (up to [`BUCKET_CACHE`] keys, shared
+/// by clones; the cache starts over when full), so a request of a known key costs a
+/// map lookup instead of formatting its name and hashing its bucket id.
 #[derive(Clone, Debug)]
 pub struct Keyed {
     limit: Limit,
@@ -214,7 +221,11 @@ pub struct Keyed {
     prefix: Cow<'static, str>,
     guards: Vec<(LatencyTracker, Duration)>,
     label: Cow<'static, str>,
+    buckets: Arc<Mutex<HashMap<Box<str>, Resource>>>,
 }
+
+/// Most keys whose bucket a [`Keyed`] keeps.
+pub const BUCKET_CACHE: usize = 4096;
 
 /// The ready mapping keyed by `key_by` with `limit` (bucket names `http:KEY`).
 pub fn keyed(limit: Limit, key_by: KeyBy) -> Keyed {
@@ -224,6 +235,7 @@ pub fn keyed(limit: Limit, key_by: KeyBy) -> Keyed {
         prefix: Cow::Borrowed("http"),
         guards: Vec::new(),
         label: Cow::Borrowed(""),
+        buckets: Arc::default(),
     }
 }
 
@@ -234,6 +246,7 @@ impl Keyed {
     /// Bucket names become `PREFIX:KEY` (default prefix `http`).
     pub fn prefix(mut self, prefix: impl Into<Cow<'static, str>>) -> Self {
         self.prefix = prefix.into();
+        self.buckets = Arc::default(); // other names: not shared with earlier clones
         self
     }
 
@@ -251,9 +264,21 @@ impl Keyed {
 
     /// The key of `request` (bounded length).
     pub fn key_of<B>(&self, request: &http::Request<B>) -> String {
-        let raw: Cow<'_, str> = match &self.key_by {
+        let mut ip = IpText::default();
+        self.with_key(request, &mut ip, str::to_owned)
+    }
+
+    /// Calls `f` with the key of `request` (bounded length), formatting a client IP
+    /// into `ip` instead of the heap.
+    fn with_key<'a, B, R>(
+        &self,
+        request: &'a http::Request<B>,
+        ip: &'a mut IpText,
+        f: impl FnOnce(&str) -> R,
+    ) -> R {
+        let raw: Cow<'a, str> = match &self.key_by {
             KeyBy::ClientIp => match request.extensions().get::<ClientAddr>() {
-                Some(a) => Cow::Owned(a.0.ip().to_string()),
+                Some(a) => Cow::Borrowed(ip.format(a.0)),
                 None => Cow::Borrowed("unknown"),
             },
             KeyBy::Header(name) => request
@@ -267,17 +292,60 @@ impl Keyed {
         while !raw.is_char_boundary(end) {
             end -= 1;
         }
-        raw[..end].to_owned()
+        f(&raw[..end])
+    }
+
+    /// The bucket of `key`: from the cache, or made and cached. `None` when the engine
+    /// refuses its name (never for a [`Limit`] that parsed).
+    fn bucket(&self, key: &str) -> Option<Resource> {
+        let mut cache = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = cache.get(key) {
+            return Some(r.clone());
+        }
+        let r = Resource::new(
+            format!("{}:{key}", self.prefix),
+            self.limit.window,
+            self.limit.count,
+        )
+        .ok()?;
+        if cache.len() >= BUCKET_CACHE {
+            cache.clear();
+        }
+        cache.insert(key.into(), r.clone());
+        Some(r)
+    }
+}
+
+/// A client IP's text, formatted on the stack (an IPv6 address is at most 45 bytes).
+struct IpText {
+    buf: [u8; 48],
+}
+
+impl Default for IpText {
+    fn default() -> Self {
+        IpText { buf: [0; 48] }
+    }
+}
+
+impl IpText {
+    fn format(&mut self, addr: SocketAddr) -> &str {
+        let mut w = &mut self.buf[..];
+        let room = w.len();
+        let len = match write!(w, "{}", addr.ip()) {
+            Ok(()) => room - w.len(),
+            Err(_) => 0,
+        };
+        std::str::from_utf8(&self.buf[..len]).unwrap_or("unknown")
     }
 }
 
 impl<B> Classify<B> for Keyed {
     fn classify(&self, request: &http::Request<B>) -> Consumption {
-        let name = format!("{}:{}", self.prefix, self.key_of(request));
         let mut c = Consumption::new().label(self.label.clone());
         // A name or limit the engine refuses shows up as an invalid request (500), not
         // as a panic: Resource::new only fails on limits Limit::new already refused.
-        if let Ok(r) = Resource::new(name, self.limit.window, self.limit.count) {
+        let mut ip = IpText::default();
+        if let Some(r) = self.with_key(request, &mut ip, |key| self.bucket(key)) {
             c = c.consume(r, 1);
         }
         for (t, th) in &self.guards {
@@ -337,5 +405,41 @@ mod tests {
         assert_eq!(k.key_of(&req), "10.1.2.3");
         assert!("header:bad name".parse::<KeyBy>().is_err());
         assert!("cookie".parse::<KeyBy>().is_err());
+    }
+
+    #[test]
+    fn cached_buckets_are_the_buckets_of_their_keys() {
+        let limit = Limit::new(5, Duration::from_secs(2)).unwrap();
+        let k = keyed(limit, KeyBy::ClientIp);
+        let longest = "[ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255]:1";
+        for addr in ["10.1.2.3:5555", longest, "10.1.2.3:6666"] {
+            let mut req = http::Request::get("/").body(()).unwrap();
+            req.extensions_mut()
+                .insert(ClientAddr(addr.parse().unwrap()));
+            for _ in 0..2 {
+                let c = k.classify(&req);
+                let key = k.key_of(&req);
+                let want = Resource::new(format!("http:{key}"), Duration::from_secs(2), 5).unwrap();
+                assert_eq!(c.resources()[0].0, want, "{addr}");
+            }
+        }
+        assert_eq!(k.buckets.lock().unwrap().len(), 2);
+        // a clone with another prefix does not see the first one's buckets
+        let other = k.clone().prefix("api");
+        let mut req = http::Request::get("/").body(()).unwrap();
+        req.extensions_mut()
+            .insert(ClientAddr("10.1.2.3:1".parse().unwrap()));
+        assert_eq!(other.classify(&req).resources()[0].0.name(), "api:10.1.2.3");
+        assert_eq!(k.classify(&req).resources()[0].0.name(), "http:10.1.2.3");
+        // a full cache starts over
+        let k = keyed(limit, KeyBy::Path);
+        for i in 0..BUCKET_CACHE + 10 {
+            let req = http::Request::get(format!("/{i}")).body(()).unwrap();
+            assert_eq!(
+                k.classify(&req).resources()[0].0.name(),
+                format!("http:/{i}")
+            );
+        }
+        assert!(k.buckets.lock().unwrap().len() <= BUCKET_CACHE);
     }
 }

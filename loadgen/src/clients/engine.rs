@@ -1,55 +1,37 @@
 //! Our engine as a loadgen [`Target`]: builds the engine on the client cores with the
-//! run's policy and endpoints, prepares the resources and trackers once, and maps
-//! each operation to a request (or latency report) and its outcome to a kind.
+//! run's policy and endpoints (a pinned core thread, or a hosted core on the phase's
+//! runtime), prepares the resources and trackers once, and maps each operation to a
+//! request (or latency report) and its outcome to a kind.
 //!
 //! At shutdown it leaves the engine's I/O counters and latency breakdown in the phase's
 //! [`ExtraSlot`]. Must not set up servers or measure; `tokio_driver` shapes the load.
 
 use std::time::Duration;
 
-use ratelimitly_engine::engine::{Cores, Engine, EngineHandle};
+use ratelimitly_engine::engine::{Cores, Engine, EngineBuilder, EngineHandle};
 use ratelimitly_engine::proto::ids::{LatencyTracker, Resource};
 
 use ratelimitly_engine::proto::outcome::{Decision, FailureCategory, Outcome};
 
 use super::tokio_driver::{self, AsyncClient};
 use super::{PhaseSpec, Ready, RunContext, Target};
+use crate::cli::EngineCore;
 use crate::extra::{ExtraSlot, Stage};
 use crate::stats::Kind;
 use crate::workload::{self, Workload};
 
-/// Our engine, built and ready, as a loadgen client.
-pub struct EngineTarget(EngineClient);
+/// Our engine, configured, as a loadgen client. A pinned core is built now (its
+/// thread starts); a hosted one inside the phase's runtime, whose task it becomes.
+pub struct EngineTarget {
+    builder: EngineBuilder,
+    hosted: bool,
+    prepared: Prepared,
+}
 
 impl EngineTarget {
-    /// Builds the engine on the client cores (its threads start now).
+    /// Validates the run's engine options and prepares resources and trackers.
     pub fn build(ctx: &RunContext<'_>) -> Result<Self, String> {
-        EngineClient::build(ctx).map(EngineTarget)
-    }
-}
-
-impl Target for EngineTarget {
-    fn run(self: Box<Self>, spec: PhaseSpec, ready: Ready) {
-        let mut client = self.0;
-        client.extra = spec.extra.clone();
-        tokio_driver::run_phase(spec, ready, move || async move { Ok(client) });
-    }
-}
-
-/// Our engine with the prepared resources and trackers.
-pub struct EngineClient {
-    engine: Option<Engine>,
-    handle: EngineHandle,
-    resources: Vec<Resource>,
-    trackers: Vec<LatencyTracker>,
-    work: Workload,
-    /// Where the engine's I/O counters and latency breakdown go at shutdown.
-    extra: ExtraSlot,
-}
-
-impl EngineClient {
-    fn build(ctx: &RunContext<'_>) -> Result<Self, String> {
-        let (servers, args, work, cores) = (ctx.servers, ctx.args, &ctx.work, &ctx.client_cores);
+        let (servers, args, cores) = (ctx.servers, ctx.args, &ctx.client_cores);
         let policy = args.policy().map_err(|e| format!("policy: {e}"))?;
         let mut b = Engine::builder(servers.key.clone())
             .policy(policy)
@@ -68,8 +50,48 @@ impl EngineClient {
         } else {
             b.endpoints(servers.endpoints.clone())
         };
-        let engine = b.build().map_err(|e| format!("engine: {e}"))?;
-        let handle = engine.handle();
+        Ok(EngineTarget {
+            builder: b,
+            hosted: args.engine_core == EngineCore::Hosted,
+            prepared: Prepared::new(&ctx.work)?,
+        })
+    }
+}
+
+impl Target for EngineTarget {
+    fn run(self: Box<Self>, spec: PhaseSpec, ready: Ready) {
+        let EngineTarget {
+            builder,
+            hosted,
+            prepared,
+        } = *self;
+        let extra = spec.extra.clone();
+        tokio_driver::run_phase(spec, ready, move || async move {
+            let b = if hosted {
+                builder.runtime(tokio::runtime::Handle::current())
+            } else {
+                builder
+            };
+            let engine = b.build().map_err(|e| format!("engine: {e}"))?;
+            Ok(EngineClient {
+                handle: engine.handle(),
+                engine: Some(engine),
+                prepared,
+                extra,
+            })
+        });
+    }
+}
+
+/// The resources and trackers of the run's workload, made once.
+struct Prepared {
+    resources: Vec<Resource>,
+    trackers: Vec<LatencyTracker>,
+    work: Workload,
+}
+
+impl Prepared {
+    fn new(work: &Workload) -> Result<Self, String> {
         let resources = (0..work.buckets)
             .map(|i| {
                 Resource::new(
@@ -91,38 +113,49 @@ impl EngineClient {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("tracker: {e}"))?;
-        Ok(EngineClient {
-            engine: Some(engine),
-            handle,
+        Ok(Prepared {
             resources,
             trackers,
             work: work.clone(),
-            extra: ExtraSlot::default(),
         })
     }
 }
 
+/// Our engine, running, with the prepared resources and trackers.
+pub struct EngineClient {
+    engine: Option<Engine>,
+    handle: EngineHandle,
+    prepared: Prepared,
+    /// Where the engine's I/O counters and latency breakdown go at shutdown.
+    extra: ExtraSlot,
+}
+
 impl AsyncClient for EngineClient {
     async fn op(&self, j: u64) -> (Kind, Option<u32>) {
-        if self.work.is_report(j) {
+        let Prepared {
+            resources,
+            trackers,
+            work,
+        } = &self.prepared;
+        if work.is_report(j) {
             let r = self.handle.report(
-                &self.trackers[0],
+                &trackers[0],
                 Duration::from_millis(u64::from(workload::REPORT_MS)),
             );
             return (Kind::report(r.is_ok()), None);
         }
         let mut b = self.handle.request();
-        for i in self.work.buckets_of(j) {
-            b = b.consume(&self.resources[i], 1);
+        for i in work.buckets_of(j) {
+            b = b.consume(&resources[i], 1);
         }
-        for t in self.trackers.iter().take(self.work.guards) {
+        for t in trackers.iter().take(work.guards) {
             b = b.guard(
                 t,
                 Duration::from_millis(u64::from(workload::GUARD_THRESHOLD_MS)),
             );
         }
-        if !self.work.label.is_empty() {
-            b = b.label(&self.work.label);
+        if !work.label.is_empty() {
+            b = b.label(&work.label);
         }
         outcome_kind(b.send().await)
     }

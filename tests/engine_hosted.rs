@@ -1,0 +1,185 @@
+//! Hosted cores (`EngineBuilder::runtime`): the engine core runs as a task on the
+//! application's Tokio runtime. Same behaviour as a pinned core: decisions on both
+//! runtime flavours, loss and replays, steering (sockets opened and closed while
+//! registered with the reactor), every request completed exactly once at shutdown, and
+//! a runtime that goes away first fails what the core held instead of hanging.
+
+#[path = "engine_common/mod.rs"]
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use ratelimitly_engine::engine::{Cores, Engine};
+use ratelimitly_engine::proto::outcome::{Decision, Failure};
+use ratelimitly_engine::udp::BackendKind;
+use rl_responder::Faults;
+
+fn hosted(
+    rt: &tokio::runtime::Runtime,
+    eps: Vec<ratelimitly_engine::proto::machine::Endpoint>,
+) -> Engine {
+    Engine::builder(key(COOKIE))
+        .cores(Cores::Count(1))
+        .endpoints(eps)
+        .runtime(rt.handle().clone())
+        .build()
+        .expect("hosted engine builds")
+}
+
+/// `n` requests from `tasks` concurrent tasks on `rt`; returns the granted count.
+fn grant_from_tasks(rt: &tokio::runtime::Runtime, e: &Engine, tasks: usize, n: usize) -> usize {
+    let h = e.handle();
+    rt.block_on(async move {
+        let res = resource("hosted", u32::MAX);
+        let mut joins = Vec::new();
+        for _ in 0..tasks {
+            let (h, res) = (h.clone(), res.clone());
+            joins.push(tokio::spawn(async move {
+                let mut granted = 0;
+                for _ in 0..n / tasks {
+                    let o = h.request().consume(&res, 1).send().await;
+                    if o.is_ok_and(|r| r.decision == Decision::Granted) {
+                        granted += 1;
+                    }
+                }
+                granted
+            }));
+        }
+        let mut total = 0;
+        for j in joins {
+            total += j.await.unwrap();
+        }
+        total
+    })
+}
+
+#[test]
+fn grants_on_current_thread_and_multi_thread_runtimes() {
+    let _serial = serial();
+    let r = responder(COOKIE, 1, Faults::default());
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for rt in [&current, &multi] {
+        let e = hosted(rt, vec![ep(&r)]);
+        assert_eq!(grant_from_tasks(rt, &e, 16, 2_000), 2_000);
+        // read on the runtime, stats do not wait for the core: an idle core has
+        // published its last work within 10 ms
+        let h = e.handle();
+        let s = rt.block_on(async move {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            h.stats()
+        });
+        assert!(
+            s.completions >= 2_000,
+            "{} completions published",
+            s.completions
+        );
+        if rt.handle().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+            // a blocking caller on another thread is served too (a current-thread
+            // runtime runs the core only while something drives it)
+            grant_batch(&e.handle(), "hosted-batch", 300);
+        }
+        let s = e.handle().stats();
+        assert_eq!(s.io.as_ref().map(|io| io.backend), Some(BackendKind::Mmsg));
+        e.shutdown();
+    }
+}
+
+#[test]
+fn replays_through_loss_and_follows_steering() {
+    let _serial = serial();
+    let lossy = responder(
+        COOKIE,
+        1,
+        Faults {
+            drop_in: 0.2,
+            steer_every: 97,
+            seed: 7,
+            ..Faults::default()
+        },
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let e = hosted(&rt, vec![ep(&lossy)]);
+    // one server, 20% of requests lost: a request fails only when its send and its
+    // replay are both lost (4%, about 80 of 2000; 1850 is 8 standard deviations below)
+    let granted = grant_from_tasks(&rt, &e, 8, 2_000);
+    assert!(granted >= 1_850, "{granted} of 2000 granted");
+    let s = e.handle().stats();
+    assert!(
+        s.decisions_by_round[1..].iter().sum::<u64>() > 0,
+        "replays decided some"
+    );
+    assert!(
+        s.steering_rebinds > 0,
+        "steering moved the core to new sockets"
+    );
+    e.shutdown();
+}
+
+#[test]
+fn shutdown_on_the_runtime_completes_every_request_once() {
+    let _serial = serial();
+    let silent = silent_responder(COOKIE, 1);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let e = hosted(&rt, vec![ep(&silent)]);
+    let h = e.handle();
+    let outs = rt.block_on(async move {
+        let res = resource("stuck", 10);
+        let pending: Vec<_> = (0..50)
+            .map(|_| tokio::spawn(h.request().consume(&res, 1).send()))
+            .collect();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        // on the runtime: returns at once, the core stops at its next turn
+        e.shutdown();
+        let mut outs = Vec::new();
+        for p in pending {
+            outs.push(p.await.unwrap());
+        }
+        outs
+    });
+    assert_eq!(outs.len(), 50);
+    assert!(outs.iter().all(|o| matches!(o, Err(Failure::Shutdown))));
+}
+
+#[test]
+fn a_dropped_runtime_fails_held_requests_and_later_submissions() {
+    let _serial = serial();
+    let silent = silent_responder(COOKIE, 1);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let e = hosted(&rt, vec![ep(&silent)]);
+    let h = e.handle();
+    let res = resource("orphan", 10);
+    let held: Vec<_> = (0..20)
+        .map(|_| h.request().consume(&res, 1).send())
+        .collect();
+    std::thread::sleep(Duration::from_millis(20));
+    drop(rt);
+    for c in held {
+        let o = c
+            .wait_timeout(Duration::from_secs(5))
+            .expect("completed, not hanging");
+        assert!(matches!(o, Err(Failure::Shutdown)), "{o:?}");
+    }
+    let later = h.request().consume(&res, 1).wait();
+    assert!(later.is_err(), "a core whose runtime is gone fails at once");
+    e.shutdown();
+}
