@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use ratelimitly_engine::engine::{Cores, Engine, EngineHandle};
+use ratelimitly_engine::engine::{Cores, Engine, EngineBuilder, EngineHandle};
 use ratelimitly_engine::proto::ids::Resource;
 use ratelimitly_engine::proto::key::ApiKey;
 use ratelimitly_engine::proto::machine::Endpoint;
@@ -56,9 +56,9 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-#[test]
-fn zero_allocations_per_request_in_steady_state() {
-    let _serial = serial();
+/// A non-allocating granting peer on a thread, and an engine builder aimed at it; set
+/// the flag to stop the peer.
+fn with_peer() -> (EngineBuilder, Arc<AtomicBool>, std::thread::JoinHandle<()>) {
     let key: ApiKey = COOKIE.parse().unwrap();
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = sock.local_addr().unwrap();
@@ -66,15 +66,21 @@ fn zero_allocations_per_request_in_steady_state() {
     let auth = Auth::new(&key);
     let st = stop.clone();
     let peer = std::thread::spawn(move || grant_peer::grant_all(auth, sock, 42, st, |_, _| {}));
-    let e = Engine::builder(key)
+    let builder = Engine::builder(key)
         .cores(Cores::Count(1))
         .endpoints(vec![Endpoint {
             server_id: 42,
             addr,
         }])
-        .in_flight_per_core(4096)
-        .build()
-        .unwrap();
+        .in_flight_per_core(4096);
+    (builder, stop, peer)
+}
+
+#[test]
+fn zero_allocations_per_request_in_steady_state() {
+    let _serial = serial();
+    let (builder, stop, peer) = with_peer();
+    let e = builder.build().unwrap();
     let h = e.handle();
     let res = Resource::new("alloc", Duration::from_secs(60), 1_000_000).unwrap();
     run(&h, &res, 2000); // warm up: pools, histograms, thread-locals
@@ -113,28 +119,13 @@ fn zero_allocations_per_request_in_steady_state() {
 #[test]
 fn zero_allocations_per_request_with_a_hosted_core() {
     let _serial = serial();
-    let key: ApiKey = COOKIE.parse().unwrap();
-    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let addr = sock.local_addr().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let auth = Auth::new(&key);
-    let st = stop.clone();
-    let peer = std::thread::spawn(move || grant_peer::grant_all(auth, sock, 42, st, |_, _| {}));
+    let (builder, stop, peer) = with_peer();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
-    let e = Engine::builder(key)
-        .cores(Cores::Count(1))
-        .endpoints(vec![Endpoint {
-            server_id: 42,
-            addr,
-        }])
-        .in_flight_per_core(4096)
-        .runtime(rt.handle().clone())
-        .build()
-        .unwrap();
+    let e = builder.runtime(rt.handle().clone()).build().unwrap();
     let h = e.handle();
     const N: usize = 5000;
     let allocs = rt.block_on(async move {

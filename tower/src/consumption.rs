@@ -211,7 +211,7 @@ impl FromStr for KeyBy {
 /// The ready mapping: one token of a bucket `PREFIX:KEY` limited to [`Limit`], where KEY
 /// comes from [`KeyBy`], plus optional guards applied to every request.
 ///
-/// The buckets of the most recent keys are kept (up to [`BUCKET_CACHE`] keys, shared
+/// The buckets of the most recent keys are kept (up to 4,096 keys, shared
 /// by clones; the cache starts over when full), so a request of a known key costs a
 /// map lookup instead of formatting its name and hashing its bucket id.
 #[derive(Clone, Debug)]
@@ -225,7 +225,7 @@ pub struct Keyed {
 }
 
 /// Most keys whose bucket a [`Keyed`] keeps.
-pub const BUCKET_CACHE: usize = 4096;
+const BUCKET_CACHE: usize = 4096;
 
 /// The ready mapping keyed by `key_by` with `limit` (bucket names `http:KEY`).
 pub fn keyed(limit: Limit, key_by: KeyBy) -> Keyed {
