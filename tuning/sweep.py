@@ -14,6 +14,7 @@ Lists are comma separated; core lists use ';' between alternatives
 (--client-cores '0;0,1'). In --rate, "closed" stands for a closed-loop point.
 
 The I/O axes: --io (auto, uring, mmsg), --gso (on, off), --reply-batch (on, off).
+Core placement: --engine-core (pinned, hosted).
 --preset io sweeps backend x GSO x reply batching x {closed loop, 1k, 10k, 50k/s}:
 
     tuning/sweep.py --preset io --client engine,official,raw --duration 3 --out /tmp/io
@@ -65,6 +66,9 @@ def main():
     ap.add_argument("--io", default="auto", help="I/O backends: auto,uring,mmsg")
     ap.add_argument("--gso", default="on", help="on,off")
     ap.add_argument("--reply-batch", default="on", help="on,off (embedded responders)")
+    ap.add_argument("--engine-core", default="pinned",
+                    help="pinned,hosted: the engine core on a thread of its own or as a task on "
+                         "loadgen's Tokio runtime")
     ap.add_argument("--preset", choices=["io"], default=None,
                     help="io: --io uring,mmsg --gso on,off --reply-batch on,off "
                          "--rate closed,1000,10000,50000")
@@ -99,6 +103,7 @@ def main():
         "io": split(a.io),
         "gso": split(a.gso),
         "reply_batch": split(a.reply_batch),
+        "engine_core": split(a.engine_core),
         "batch": split(a.batch),
         "unit_ms": split(a.unit_ms),
         "socket_buffer": split(a.socket_buffer),
@@ -121,6 +126,7 @@ def main():
             "--in-flight", pt["in_flight"], "--batch", pt["batch"], "--unit-ms", pt["unit_ms"],
             "--socket-buffer", pt["socket_buffer"], "--servers", pt["servers"], "--auth", pt["auth"],
             "--io", pt["io"], "--gso", pt["gso"], "--reply-batch", pt["reply_batch"],
+            "--engine-core", pt["engine_core"],
             "--duration", a.duration, "--warmup", a.warmup, "--json", jpath,
         ]
         if pt["rate"]:

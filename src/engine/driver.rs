@@ -7,6 +7,10 @@
 //! failing whatever still reaches its queue until the engine shuts down.
 //! Must not touch: request state, the wire format, decisions (all in [`CoreState`]).
 //!
+//! A pinned core runs [`Driver::run`] on its thread. A hosted core (`super::hosted`)
+//! runs the same turn from a task: [`Driver::prelude`], then [`Driver::io_turn`] with
+//! [`Wait::Never`], waiting in its runtime instead of in the I/O layer.
+//!
 //! One iteration: drain submissions and fire due timers (their transmits are queued on
 //! the I/O layer), feed send failures back, perform socket operations (a `Close` after
 //! flushing, so a closing socket's last datagrams leave first), publish statistics, then
@@ -245,8 +249,7 @@ impl Driver {
             state.shutdown(Instant::now(), &mut sink);
             self.state.wake_callers();
             self.flush();
-            self.shared
-                .publish_stats(self.index, &self.state, Some(self.io.stats()));
+            self.publish(Instant::now());
             return None;
         }
         Some(work)
