@@ -183,3 +183,58 @@ fn a_dropped_runtime_fails_held_requests_and_later_submissions() {
     assert!(later.is_err(), "a core whose runtime is gone fails at once");
     e.shutdown();
 }
+
+/// `Engine::shutdown_graceful`, pinned and hosted: requests submitted before it finish
+/// as they would have (granted by a slow server; timed out at the horizon by a silent
+/// one), later ones fail at once with `Shutdown`, and the future completes.
+#[test]
+fn graceful_shutdown_lets_submitted_requests_finish() {
+    let _serial = serial();
+    let slow = responder(
+        COOKIE,
+        1,
+        Faults {
+            delay: Duration::from_millis(10),
+            ..Faults::default()
+        },
+    );
+    let silent = silent_responder(COOKIE, 2);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    for hosted in [false, true] {
+        for (server, granted) in [(&slow, true), (&silent, false)] {
+            let mut b = Engine::builder(key(COOKIE))
+                .cores(Cores::Count(1))
+                .endpoints(vec![ep(server)]);
+            if hosted {
+                b = b.runtime(rt.handle().clone());
+            }
+            let e = b.build().unwrap();
+            let h = e.handle();
+            let res = resource("graceful", u32::MAX);
+            let pending: Vec<_> = (0..50)
+                .map(|_| h.request().consume(&res, 1).send())
+                .collect();
+            rt.block_on(e.shutdown_graceful());
+            for c in pending {
+                let o = c.wait_timeout(Duration::from_secs(1)).expect("completed");
+                if granted {
+                    assert!(
+                        o.as_ref().is_ok_and(|r| r.decision == Decision::Granted),
+                        "hosted {hosted}: {o:?}"
+                    );
+                } else {
+                    assert!(
+                        matches!(o, Err(Failure::Timeout { .. })),
+                        "hosted {hosted}: {o:?}"
+                    );
+                }
+            }
+            let late = h.request().consume(&res, 1).wait();
+            assert!(matches!(late, Err(Failure::Shutdown)), "{late:?}");
+        }
+    }
+}

@@ -234,9 +234,10 @@ fn run(cli: Cli) -> Result<(), StartError> {
         _ => None,
     };
     let result = rt.block_on(serve_all(cli, upstream, handle, official_key));
-    // the engine first: hosted cores stop on the runtime
+    // the engine first (hosted cores stop on the runtime), letting decisions still in
+    // flight finish (at most the horizon)
     if let Backend::Engine(e) = backend {
-        e.shutdown();
+        rt.block_on(e.shutdown_graceful());
     }
     rt.shutdown_timeout(Duration::from_secs(1));
     result

@@ -637,6 +637,57 @@ impl Engine {
         &self.local_addrs
     }
 
+    /// Shuts down gracefully: from the call on, new submissions fail with
+    /// `Failure::Shutdown`; every request already submitted finishes as it would have
+    /// (decided, or failed at the latest at its horizon H = the policy's dedup window);
+    /// then the engine stops as [`shutdown`](Self::shutdown) does. The returned future
+    /// completes once it has stopped; it needs no runtime (a helper thread waits), and
+    /// the engine stops even if the future is dropped. At most H plus 100 ms pass before
+    /// whatever is still undecided is completed with `Failure::Shutdown`.
+    pub fn shutdown_graceful(mut self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (tx, rx) = futures_oneshot();
+        let spawned = std::thread::Builder::new()
+            .name("rl-shutdown".into())
+            .spawn(move || {
+                self.drain();
+                self.shutdown_inner();
+                tx.send(());
+            });
+        if let Err(e) = spawned {
+            // no thread: the engine (moved into the closure) was dropped, which shuts it down
+            tracing::warn!(error = %e, "graceful shutdown thread failed to start; stopped at once");
+        }
+        rx
+    }
+
+    /// Refuses new submissions, then waits until every core has no request in flight and
+    /// none queued, for at most the horizon plus 100 ms.
+    fn drain(&mut self) {
+        let sh = self.shared.clone();
+        sh.closed.store(true, Ordering::SeqCst);
+        let t0 = Instant::now();
+        while sh.active.load(Ordering::SeqCst) != 0 && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::yield_now();
+        }
+        let until =
+            t0 + Duration::from_millis(u64::from(sh.horizon_ms)) + Duration::from_millis(100);
+        let handle = EngineHandle { inner: sh.clone() };
+        while Instant::now() < until {
+            let queued: usize = sh.queues.iter().map(|q| q.rx.len()).sum();
+            let in_flight: u64 = handle
+                .core_stats()
+                .iter()
+                .zip(sh.queues.iter())
+                .filter(|(_, q)| !q.dead.load(Ordering::Relaxed))
+                .map(|(s, _)| s.in_flight)
+                .sum();
+            if queued == 0 && in_flight == 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Completes every in-flight and queued request exactly once (`Failure::Shutdown`
     /// when undecided), stops the cores and discovery, and joins them. Hosted cores stop
     /// on their runtime: called outside it, this waits for them (at most 2 s); called
