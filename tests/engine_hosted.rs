@@ -15,6 +15,18 @@ use ratelimitly_engine::proto::outcome::{Decision, Failure};
 use ratelimitly_engine::udp::BackendKind;
 use rl_responder::Faults;
 
+/// A runtime with `workers` worker threads (0: a current-thread runtime).
+fn runtime(workers: usize) -> tokio::runtime::Runtime {
+    let mut b = if workers == 0 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(workers);
+        b
+    };
+    b.enable_all().build().unwrap()
+}
+
 fn hosted(
     rt: &tokio::runtime::Runtime,
     eps: Vec<ratelimitly_engine::proto::machine::Endpoint>,
@@ -58,15 +70,8 @@ fn grant_from_tasks(rt: &tokio::runtime::Runtime, e: &Engine, tasks: usize, n: u
 fn grants_on_current_thread_and_multi_thread_runtimes() {
     let _serial = serial();
     let r = responder(COOKIE, 1, Faults::default());
-    let current = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let multi = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let current = runtime(0);
+    let multi = runtime(2);
     for rt in [&current, &multi] {
         let e = hosted(rt, vec![ep(&r)]);
         assert_eq!(grant_from_tasks(rt, &e, 16, 2_000), 2_000);
@@ -106,11 +111,7 @@ fn replays_through_loss_and_follows_steering() {
             ..Faults::default()
         },
     );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime(1);
     let e = hosted(&rt, vec![ep(&lossy)]);
     // one server, 20% of requests lost: a request fails only when its send and its
     // replay are both lost (4%, about 80 of 2000; 1850 is 8 standard deviations below)
@@ -132,10 +133,7 @@ fn replays_through_loss_and_follows_steering() {
 fn shutdown_on_the_runtime_completes_every_request_once() {
     let _serial = serial();
     let silent = silent_responder(COOKIE, 1);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime(0);
     let e = hosted(&rt, vec![ep(&silent)]);
     let h = e.handle();
     let outs = rt.block_on(async move {
@@ -160,11 +158,7 @@ fn shutdown_on_the_runtime_completes_every_request_once() {
 fn a_dropped_runtime_fails_held_requests_and_later_submissions() {
     let _serial = serial();
     let silent = silent_responder(COOKIE, 1);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime(1);
     let e = hosted(&rt, vec![ep(&silent)]);
     let h = e.handle();
     let res = resource("orphan", 10);
@@ -199,11 +193,7 @@ fn graceful_shutdown_lets_submitted_requests_finish() {
         },
     );
     let silent = silent_responder(COOKIE, 2);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime(1);
     for hosted in [false, true] {
         for (server, granted) in [(&slow, true), (&silent, false)] {
             let mut b = Engine::builder(key(COOKIE))

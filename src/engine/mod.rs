@@ -125,6 +125,16 @@ struct Published {
 pub(crate) const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
 impl Shared {
+    /// Refuses new submissions (they fail with `Shutdown`), then waits (at most 5 s) for
+    /// the submitters that passed the closed check before it.
+    fn close_to_submitters(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        let t0 = Instant::now();
+        while self.active.load(Ordering::SeqCst) != 0 && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::yield_now();
+        }
+    }
+
     /// True when a reader asked core `i` for a fresh snapshot (the core checks once per
     /// turn; it also publishes unasked every [`PUBLISH_EVERY`] by its own clock).
     pub(crate) fn stats_wanted(&self, i: usize) -> bool {
@@ -664,11 +674,8 @@ impl Engine {
     /// none queued, for at most the horizon plus 100 ms.
     fn drain(&mut self) {
         let sh = self.shared.clone();
-        sh.closed.store(true, Ordering::SeqCst);
+        sh.close_to_submitters();
         let t0 = Instant::now();
-        while sh.active.load(Ordering::SeqCst) != 0 && t0.elapsed() < Duration::from_secs(5) {
-            std::thread::yield_now();
-        }
         let until =
             t0 + Duration::from_millis(u64::from(sh.horizon_ms)) + Duration::from_millis(100);
         let handle = EngineHandle { inner: sh.clone() };
@@ -702,12 +709,7 @@ impl Engine {
         }
         self.stopped = true;
         let sh = &self.shared;
-        sh.closed.store(true, Ordering::SeqCst);
-        // wait for submitters that passed the closed check
-        let t0 = Instant::now();
-        while sh.active.load(Ordering::SeqCst) != 0 && t0.elapsed() < Duration::from_secs(5) {
-            std::thread::yield_now();
-        }
+        sh.close_to_submitters();
         for q in sh.queues.iter() {
             q.stop.store(true, Ordering::SeqCst);
             q.wake();
