@@ -46,6 +46,9 @@ impl ClientKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EngineCore {
+    /// Hosted with the mmsg backend; pinned with `--io uring|auto`, the backends only a
+    /// pinned core uses (resolved by [`Args::resolve`] before the run).
+    Auto,
     /// A pinned thread of its own on the first client core (the engine's default).
     Pinned,
     /// A task on loadgen's Tokio runtime (`EngineBuilder::runtime`).
@@ -206,9 +209,11 @@ pub struct Args {
     /// Embedded responders reply in GSO batches per client address (on|off).
     #[arg(long, default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
     pub reply_batch: bool,
-    /// Where the engine's core runs: pinned (a thread of its own on the client core) or
-    /// hosted (a task on the same Tokio runtime as the callers).
-    #[arg(long, value_enum, default_value_t = EngineCore::Pinned)]
+    /// Where the engine's core runs: hosted (a task on the same Tokio runtime as the
+    /// callers, which share the client core with it), pinned (a thread of its own on
+    /// the client core) or auto: hosted, except with `--io uring|auto`, which only a
+    /// pinned core uses. The JSON parameters give the placement used.
+    #[arg(long, value_enum, default_value_t = EngineCore::Auto)]
     pub engine_core: EngineCore,
 
     /// Client to drive.
@@ -237,6 +242,22 @@ pub struct Args {
 }
 
 impl Args {
+    /// Where the engine's core runs, `--engine-core auto` settled.
+    pub fn placement(&self) -> EngineCore {
+        match (self.engine_core, self.io) {
+            (EngineCore::Auto, BackendChoice::Mmsg) => EngineCore::Hosted,
+            (EngineCore::Auto, _) => EngineCore::Pinned,
+            (chosen, _) => chosen,
+        }
+    }
+
+    /// These options with what they leave to loadgen settled (`--engine-core auto`), as
+    /// the JSON parameters report them.
+    pub fn resolve(mut self) -> Args {
+        self.engine_core = self.placement();
+        self
+    }
+
     /// The engine's request policy these options describe.
     pub fn policy(&self) -> Result<RequestPolicy, PolicyError> {
         RequestPolicy::builder()
@@ -364,6 +385,22 @@ mod tests {
         for bad in ["0@127.0.0.1:1", "+5@127.0.0.1:1"] {
             assert!(Args::try_parse_from(["loadgen", "--endpoint", bad]).is_err());
         }
+    }
+
+    #[test]
+    fn auto_placement_hosts_the_core_unless_io_uring_is_asked_for() {
+        let core = |args: &[&str]| {
+            let argv = std::iter::once("loadgen").chain(args.iter().copied());
+            Args::try_parse_from(argv).unwrap().placement()
+        };
+        assert_eq!(core(&[]), EngineCore::Hosted);
+        assert_eq!(core(&["--io", "uring"]), EngineCore::Pinned);
+        assert_eq!(core(&["--io", "auto"]), EngineCore::Pinned);
+        assert_eq!(core(&["--engine-core", "pinned"]), EngineCore::Pinned);
+        assert_eq!(
+            core(&["--io", "uring", "--engine-core", "hosted"]),
+            EngineCore::Hosted
+        );
     }
 
     #[test]

@@ -36,7 +36,7 @@ use workload::Workload;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = Args::parse().resolve();
     match run(&args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {

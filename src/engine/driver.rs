@@ -51,6 +51,35 @@ fn wall_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// How long the wall clock is derived from the monotonic one before it is read again.
+const WALL_RESYNC: Duration = Duration::from_millis(100);
+
+/// The wall clock in milliseconds (the requests' timestamps), derived from the turn's
+/// monotonic reading and read afresh every [`WALL_RESYNC`]: one clock read per turn
+/// instead of two.
+struct WallClock {
+    at: Instant,
+    ms: u64,
+}
+
+impl WallClock {
+    fn new() -> WallClock {
+        WallClock {
+            at: Instant::now(),
+            ms: wall_ms(),
+        }
+    }
+
+    fn ms(&mut self, now: Instant) -> u64 {
+        let since = now.saturating_duration_since(self.at);
+        if since >= WALL_RESYNC {
+            *self = WallClock::new();
+            return self.ms;
+        }
+        self.ms + since.as_millis() as u64
+    }
+}
+
 /// The state's socket ids and the I/O layer's.
 struct SockMap(Vec<(SockId, SocketId)>);
 
@@ -118,6 +147,9 @@ pub(crate) struct Driver {
     v6: bool,
     /// When this core last published its statistics.
     published_at: Instant,
+    wall: WallClock,
+    /// When the last turn began ([`Driver::prelude`]).
+    turn_at: Instant,
     shared: Arc<Shared>,
     index: usize,
 }
@@ -170,6 +202,8 @@ impl Driver {
             failed: Vec::with_capacity(1024),
             v6,
             published_at: Instant::now(),
+            wall: WallClock::new(),
+            turn_at: Instant::now(),
             shared,
             index,
         })
@@ -233,8 +267,10 @@ impl Driver {
     /// once the core has stopped (every request completed, the last datagrams sent).
     pub(crate) fn prelude(&mut self, before_close: &mut dyn FnMut(SocketId)) -> Option<bool> {
         let now = Instant::now();
+        self.turn_at = now;
+        let wall = self.wall.ms(now);
         let (state, mut sink) = self.sink();
-        state.set_wall_ms(wall_ms());
+        state.set_wall_ms(wall);
         let mut work = state.handle_queue(now, &mut sink);
         work |= state.handle_timeout(now, &mut sink);
         self.feed_failures(now);
@@ -307,6 +343,11 @@ impl Driver {
             tracing::warn!(core = self.index, error = %e, "engine core I/O wait failed");
         }
         any
+    }
+
+    /// When the last turn began: a clock reading for the decisions made right after it.
+    pub(crate) fn turn_at(&self) -> Instant {
+        self.turn_at
     }
 
     /// Wakes the callers whose requests completed since the last call.
@@ -479,5 +520,21 @@ pub(crate) fn fail_msg(shared: &Shared, msg: Msg, f: &Failure) {
             let _ = tx.try_send(super::stats::Stats::new());
         }
         Msg::Report(_) | Msg::Fault => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_wall_clock_follows_the_monotonic_one_and_resyncs() {
+        let mut w = WallClock::new();
+        let (at, ms) = (w.at, w.ms);
+        assert_eq!(w.ms(at + Duration::from_millis(42)), ms + 42);
+        assert_eq!(w.ms(at), ms, "read again only after WALL_RESYNC");
+        let later = w.ms(at + WALL_RESYNC);
+        assert!(w.at > at, "resynced from the system clock");
+        assert!(later.abs_diff(wall_ms()) <= 1_000);
     }
 }

@@ -232,7 +232,7 @@ impl Hosted {
     /// Waits until a socket is ready, a submitter wakes the core or `deadline` passes;
     /// true when only a submitter's wake-up ended the wait.
     async fn park(&mut self, deadline: Option<Instant>) -> bool {
-        let now = Instant::now();
+        let now = self.core.turn_at();
         let mut publish_at = None;
         if self.dirty {
             let due = self.core.published_at() + PUBLISH_IDLE_EVERY;

@@ -52,7 +52,7 @@ impl EngineTarget {
         };
         Ok(EngineTarget {
             builder: b,
-            hosted: args.engine_core == EngineCore::Hosted,
+            hosted: args.placement() == EngineCore::Hosted,
             prepared: Prepared::new(&ctx.work)?,
         })
     }
