@@ -47,7 +47,7 @@ impl ClientKind {
 #[serde(rename_all = "lowercase")]
 pub enum EngineCore {
     /// Hosted with the mmsg backend; pinned with `--io uring|auto`, the backends only a
-    /// pinned core uses (resolved by [`Args::resolve`] before the run).
+    /// pinned core uses (settled by [`Args::placement`]).
     Auto,
     /// A pinned thread of its own on the first client core (the engine's default).
     Pinned,
@@ -212,8 +212,10 @@ pub struct Args {
     /// Where the engine's core runs: hosted (a task on the same Tokio runtime as the
     /// callers, which share the client core with it), pinned (a thread of its own on
     /// the client core) or auto: hosted, except with `--io uring|auto`, which only a
-    /// pinned core uses. The JSON parameters give the placement used.
+    /// pinned core uses. The JSON parameters give the placement used
+    /// ([`Args::placement`]).
     #[arg(long, value_enum, default_value_t = EngineCore::Auto)]
+    #[serde(skip)]
     pub engine_core: EngineCore,
 
     /// Client to drive.
@@ -249,13 +251,6 @@ impl Args {
             (EngineCore::Auto, _) => EngineCore::Pinned,
             (chosen, _) => chosen,
         }
-    }
-
-    /// These options with what they leave to loadgen settled (`--engine-core auto`), as
-    /// the JSON parameters report them.
-    pub fn resolve(mut self) -> Args {
-        self.engine_core = self.placement();
-        self
     }
 
     /// The engine's request policy these options describe.

@@ -36,7 +36,7 @@ use workload::Workload;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let args = Args::parse().resolve();
+    let args = Args::parse();
     match run(&args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {

@@ -29,6 +29,9 @@ pub struct PhaseResult {
     pub completed: u64,
     /// Datagrams the embedded responders received inside the window.
     pub responder_datagrams: Option<u64>,
+    /// Time the host took from this machine's CPUs inside the window (ms, all CPUs):
+    /// on a virtual machine, latency spikes line up with it.
+    pub host_steal_ms: Option<f64>,
     /// Phase start offset of the window (whole seconds), for the time series.
     pub window_first_second: usize,
     pub window_seconds: usize,
@@ -118,6 +121,7 @@ impl PhaseResult {
             "submitted": self.submitted,
             "completed": self.completed,
             "balanced": self.balanced(),
+            "host_steal_ms": self.host_steal_ms,
             "series": self.series().iter().map(|s| json!({
                 "t_s": s.0, "completions": s.1, "p50_us": s.2, "p99_us": s.3, "max_us": s.4,
             })).collect::<Vec<_>>(),
@@ -179,6 +183,12 @@ pub fn print_summary(out: &mut impl Write, r: &PhaseResult) -> std::io::Result<(
         r.client_threads,
         r.server_cpu_ns as f64 / 1e9 / r.window_s.max(1e-9)
     )?;
+    if let Some(ms) = r.host_steal_ms.filter(|ms| *ms > 0.0) {
+        writeln!(
+            out,
+            "  host steal {ms:.0} ms in the window (CPU time the host took from this machine)"
+        )?;
+    }
     write!(out, "  outcomes (window):")?;
     for k in KINDS {
         let n = r.rec.window(k);

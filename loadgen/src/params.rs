@@ -7,7 +7,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cli::Args;
+use crate::cli::{Args, EngineCore};
 use crate::clients::RunContext;
 
 /// `parameters` of the JSON report.
@@ -24,6 +24,8 @@ struct RunParams<'a> {
     client_cores: &'a [usize],
     /// The responder cores used.
     responder_cores: &'a [usize],
+    /// Where the engine's core ran (`--engine-core auto` settled).
+    engine_core: EngineCore,
     #[serde(flatten)]
     args: &'a Args,
 }
@@ -38,6 +40,7 @@ pub fn params_json(ctx: &RunContext<'_>, responder_cores: &[usize]) -> Value {
         horizon_ms: ctx.horizon.as_millis() as u64,
         client_cores: &ctx.client_cores,
         responder_cores,
+        engine_core: ctx.args.placement(),
         args: ctx.args,
     };
     serde_json::to_value(&p).unwrap_or(Value::Null)

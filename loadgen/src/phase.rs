@@ -166,7 +166,9 @@ fn measure(
     let cpu0 = stats::cpu_snapshot(infra);
     let srv0 = stats::cpu_of(&ctx.servers.server_threads);
     let dg0 = ctx.servers.received_datagrams();
+    let steal0 = stats::host_steal_ms();
     sleep_until(phase.window_end);
+    let steal1 = stats::host_steal_ms();
     let cpu1 = stats::cpu_snapshot(infra);
     let srv1 = stats::cpu_of(&ctx.servers.server_threads);
     spec.gate.store(true, Ordering::Release);
@@ -195,6 +197,7 @@ fn measure(
             (Some(a), Some(b)) => Some(b.saturating_sub(a)),
             _ => None,
         },
+        host_steal_ms: steal0.zip(steal1).map(|(a, b)| (b - a).max(0.0)),
         window_first_second: spec.warmup.as_secs() as usize,
         window_seconds: spec.duration.as_secs_f64().ceil() as usize,
         extra,

@@ -40,11 +40,14 @@ fn mmsg_without_gso_or_reply_batch() {
     assert_eq!(p["io"], "mmsg");
     assert_eq!(p["gso"], false);
     assert_eq!(p["reply_batch"], false);
+    assert_eq!(p["engine_core"], "hosted", "auto, settled");
     for r in doc["results"].as_array().unwrap() {
         assert_eq!(r["balanced"], true, "{}", r["client"]);
         assert_eq!(r["submitted"], r["completed"]);
         assert!(r["datagrams_per_decision"].as_f64().is_some());
         assert!(r["client_cpu_us_per_decision"].as_f64().is_some());
+        // Linux reports steal in /proc/stat (0 on bare metal)
+        assert!(r["host_steal_ms"].as_f64().is_some_and(|ms| ms >= 0.0));
         assert_eq!(r["responder_io"]["backend"], "mmsg");
         // The engine reports `Stats::io` once its cores run on the udp layer.
         if r["client"] == "raw" || !r["io"].is_null() {

@@ -266,6 +266,18 @@ pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
     Some(ticks * 1_000_000_000 / hz)
 }
 
+/// Time (ms) the host has taken from this machine's CPUs so far (`steal` in
+/// `/proc/stat`, all CPUs): on a virtual machine, time its CPUs were descheduled. `None`
+/// where the kernel does not report it.
+pub fn host_steal_ms() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = s.lines().next()?.strip_prefix("cpu ")?;
+    let ticks: u64 = line.split_whitespace().nth(7)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(ticks as f64 * 1000.0 / hz)
+}
+
 /// Sums the CPU time of every thread not in `exclude`.
 pub fn cpu_snapshot(exclude: &HashSet<u32>) -> std::collections::HashMap<u32, u64> {
     thread_ids()
@@ -350,6 +362,13 @@ mod tests {
         assert_eq!(r.total.len(), 1);
         assert_eq!(r.sends, 3);
         assert_eq!(p.completed.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn host_steal_is_read_where_the_kernel_reports_it() {
+        if let Some(ms) = host_steal_ms() {
+            assert!(ms >= 0.0);
+        }
     }
 
     #[test]
