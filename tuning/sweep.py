@@ -14,7 +14,7 @@ Lists are comma separated; core lists use ';' between alternatives
 (--client-cores '0;0,1'). In --rate, "closed" stands for a closed-loop point.
 
 The I/O axes: --io (auto, uring, mmsg), --gso (on, off), --reply-batch (on, off).
-Core placement: --engine-core (pinned, hosted).
+Core placement: --engine-core (pinned, hosted, auto).
 --preset io sweeps backend x GSO x reply batching x {closed loop, 1k, 10k, 50k/s}:
 
     tuning/sweep.py --preset io --client engine,official,raw --duration 3 --out /tmp/io
@@ -67,8 +67,10 @@ def main():
     ap.add_argument("--gso", default="on", help="on,off")
     ap.add_argument("--reply-batch", default="on", help="on,off (embedded responders)")
     ap.add_argument("--engine-core", default="pinned",
-                    help="pinned,hosted: the engine core on a thread of its own or as a task on "
-                         "loadgen's Tokio runtime")
+                    help="pinned,hosted,auto: the engine core on a thread of its own or as a "
+                         "task on loadgen's Tokio runtime; auto is loadgen's default (hosted with "
+                         "mmsg, pinned with uring). Pinned here, so the recorded grids stay "
+                         "comparable")
     ap.add_argument("--preset", choices=["io"], default=None,
                     help="io: --io uring,mmsg --gso on,off --reply-batch on,off "
                          "--rate closed,1000,10000,50000")
