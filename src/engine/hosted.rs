@@ -176,6 +176,8 @@ impl Hosted {
         self.dirty |= work || got;
         // Parked, the task still runs again as soon as a caller it completed submits
         // (the submitter wakes it); it stays queued only while work is certain.
+        // A fresh clock reading, not the turn's: a deadline that passed during the turn
+        // (a completion flush) must re-queue now, not wait for Tokio's millisecond timer.
         match self.core.idle() {
             Some(deadline) if !self.read_all && deadline.is_none_or(|d| d > Instant::now()) => {
                 Turn::Idle(deadline)
