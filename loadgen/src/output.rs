@@ -132,7 +132,8 @@ impl PhaseResult {
         v
     }
 
-    /// Per-second (t, completions, p50 µs, p99 µs, max µs) inside the window.
+    /// Per-second (t, completions, p50 µs, p99 µs, max µs) inside the window; completions
+    /// are the requests with a latency (sent ones: not reports, not overloaded).
     pub fn series(&self) -> Vec<(f64, u64, f64, f64, f64)> {
         self.rec
             .seconds

@@ -98,7 +98,10 @@ fn spec_of(ctx: &RunContext<'_>) -> PhaseSpec {
         duration: Duration::from_secs_f64(args.duration),
         drain: ctx.horizon + Duration::from_secs(2),
         load: match args.rate {
-            Some(rate) => Load::Open { rate },
+            Some(rate) => Load::Open {
+                rate,
+                max_outstanding: clients::open_loop_capacity(rate, ctx.horizon),
+            },
             None => Load::Closed {
                 in_flight: args.in_flight,
             },

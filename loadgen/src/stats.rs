@@ -70,8 +70,12 @@ impl Kind {
     pub fn is_decision(self) -> bool {
         matches!(self, Kind::Granted | Kind::Rejected)
     }
-    pub fn is_request(self) -> bool {
-        !matches!(self, Kind::Report | Kind::ReportFailed)
+    /// A request that was sent, so its latency is recorded. Latency reports are not
+    /// requests; an overloaded request was refused before it was sent (by the client, or
+    /// by loadgen's open-loop bound) and only counts in the outcomes: its near-zero
+    /// "latency" would otherwise pull the percentiles of a client that sheds load down.
+    pub fn has_latency(self) -> bool {
+        !matches!(self, Kind::Report | Kind::ReportFailed | Kind::Overloaded)
     }
     /// The kind of a latency report that was (`sent`) or was not accepted.
     pub fn report(sent: bool) -> Kind {
@@ -85,7 +89,8 @@ impl Kind {
 
 /// One thread's measurements for one phase.
 pub struct Recorder {
-    /// Latency of decisions completed inside the measurement window.
+    /// Latency of requests sent and completed inside the measurement window (decisions
+    /// and failures; not reports, not overloaded requests).
     pub total: Histogram<u64>,
     /// Per-second histograms (index = whole seconds since the phase start).
     pub seconds: Vec<Histogram<u64>>,
@@ -178,6 +183,12 @@ impl Phase {
         self.submitted.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Operations submitted and not yet completed.
+    pub fn outstanding(&self) -> u64 {
+        let done = self.completed.load(Ordering::Relaxed);
+        self.submitted.load(Ordering::Relaxed).saturating_sub(done)
+    }
+
     /// Records one completed operation in this thread's recorder.
     /// `intended` is the time the operation should have started (open loop) or
     /// started (closed loop); `sends` the request datagrams when the client knows.
@@ -210,7 +221,7 @@ impl Phase {
                 r.sends += u64::from(s);
                 r.sends_known = true;
             }
-            if kind.is_request() {
+            if kind.has_latency() {
                 let ns =
                     (done.saturating_duration_since(intended).as_nanos() as u64).clamp(1, MAX_NS);
                 r.total.saturating_record(ns);
@@ -364,6 +375,21 @@ mod tests {
         assert_eq!(r.total.len(), 1);
         assert_eq!(r.sends, 3);
         assert_eq!(p.completed.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn overloaded_requests_count_but_have_no_latency() {
+        let start = Instant::now();
+        let p = Phase::new(start, Duration::ZERO, Duration::from_secs(60));
+        let done = start + Duration::from_millis(1);
+        for kind in [Kind::Granted, Kind::Overloaded, Kind::Report, Kind::Timeout] {
+            p.submit();
+            p.record(start, done, kind, None);
+        }
+        let r = p.merged();
+        assert_eq!(r.window(Kind::Overloaded), 1);
+        assert_eq!(r.total.len(), 2, "granted and timeout only");
+        assert_eq!(p.outstanding(), 0);
     }
 
     #[test]

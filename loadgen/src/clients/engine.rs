@@ -33,10 +33,17 @@ impl EngineTarget {
     pub fn build(ctx: &RunContext<'_>) -> Result<Self, String> {
         let (servers, args, cores) = (ctx.servers, ctx.args, &ctx.client_cores);
         let policy = args.policy().map_err(|e| format!("policy: {e}"))?;
+        // Open loop: the engine's own limit is the run's outstanding bound, so that it
+        // sheds no more than the other clients do (a 20 ms stall at 67,000/s brings
+        // 1,340 requests due at once).
+        let in_flight = match args.rate {
+            Some(rate) => super::open_loop_capacity(rate, ctx.horizon),
+            None => args.in_flight.max(1024),
+        };
         let mut b = Engine::builder(servers.key.clone())
             .policy(policy)
             .cores(Cores::List(cores.to_vec()))
-            .in_flight_per_core(args.in_flight.max(1024))
+            .in_flight_per_core(in_flight)
             .io_backend(args.io)
             .gso(args.gso);
         if args.socket_buffer > 0 {

@@ -41,7 +41,20 @@ pub enum Load {
     /// N operations in flight at all times.
     Closed { in_flight: usize },
     /// A fixed rate (operations/s); latency from each operation's intended send time.
-    Open { rate: f64 },
+    /// At most `max_outstanding` operations are outstanding at once: one due beyond that
+    /// is counted as overloaded at its intended time and not sent (every client alike).
+    Open { rate: f64, max_outstanding: usize },
+}
+
+/// The outstanding bound of an open-loop run: everything `rate` opens within the horizon
+/// plus half a second, plus 1,024, and at most 2^18. A client slower than the rate then
+/// sheds the excess instead of queueing it: its backlog, and the memory the backlog
+/// holds, stay bounded, and everything it did accept completes within the phase's drain
+/// (the official client at 67,000/s otherwise queued 190,000 operations and 800 MB, left
+/// them unfinished, and the release of that memory stalled the next phases: see the
+/// README's "Host steal").
+pub fn open_loop_capacity(rate: f64, horizon: Duration) -> usize {
+    ((rate * (horizon.as_secs_f64() + 0.5)) as usize + 1024).min(1 << 18)
 }
 
 /// How one phase runs.

@@ -60,8 +60,12 @@ impl RawTarget {
 /// Thread `i` of `n`'s share of the load.
 fn share(load: Load, i: usize, n: usize) -> RawLoad {
     match load {
-        Load::Open { rate } => RawLoad::Open {
+        Load::Open {
+            rate,
+            max_outstanding,
+        } => RawLoad::Open {
             rate: rate / n as f64,
+            max_outstanding: (max_outstanding / n).max(1),
         },
         Load::Closed { in_flight } => RawLoad::Closed {
             in_flight: (in_flight / n + usize::from(i < in_flight % n)).max(1),

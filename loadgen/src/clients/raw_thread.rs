@@ -22,7 +22,7 @@ use crate::stats::{Kind, Phase};
 #[derive(Clone, Copy, Debug)]
 pub enum RawLoad {
     Closed { in_flight: usize },
-    Open { rate: f64 },
+    Open { rate: f64, max_outstanding: usize },
 }
 
 /// Everything but the driver (what the driver's event callback works on).
@@ -247,7 +247,7 @@ impl RawThread {
                 }
                 now + Duration::from_millis(1)
             }
-            RawLoad::Open { rate } => loop {
+            RawLoad::Open { rate, .. } => loop {
                 let intended = start + Duration::from_secs_f64(*opened as f64 / rate);
                 if intended > now || intended >= stop_at {
                     return intended;
@@ -289,9 +289,9 @@ pub fn run_thread(
         // Slots are a ring indexed by sequence number: keep it much larger than the
         // window so a request waiting for its timeout never blocks the ring.
         RawLoad::Closed { in_flight } => (in_flight.max(1) * 16).max(4096),
-        RawLoad::Open { rate } => {
-            ((rate * (cfg.horizon.as_secs_f64() + 0.5)) as usize + 1024).min(1 << 18)
-        }
+        RawLoad::Open {
+            max_outstanding, ..
+        } => max_outstanding,
     };
     let mut t = RawThread::new(cfg, phase, capacity)?;
     let stop_at = t.st.flight.phase.window_end;

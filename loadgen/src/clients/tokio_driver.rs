@@ -50,11 +50,12 @@ fn pacer_tick(rate: f64) -> Duration {
 }
 
 /// The open-loop pacer: on its own thread (pinned to `core`, 1 µs timer slack), it spawns
-/// operation tasks onto the runtime at `rate` per second, each at its intended time.
+/// operation tasks onto the runtime at `rate` per second, each at its intended time; an
+/// operation due while `max_outstanding` are outstanding is recorded as overloaded instead.
 fn pace<C: AsyncClient>(
     target: Arc<C>,
     phase: Arc<Phase>,
-    rate: f64,
+    (rate, max_outstanding): (f64, usize),
     core: Option<usize>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let rt = tokio::runtime::Handle::current();
@@ -79,13 +80,18 @@ fn pace<C: AsyncClient>(
                     break;
                 }
                 while intended <= now {
-                    let (target, phase) = (Arc::clone(&target), Arc::clone(&phase));
-                    phase.submit();
-                    let (at, j) = (intended, i);
-                    rt.spawn(async move {
-                        let (k, s) = target.op(j).await;
-                        phase.record(at, Instant::now(), k, s);
-                    });
+                    if phase.outstanding() >= max_outstanding as u64 {
+                        phase.submit();
+                        phase.record(intended, now, Kind::Overloaded, Some(0));
+                    } else {
+                        let (target, phase) = (Arc::clone(&target), Arc::clone(&phase));
+                        phase.submit();
+                        let (at, j) = (intended, i);
+                        rt.spawn(async move {
+                            let (k, s) = target.op(j).await;
+                            phase.record(at, Instant::now(), k, s);
+                        });
+                    }
                     i += 1;
                     intended = start + Duration::from_secs_f64(i as f64 / rate);
                 }
@@ -137,8 +143,12 @@ async fn drive<C: AsyncClient>(
             )
             .await;
         }
-        Load::Open { rate } => {
-            match pace(Arc::clone(&target), Arc::clone(&phase), rate, pacer_core) {
+        Load::Open {
+            rate,
+            max_outstanding,
+        } => {
+            let load = (rate, max_outstanding);
+            match pace(Arc::clone(&target), Arc::clone(&phase), load, pacer_core) {
                 Ok(pacer) => {
                     while !pacer.is_finished() {
                         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -212,5 +222,43 @@ mod tests {
         assert_eq!(pacer_tick(40_000.0), Duration::from_micros(100));
         assert_eq!(pacer_tick(1e6), Duration::from_micros(50));
         assert_eq!(pacer_tick(0.0), Duration::from_micros(250));
+    }
+
+    /// An operation that takes 20 ms.
+    struct Slow;
+
+    impl AsyncClient for Slow {
+        async fn op(&self, _j: u64) -> (Kind, Option<u32>) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            (Kind::Granted, Some(1))
+        }
+        fn finish(self) {}
+    }
+
+    #[test]
+    fn open_loop_sheds_beyond_the_outstanding_bound_and_completes_the_rest() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let phase = Phase::new(Instant::now(), Duration::ZERO, Duration::from_millis(200));
+        let load = Load::Open {
+            rate: 2_000.0,
+            max_outstanding: 8,
+        };
+        let drain = Duration::from_secs(2);
+        rt.block_on(drive(Arc::new(Slow), Arc::clone(&phase), load, drain, None));
+        let r = phase.merged();
+        let (granted, shed) = (r.all(Kind::Granted), r.all(Kind::Overloaded));
+        // 400 due in 200 ms; at most 8 at a time for 20 ms each were sent.
+        assert!((8..=8 * 11).contains(&granted), "granted {granted}");
+        assert!(shed > 0, "nothing shed");
+        assert_eq!(phase.outstanding(), 0, "everything sent completed");
+        assert_eq!(
+            phase.submitted.load(Ordering::Relaxed),
+            granted + shed,
+            "every due operation was submitted"
+        );
     }
 }
