@@ -276,7 +276,7 @@ mod tests {
     use super::*;
 
     /// Every key of the JSON report's `parameters`.
-    const PARAMETER_KEYS: [&str; 36] = [
+    const PARAMETER_KEYS: [&str; 37] = [
         "servers",
         "embedded",
         "auth",
@@ -313,6 +313,7 @@ mod tests {
         "gso",
         "reply_batch",
         "engine_core",
+        "max_outstanding",
     ];
 
     #[test]

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::cli::{Args, EngineCore};
-use crate::clients::RunContext;
+use crate::clients::{self, RunContext};
 
 /// `parameters` of the JSON report.
 #[derive(Serialize)]
@@ -26,6 +26,8 @@ struct RunParams<'a> {
     responder_cores: &'a [usize],
     /// Where the engine's core ran (`--engine-core auto` settled).
     engine_core: EngineCore,
+    /// Open loop: the most requests a client keeps outstanding (null in closed loop).
+    max_outstanding: Option<usize>,
     #[serde(flatten)]
     args: &'a Args,
 }
@@ -41,6 +43,10 @@ pub fn params_json(ctx: &RunContext<'_>, responder_cores: &[usize]) -> Value {
         client_cores: &ctx.client_cores,
         responder_cores,
         engine_core: ctx.args.placement(),
+        max_outstanding: ctx
+            .args
+            .rate
+            .map(|rate| clients::open_loop_capacity(rate, ctx.horizon)),
         args: ctx.args,
     };
     serde_json::to_value(&p).unwrap_or(Value::Null)

@@ -72,6 +72,11 @@ fn mmsg_without_gso_or_reply_batch() {
 fn compare_open_loop() {
     let doc = run_json(&["--compare", "--rate", "1000"], "open");
     assert_eq!(doc["parameters"]["rate"], 1000.0);
+    // 1,000/s × (H + 0.5 s) + 1,024 with the default H = 60 ms.
+    assert_eq!(
+        doc["parameters"]["max_outstanding"],
+        1000 * 560 / 1000 + 1024
+    );
     let results = doc["results"].as_array().unwrap();
     assert_eq!(results.len(), 3);
     for r in results {
