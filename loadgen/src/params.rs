@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::cli::{Args, EngineCore};
-use crate::clients::{self, RunContext};
+use crate::clients::{Load, RunContext};
 
 /// `parameters` of the JSON report.
 #[derive(Serialize)]
@@ -43,10 +43,12 @@ pub fn params_json(ctx: &RunContext<'_>, responder_cores: &[usize]) -> Value {
         client_cores: &ctx.client_cores,
         responder_cores,
         engine_core: ctx.args.placement(),
-        max_outstanding: ctx
-            .args
-            .rate
-            .map(|rate| clients::open_loop_capacity(rate, ctx.horizon)),
+        max_outstanding: match ctx.load() {
+            Load::Open {
+                max_outstanding, ..
+            } => Some(max_outstanding),
+            Load::Closed { .. } => None,
+        },
         args: ctx.args,
     };
     serde_json::to_value(&p).unwrap_or(Value::Null)

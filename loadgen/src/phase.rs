@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::cli::ClientKind;
-use crate::clients::{self, Load, PhaseSpec, RunContext};
+use crate::clients::{self, PhaseSpec, RunContext};
 use crate::extra::ExtraSlot;
 use crate::output::PhaseResult;
 use crate::stats::{self, Phase};
@@ -97,15 +97,7 @@ fn spec_of(ctx: &RunContext<'_>) -> PhaseSpec {
         warmup: Duration::from_secs_f64(args.warmup),
         duration: Duration::from_secs_f64(args.duration),
         drain: ctx.horizon + Duration::from_secs(2),
-        load: match args.rate {
-            Some(rate) => Load::Open {
-                rate,
-                max_outstanding: clients::open_loop_capacity(rate, ctx.horizon),
-            },
-            None => Load::Closed {
-                in_flight: args.in_flight,
-            },
-        },
+        load: ctx.load(),
         cores: ctx.client_cores.clone(),
         gate: Arc::new(AtomicBool::new(false)),
         extra: ExtraSlot::default(),

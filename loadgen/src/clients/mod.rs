@@ -35,6 +35,22 @@ pub struct RunContext<'a> {
     pub horizon: Duration,
 }
 
+impl RunContext<'_> {
+    /// The run's load shape: closed loop, or open loop at `--rate` with the outstanding
+    /// bound of [`open_loop_capacity`].
+    pub fn load(&self) -> Load {
+        match self.args.rate {
+            Some(rate) => Load::Open {
+                rate,
+                max_outstanding: open_loop_capacity(rate, self.horizon),
+            },
+            None => Load::Closed {
+                in_flight: self.args.in_flight,
+            },
+        }
+    }
+}
+
 /// Load shape.
 #[derive(Clone, Copy, Debug)]
 pub enum Load {
@@ -50,10 +66,8 @@ pub enum Load {
 /// plus half a second, plus 1,024, and at most 2^18. A client slower than the rate then
 /// sheds the excess instead of queueing it: its backlog, and the memory the backlog
 /// holds, stay bounded, and everything it did accept completes within the phase's drain
-/// (the official client at 67,000/s otherwise queued 190,000 operations and 800 MB, left
-/// them unfinished, and the release of that memory stalled the next phases: see the
-/// README's "Host steal").
-pub fn open_loop_capacity(rate: f64, horizon: Duration) -> usize {
+/// (why that matters here: the README's "Host steal").
+fn open_loop_capacity(rate: f64, horizon: Duration) -> usize {
     ((rate * (horizon.as_secs_f64() + 0.5)) as usize + 1024).min(1 << 18)
 }
 

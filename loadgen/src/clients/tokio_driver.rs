@@ -80,12 +80,11 @@ fn pace<C: AsyncClient>(
                     break;
                 }
                 while intended <= now {
-                    if phase.outstanding() >= max_outstanding as u64 {
-                        phase.submit();
+                    phase.submit();
+                    if phase.outstanding() > max_outstanding as u64 {
                         phase.record(intended, now, Kind::Overloaded, Some(0));
                     } else {
                         let (target, phase) = (Arc::clone(&target), Arc::clone(&phase));
-                        phase.submit();
                         let (at, j) = (intended, i);
                         rt.spawn(async move {
                             let (k, s) = target.op(j).await;
