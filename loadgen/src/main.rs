@@ -6,12 +6,14 @@
 //! Layout: `cli.rs` (options), `setup.rs` (servers and key), `workload.rs` (what each
 //! operation is), `clients/` (the [`clients::Target`]s: engine, official, raw),
 //! `phase.rs` (one measured phase), `stats.rs` (recording and CPU), `output.rs`,
-//! `extra.rs`, `plot.rs` and `params.rs` (results). This file owns the run: cores, the phases in order, ratios,
+//! `extra.rs`, `plot.rs` and `params.rs` (results), `memory.rs` (allocator and page
+//! settings). This file owns the run: cores, the phases in order, ratios,
 //! the output files and the exit status. The API key string is never printed.
 
 mod cli;
 mod clients;
 mod extra;
+mod memory;
 mod output;
 mod params;
 mod phase;
@@ -35,25 +37,8 @@ use workload::Workload;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc's `mi_option_purge_delay` (`mimalloc.h`; mimalloc keeps option numbers
-/// stable across versions, holding retired ones as `mi_option_deprecated_*`).
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-
-/// Keeps memory that loadgen frees inside the process for reuse instead of handing it
-/// back to the kernel (mimalloc purges freed memory after a delay by default). On a
-/// virtual machine with free page reporting (virtio-balloon) the kernel passes freed
-/// blocks on to the host every 2 s, and each pass stops the vCPUs for 10–30 ms: what one
-/// phase freed (an overloaded official client's backlog, a runtime's teardown) would
-/// otherwise come back as steal inside the next phase's window. The memory goes back at
-/// exit.
-fn keep_freed_memory() {
-    // SAFETY: sets a process-wide allocator option; mimalloc documents setting options at
-    // any time (the purge delay is read when a purge is scheduled).
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
-}
-
 fn main() -> ExitCode {
-    keep_freed_memory();
+    memory::settle();
     let args = Args::parse();
     match run(&args) {
         Ok(true) => ExitCode::SUCCESS,
@@ -389,14 +374,6 @@ mod tests {
         assert_eq!(doc["parameters"]["duration_s"], 0.4);
         assert!(dir.join("p.svg").exists());
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn freed_memory_is_kept_for_reuse() {
-        keep_freed_memory();
-        // SAFETY: reads a process-wide allocator option.
-        let delay = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
-        assert_eq!(delay, -1);
     }
 
     #[test]
