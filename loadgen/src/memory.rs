@@ -12,7 +12,7 @@
 //!   the next phase's window. Freed memory stays in the process for reuse instead.
 //! - mimalloc asks for transparent huge pages (`MADV_HUGEPAGE`), so every 2 MiB region a
 //!   run touches becomes resident whole (a `--client raw --rate 1000` run: 67 MB resident,
-//!   60 MB of it huge pages, against 15 MB without), and at exit each one is a free 2 MiB
+//!   60 MB of it huge pages, against 15–20 MB without), and at exit each one is a free 2 MiB
 //!   block, reported at once: 200 MiB after every `--compare --rate 67000` run, which
 //!   landed in the first seconds of the next run's engine window. With 4 KiB pages a run
 //!   touches less, and what it frees at exit is not reported (0 MiB after the same run).
