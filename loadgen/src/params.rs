@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::cli::{Args, EngineCore};
-use crate::clients::{Load, RunContext};
+use crate::clients::RunContext;
 
 /// `parameters` of the JSON report.
 #[derive(Serialize)]
@@ -43,12 +43,7 @@ pub fn params_json(ctx: &RunContext<'_>, responder_cores: &[usize]) -> Value {
         client_cores: &ctx.client_cores,
         responder_cores,
         engine_core: ctx.args.placement(),
-        max_outstanding: match ctx.load() {
-            Load::Open {
-                max_outstanding, ..
-            } => Some(max_outstanding),
-            Load::Closed { .. } => None,
-        },
+        max_outstanding: ctx.load().max_outstanding(),
         args: ctx.args,
     };
     serde_json::to_value(&p).unwrap_or(Value::Null)

@@ -14,7 +14,7 @@ use ratelimitly_engine::proto::ids::{LatencyTracker, Resource};
 use ratelimitly_engine::proto::outcome::{Decision, FailureCategory, Outcome};
 
 use super::tokio_driver::{self, AsyncClient};
-use super::{Load, PhaseSpec, Ready, RunContext, Target};
+use super::{PhaseSpec, Ready, RunContext, Target};
 use crate::cli::EngineCore;
 use crate::extra::{ExtraSlot, Stage};
 use crate::stats::Kind;
@@ -36,12 +36,10 @@ impl EngineTarget {
         // Open loop: the engine's own limit is the run's outstanding bound, so that it
         // sheds no more than the other clients do (a 20 ms stall at 67,000/s brings
         // 1,340 requests due at once).
-        let in_flight = match ctx.load() {
-            Load::Open {
-                max_outstanding, ..
-            } => max_outstanding,
-            Load::Closed { in_flight } => in_flight.max(1024),
-        };
+        let in_flight = ctx
+            .load()
+            .max_outstanding()
+            .unwrap_or(args.in_flight.max(1024));
         let mut b = Engine::builder(servers.key.clone())
             .policy(policy)
             .cores(Cores::List(cores.to_vec()))

@@ -62,6 +62,18 @@ pub enum Load {
     Open { rate: f64, max_outstanding: usize },
 }
 
+impl Load {
+    /// The open-loop outstanding bound (`None` in closed loop).
+    pub fn max_outstanding(self) -> Option<usize> {
+        match self {
+            Load::Open {
+                max_outstanding, ..
+            } => Some(max_outstanding),
+            Load::Closed { .. } => None,
+        }
+    }
+}
+
 /// The outstanding bound of an open-loop run: everything `rate` opens within the horizon
 /// plus half a second, plus 1,024, and at most 2^18. A client slower than the rate then
 /// sheds the excess instead of queueing it: its backlog, and the memory the backlog
