@@ -17,8 +17,9 @@
 //!   landed in the first seconds of the next run's engine window. With 4 KiB pages a run
 //!   touches less, and what it frees at exit is not reported (0 MiB after the same run).
 
-/// mimalloc's `mi_option_purge_delay` (`mimalloc.h`; mimalloc keeps option numbers
-/// stable across versions, holding retired ones as `mi_option_deprecated_*`).
+/// mimalloc's `mi_option_purge_delay`: 15 in both the v2 and the v3 `mimalloc.h` that
+/// `libmimalloc-sys` 0.1.49 ships, which has no constant for it under v3. Not every option
+/// keeps its number (`mi_option_allow_thp` is 37 in v2 and 43 in v3), hence the test.
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Applies both settings; called first thing in `main`, before any thread starts.
