@@ -2,7 +2,9 @@
 //!
 //! Owns: the fixed send arena (one slot of `max_datagram` bytes per queued datagram,
 //! allocated once), the queue order, the grouping of queued datagrams by (socket,
-//! destination, length) into GSO super-buffers (at most [`GSO_MAX_SEGMENTS`] segments and
+//! destination, length) into GSO super-buffers (sent in the order each (socket,
+//! destination) pair was first queued, so a caller decides which destination hears
+//! first) (at most [`GSO_MAX_SEGMENTS`] segments and
 //! [`GSO_MAX_BYTES`] bytes; a group may end in one shorter datagram), the message headers
 //! (`mmsghdr` + iovecs + destination + `UDP_SEGMENT` control message) of each group, and
 //! the bookkeeping of what became of each group. Must not touch: system calls (the
@@ -16,6 +18,10 @@ use std::net::SocketAddr;
 
 use super::socket::to_c;
 use super::{GSO_MAX_BYTES, GSO_MAX_SEGMENTS, SocketId};
+
+/// (socket, destination) pairs a build orders by first appearance; beyond them, by
+/// address (a linear search per datagram stays short).
+const RANKED_FLOWS: usize = 32;
 
 /// One GSO group (or a single datagram) built for sending.
 #[derive(Clone, Copy, Debug)]
@@ -67,7 +73,10 @@ pub struct SendQueue {
     free: Vec<u32>,
     pending: Vec<u32>,
     failures: VecDeque<(u64, io::ErrorKind)>,
-    order: Vec<(u32, u32)>,
+    /// Per build: (rank of its (socket, destination) pair, position queued, slot).
+    order: Vec<(u32, u32, u32)>,
+    /// Per build: the (socket, destination) pairs in the order first queued.
+    flows: Vec<(SocketId, SocketAddr)>,
     groups: Vec<Group>,
     group_slots: Vec<u32>,
     hdrs: Box<[libc::mmsghdr]>,
@@ -101,6 +110,7 @@ impl SendQueue {
             pending: Vec::with_capacity(n),
             failures: VecDeque::with_capacity(n),
             order: Vec::with_capacity(n),
+            flows: Vec::with_capacity(RANKED_FLOWS),
             groups: Vec::with_capacity(n),
             group_slots: Vec::with_capacity(n),
             // SAFETY: all-zero is a valid value of these plain C structs.
@@ -209,27 +219,51 @@ impl SendQueue {
     /// Groups the queued datagrams for sending (`info` tells each socket's family and
     /// whether it may use GSO; datagrams of closed sockets fail here) and builds their
     /// message headers. Returns the number of groups. Only while none is in flight.
+    ///
+    /// Groups go out in the order their (socket, destination) pair was first queued
+    /// (past [`RANKED_FLOWS`] pairs, the rest follow in address order); within a pair,
+    /// longest datagrams first, then in queue order.
     pub(crate) fn build(&mut self, mut info: impl FnMut(SocketId) -> Option<SockInfo>) -> usize {
         debug_assert!(self.groups.is_empty());
         self.order.clear();
+        self.flows.clear();
+        let mut last = 0;
         for (pos, &slot) in self.pending.iter().enumerate() {
-            self.order.push((pos as u32, slot));
+            let flow = (self.socks[slot as usize], self.dests[slot as usize]);
+            let rank = if self.flows.get(last) == Some(&flow) {
+                last
+            } else if let Some(i) = self.flows.iter().position(|f| *f == flow) {
+                i
+            } else if self.flows.len() < RANKED_FLOWS {
+                self.flows.push(flow);
+                self.flows.len() - 1
+            } else {
+                RANKED_FLOWS
+            };
+            if rank < RANKED_FLOWS {
+                last = rank;
+            }
+            self.order.push((rank as u32, pos as u32, slot));
         }
         self.pending.clear();
         {
             let (socks, dests, lens) = (&self.socks, &self.dests, &self.lens);
             self.order.sort_unstable_by(|a, b| {
-                let (x, y) = (a.1 as usize, b.1 as usize);
-                socks[x]
-                    .cmp(&socks[y])
-                    .then_with(|| dests[x].cmp(&dests[y]))
+                let (x, y) = (a.2 as usize, b.2 as usize);
+                a.0.cmp(&b.0)
+                    .then_with(|| match a.0 as usize {
+                        RANKED_FLOWS => socks[x]
+                            .cmp(&socks[y])
+                            .then_with(|| dests[x].cmp(&dests[y])),
+                        _ => std::cmp::Ordering::Equal,
+                    })
                     .then_with(|| Reverse(lens[x]).cmp(&Reverse(lens[y])))
-                    .then_with(|| a.0.cmp(&b.0))
+                    .then_with(|| a.1.cmp(&b.1))
             });
         }
         let mut cur_info: Option<(SocketId, Option<SockInfo>)> = None;
         for k in 0..self.order.len() {
-            let slot = self.order[k].1 as usize;
+            let slot = self.order[k].2 as usize;
             let sock = self.socks[slot];
             let si = match cur_info {
                 Some((s, i)) if s == sock => i,
@@ -420,6 +454,26 @@ mod tests {
         q.clear_groups();
         assert!(q.is_empty());
         assert_eq!(q.free.len(), 512);
+    }
+
+    #[test]
+    fn groups_leave_in_the_order_their_destination_was_first_queued() {
+        let mut q = SendQueue::new(256, 2048);
+        // interleaved, the higher address first: its group leaves first
+        for i in 0..6 {
+            assert!(q.push(SocketId(0), a(9 - (i % 2) as u16 * 8), &[0; 100], i));
+        }
+        // past RANKED_FLOWS pairs, the rest follow in address order
+        for p in 0..RANKED_FLOWS as u16 + 3 {
+            assert!(q.push(SocketId(0), a(1000 - p), &[0; 100], 100 + u64::from(p)));
+        }
+        let n = q.build(info);
+        let dests: Vec<u16> = (0..n).map(|g| q.group(g).dest.port()).collect();
+        let mut want = vec![9, 1];
+        want.extend((0..RANKED_FLOWS as u16 - 2).map(|p| 1000 - p));
+        want.extend((0..5).map(|p| 1000 - RANKED_FLOWS as u16 - 2 + p));
+        assert_eq!(dests, want);
+        assert_eq!((q.group(0).count, q.group(1).count), (3, 3));
     }
 
     #[test]

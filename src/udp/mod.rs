@@ -14,7 +14,9 @@
 //!
 //! Both backends use **UDP GSO** (`UDP_SEGMENT`): queued transmits are grouped by
 //! (socket, destination, length) into super-buffers of up to 64 segments / 64 KiB, and a
-//! group may end in one shorter datagram. Both use **UDP GRO** (`UDP_GRO`): a received
+//! group may end in one shorter datagram; groups leave in the order their (socket,
+//! destination) pair was first queued, so the caller decides which server hears first.
+//! Both use **UDP GRO** (`UDP_GRO`): a received
 //! buffer is split by the segment-size control message. A kernel that refuses GSO
 //! (`EIO`/`EINVAL`) or GRO on a socket makes that socket fall back to per-datagram I/O;
 //! the fallbacks are counted in [`IoStats`].
