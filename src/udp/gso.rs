@@ -2,10 +2,10 @@
 //!
 //! Owns: the fixed send arena (one slot of `max_datagram` bytes per queued datagram,
 //! allocated once), the queue order, the grouping of queued datagrams by (socket,
-//! destination, length) into GSO super-buffers (sent in the order each (socket,
-//! destination) pair was first queued, so a caller decides which destination hears
-//! first) (at most [`GSO_MAX_SEGMENTS`] segments and
-//! [`GSO_MAX_BYTES`] bytes; a group may end in one shorter datagram), the message headers
+//! destination, length) into GSO super-buffers (at most [`GSO_MAX_SEGMENTS`] segments and
+//! [`GSO_MAX_BYTES`] bytes; a group may end in one shorter datagram; groups leave in the
+//! order their (socket, destination) pair was first queued, so the caller decides which
+//! destination hears first), the message headers
 //! (`mmsghdr` + iovecs + destination + `UDP_SEGMENT` control message) of each group, and
 //! the bookkeeping of what became of each group. Must not touch: system calls (the
 //! backends send the groups and report each group's outcome here).
@@ -20,8 +20,9 @@ use super::socket::to_c;
 use super::{GSO_MAX_BYTES, GSO_MAX_SEGMENTS, SocketId};
 
 /// (socket, destination) pairs a build orders by first appearance; beyond them, by
-/// address (a linear search per datagram stays short).
-const RANKED_FLOWS: usize = 32;
+/// address, so the linear search per datagram stays short when a responder answers
+/// many clients at once.
+const RANKED_FLOWS: usize = 16;
 
 /// One GSO group (or a single datagram) built for sending.
 #[derive(Clone, Copy, Debug)]
