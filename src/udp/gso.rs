@@ -228,22 +228,16 @@ impl SendQueue {
         debug_assert!(self.groups.is_empty());
         self.order.clear();
         self.flows.clear();
-        let mut last = 0;
         for (pos, &slot) in self.pending.iter().enumerate() {
             let flow = (self.socks[slot as usize], self.dests[slot as usize]);
-            let rank = if self.flows.get(last) == Some(&flow) {
-                last
-            } else if let Some(i) = self.flows.iter().position(|f| *f == flow) {
-                i
-            } else if self.flows.len() < RANKED_FLOWS {
-                self.flows.push(flow);
-                self.flows.len() - 1
-            } else {
-                RANKED_FLOWS
+            let rank = match self.flows.iter().position(|f| *f == flow) {
+                Some(i) => i,
+                None if self.flows.len() < RANKED_FLOWS => {
+                    self.flows.push(flow);
+                    self.flows.len() - 1
+                }
+                None => RANKED_FLOWS,
             };
-            if rank < RANKED_FLOWS {
-                last = rank;
-            }
             self.order.push((rank as u32, pos as u32, slot));
         }
         self.pending.clear();
