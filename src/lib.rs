@@ -51,6 +51,9 @@
 //! internal: they follow the engine, not semver.
 
 #![warn(missing_docs, missing_debug_implementations)]
+// Every `unsafe` block states why it is sound (a `// SAFETY:` comment); CI's clippy run
+// (`-D warnings`) enforces it.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod discovery;
 pub mod engine;

@@ -94,6 +94,7 @@ impl AtomicHist {
 // observed READY with Acquire ordering (the core's write happens-before its Release store
 // of READY).
 unsafe impl Sync for Slot {}
+// SAFETY: as for `Sync`: the cells hold plain data owned by whichever side the state names.
 unsafe impl Send for Slot {}
 
 /// The engine-wide pool of completion slots.

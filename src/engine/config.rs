@@ -145,6 +145,7 @@ pub(crate) fn allowed_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set. sched_getaffinity writes at
     // most size_of::<cpu_set_t>() bytes into the set we own.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above: the pointer and length describe the set we own.
     let rc =
         unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc == 0 {

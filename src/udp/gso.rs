@@ -116,6 +116,7 @@ impl SendQueue {
             group_slots: Vec::with_capacity(n),
             // SAFETY: all-zero is a valid value of these plain C structs.
             hdrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
+            // SAFETY: all-zero is a valid (unspecified-family) sockaddr_storage.
             addrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
             ctrl: vec![[0u64; 4]; n].into_boxed_slice(),
             iovs: (0..n)

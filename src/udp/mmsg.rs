@@ -49,6 +49,8 @@ impl RecvBufs {
                     iov_len: 0,
                 })
                 .collect(),
+            // SAFETY: all-zero is a valid mmsghdr (null pointers, zero lengths); `prepare`
+            // points it at this batch's buffers before any syscall reads it.
             hdrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
         }
     }

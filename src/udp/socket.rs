@@ -214,6 +214,7 @@ mod tests {
 
     #[test]
     fn c_address_roundtrip() {
+        // SAFETY: all-zero is a valid sockaddr_storage.
         let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
         for (a, v6) in [
             ("127.0.0.1:4000", false),
