@@ -13,10 +13,10 @@ use ratelimitly_engine::{Decision, Endpoint, Engine, Resource, key_source};
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // From RATELIMITLY_API_KEY (or `Some(path)` for a key file), never the command line.
     let key = key_source::load_key(None)?;
-    let endpoints: Vec<Endpoint> = std::env::args()
+    let endpoints = std::env::args()
         .skip(1)
-        .map(|arg| arg.parse())
-        .collect::<Result<_, _>>()?;
+        .map(|arg| arg.parse::<Endpoint>())
+        .collect::<Result<Vec<_>, _>>()?;
 
     let mut builder = Engine::builder(key)
         // Hosted: the core is a task on this runtime (mmsg backend). Leave this line
