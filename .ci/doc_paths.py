@@ -14,8 +14,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
-                       check=True).stdout.split()
+try:
+    FILES = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file but builds
+    FILES = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file()
+             and not {"target", ".git"} & set(p.relative_to(ROOT).parts)]
 TRACKED = set(FILES)
 DIRS = {str(Path(f).parents[i]) for f in FILES for i in range(len(Path(f).parents) - 1)}
 EXT = r"(?:md|rs|toml|json|py|sh|csv|svg|txt|yml|yaml)"
