@@ -21,7 +21,7 @@ fn unix_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// A request stamped `timestamp_ms` (the runner drops stale ones: wire.md §8).
+/// A request stamped `timestamp_ms` (the runner drops stale ones: docs/protocol.md §8).
 fn request_at(key: &ApiKey, n: u64, timestamp_ms: u64) -> Vec<u8> {
     // one resource "bench" 1000 ms / 2^32-1 tokens, 1 token, dedup ttl 60 ms
     let mut pdu = vec![0x52, 0x54, 40, 0, 60, 0, 0, 0, 0, 0, 1, 0];

@@ -4,7 +4,7 @@
 //! Owns: key lookup by the tenant TLV's key id, the drop rules (each counted), dedup
 //! replay, atomic evaluation of guards and resources, latency report intake, response
 //! sealing with a fresh random nonce (OS CSPRNG, buffered: [`crate::nonce`]), the
-//! timestamp freshness check (wire.md §8, [`is_stale`]), and the decision-level faults (steering, fixed decisions,
+//! timestamp freshness check (docs/protocol.md §8, [`is_stale`]), and the decision-level faults (steering, fixed decisions,
 //! broken replies). Must not touch: sockets, clocks (time is the `now` parameter), threads;
 //! drops/delays/duplicates on the network are the runner's.
 //!
@@ -88,7 +88,7 @@ counters! {
     drop_auth_failed,
     /// Dropped: bucket table full of busy buckets.
     drop_bucket_table_full,
-    /// Dropped: stale timestamp (wire.md §8): older than the request's dedup TTL plus
+    /// Dropped: stale timestamp (docs/protocol.md §8): older than the request's dedup TTL plus
     /// [`STALE_GRACE_MS`] (reports: [`REPORT_MAX_AGE_MS`]), or more than
     /// [`MAX_FUTURE_MS`] ahead of the responder's clock.
     drop_stale,
@@ -126,7 +126,7 @@ counters! {
 
 /// Clock-skew allowance added to a request's dedup TTL before its timestamp counts as
 /// stale. (A duplicate that arrives within the grace but after its dedup entry expired
-/// is decided again: dedup is best effort, wire.md §8.)
+/// is decided again: dedup is best effort, docs/protocol.md §8.)
 pub const STALE_GRACE_MS: u64 = 1_000;
 /// Oldest latency report accepted.
 pub const REPORT_MAX_AGE_MS: u64 = 10_000;

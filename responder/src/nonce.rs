@@ -1,5 +1,5 @@
 //! Fresh AES-GCM nonces for responses: 12 bytes from the OS CSPRNG per encryption
-//! (wire.md §1, "servers draw their own"), fetched 4 KiB at a time so that one
+//! (docs/protocol.md §1, "servers draw their own"), fetched 4 KiB at a time so that one
 //! `getrandom` call serves about 340 responses.
 //!
 //! Owns: the buffered random bytes (each handed out once, then zeroed). Must not touch:

@@ -365,7 +365,7 @@ fn spec_request_vectors_are_answered() {
     }
 }
 
-/// wire.md §8 on virtual wall time: a request is stale once older than its dedup TTL
+/// docs/protocol.md §8 on virtual wall time: a request is stale once older than its dedup TTL
 /// plus the grace, or too far ahead; reports have a fixed age limit. Drops are counted
 /// and nothing is debited.
 #[test]

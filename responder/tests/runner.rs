@@ -165,7 +165,7 @@ fn burst_of_requests_all_answered() {
     h.stop();
 }
 
-/// wire.md §8: requests older than their dedup TTL (plus the grace) or too far in the
+/// docs/protocol.md §8: requests older than their dedup TTL (plus the grace) or too far in the
 /// future are dropped silently and counted; fresh ones are answered.
 #[test]
 fn stale_and_future_timestamps_are_dropped_and_counted() {

@@ -247,7 +247,7 @@ impl EngineBuilder {
     /// the worker's one `epoll_wait` covers the answers, and the core completes the
     /// caller's future on that worker, so a decision costs one wake instead of the
     /// four context switches of a pinned core sharing a CPU with the application
-    /// (measured in README, "hosted cores"). A pinned core is still the faster choice
+    /// (measured in docs/benchmarks.md, "Hosted and pinned cores"). A pinned core is still the faster choice
     /// for throughput when it has a CPU of its own.
     ///
     /// Hosted cores use the mmsg I/O backend (their readiness comes from the runtime's

@@ -650,7 +650,7 @@ impl UdpDriver {
         Ok(self.adopt(slot, sock))
     }
 
-    /// Steering rebind (client.md §6): binds the "any" address (IPv6 dual stack when
+    /// Steering rebind (docs/protocol.md §14): binds the "any" address (IPv6 dual stack when
     /// `v6`) on the next free port after `after_port` in 49152..=65535 (from 49152 when
     /// `after_port` is outside the range), wrapping, skipping ports in use, trying at
     /// most `max_tries` ports. The caller keeps its old socket until it has drained.

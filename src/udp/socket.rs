@@ -14,7 +14,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::IoConfig;
 
-/// First port of the steering range (client.md §6).
+/// First port of the steering range (docs/protocol.md §14).
 pub const STEER_PORT_FIRST: u16 = 49152;
 /// Last port of the steering range.
 pub const STEER_PORT_LAST: u16 = 65535;
