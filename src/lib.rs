@@ -27,7 +27,7 @@
 //!  application threads (Tokio, plain threads, ...)
 //!     │  EngineHandle::request().consume(..).guard(..).send() / .wait() / submit_batch()
 //!     ▼  crossbeam queue (lock-free) + udp::Waker (a syscall only if the core waits)
-//! ┌──────── engine::driver: one pinned std thread per core (the I/O shell) ───────────────┐
+//! ┌── one I/O shell per core: a pinned std thread (driver) or a Tokio task (hosted) ──────┐
 //! │  clock · udp::UdpDriver (io_uring or mmsg, GSO/GRO) · fault containment · stats       │
 //! └────────────┬──────────────────────────────────────────────▲──────────────────────────┘
 //!    submissions, datagrams, now: Instant           transmits, socket ops, completions, deadline

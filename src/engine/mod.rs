@@ -1,4 +1,5 @@
-//! The engine: pinned thread-per-core drivers around the sans-IO core state.
+//! The engine: one I/O shell per core (a pinned thread or a task hosted on the application's
+//! Tokio runtime) around the sans-IO core state.
 //!
 //! Owns: the builder and its validation, the per-core threads and their lifecycle, the
 //! application-facing handle (request, batch, report, stats), published statistics and
