@@ -58,6 +58,8 @@ pub mod key_source;
 pub mod proto;
 pub mod udp;
 
+mod sync;
+
 pub use crate::engine::{
     Batch, BuildError, Completion, Cores, DnsConfig, Engine, EngineBuilder, EngineHandle,
     LatencyHistogram, OptionError, Request, RequestBuilder, Stats,
