@@ -143,10 +143,15 @@ impl SlotPool {
         Some(idx)
     }
 
+    /// Frees slot `idx`; its owner calls this (the caller that took or dropped the
+    /// outcome, or the core that completed an abandoned slot).
     fn release(&self, idx: u32) {
-        self.slots[idx as usize]
-            .state
-            .store(FREE, Ordering::Release);
+        let slot = &self.slots[idx as usize];
+        // SAFETY: the releasing side is the slot's only user now. A decision time that
+        // nobody read (an abandoned request's) must not reach the slot's next use, whose
+        // outcome may come without one (queue full, shutdown).
+        slot.decided.with_mut(|d| unsafe { *d = None });
+        slot.state.store(FREE, Ordering::Release);
         // Cannot fail: the queue holds every slot index at most once.
         let _ = self.free.push(idx);
     }
@@ -485,6 +490,32 @@ mod tests {
             pool.complete_staged(pool.acquire().unwrap(), None, |_| ())
                 .is_none()
         );
+    }
+
+    /// Regression: a slot abandoned after the core marked its decision time kept that
+    /// time, and its next request, completed without one (queue full, shutdown),
+    /// recorded a completion-wake time measured from the old request's decision.
+    #[test]
+    fn abandoned_decision_time_does_not_reach_the_next_use() {
+        let pool = SlotPool::new(1).unwrap();
+        let idx = pool.acquire().unwrap();
+        drop(Completion::new(pool.clone(), idx));
+        pool.mark_decided(
+            idx,
+            std::time::Instant::now() - std::time::Duration::from_secs(3),
+        );
+        pool.complete(idx, Err(Failure::Shutdown));
+        let idx = pool.acquire().unwrap();
+        let c = Completion::new(pool.clone(), idx);
+        pool.complete(idx, Err(Failure::Overloaded));
+        assert!(matches!(c.wait(), Err(Failure::Overloaded)));
+        let recorded: u64 = pool
+            .wake_us
+            .buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .sum();
+        assert_eq!(recorded, 0, "no wake time without a decision");
     }
 
     #[test]
