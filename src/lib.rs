@@ -49,6 +49,16 @@
 //! internals that benches, the simulation and loadgen reach (`engine::state`,
 //! `engine::sockets`, `engine::inflight`, `engine::wheel`, [`udp`]) are
 //! internal: they follow the engine, not semver.
+//!
+//! The lock-free code (the completion slots, the driver's waker, the shutdown gate) takes
+//! its atomics, cells and park/unpark from one shim module; with the cargo feature
+//! `loom` they are [loom](https://docs.rs/loom)'s, and loom models explore the
+//! interleavings of the real code (up to 3 preemptions). The feature is for the models
+//! only; they are the tests whose names contain `loom`:
+//!
+//! ```text
+//! cargo test -p ratelimitly-engine --features loom --lib loom
+//! ```
 
 #![warn(missing_docs, missing_debug_implementations)]
 // Every `unsafe` block states why it is sound (a `// SAFETY:` comment); CI's clippy run
@@ -60,6 +70,8 @@ pub mod engine;
 pub mod key_source;
 pub mod proto;
 pub mod udp;
+
+mod sync;
 
 pub use crate::engine::{
     Batch, BuildError, Completion, Cores, DnsConfig, Engine, EngineBuilder, EngineHandle,

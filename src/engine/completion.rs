@@ -10,18 +10,16 @@
 //! Must not touch: request state, sockets, clocks. A core completes a slot exactly once;
 //! a caller that gives up (drops its future) abandons the slot and the core frees it.
 
-use std::cell::UnsafeCell;
 use std::fmt;
 use std::future::Future;
 use std::mem::{MaybeUninit, size_of};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Wake, Waker};
-use std::thread::Thread;
 
-use atomic_waker::AtomicWaker;
-use crossbeam_queue::ArrayQueue;
+use crate::sync::thread::{self, Thread};
+use crate::sync::{ArrayQueue, AtomicU8, AtomicWaker, UnsafeCell};
 
 use crate::proto::outcome::{Outcome, Response};
 
@@ -146,10 +144,15 @@ impl SlotPool {
         Some(idx)
     }
 
+    /// Frees slot `idx`; its owner calls this (the caller that took or dropped the
+    /// outcome, or the core that completed an abandoned slot).
     fn release(&self, idx: u32) {
-        self.slots[idx as usize]
-            .state
-            .store(FREE, Ordering::Release);
+        let slot = &self.slots[idx as usize];
+        // SAFETY: the releasing side is the slot's only user now. A decision time that
+        // nobody read (an abandoned request's) must not reach the slot's next use, whose
+        // outcome may come without one (queue full, shutdown).
+        slot.decided.with_mut(|d| unsafe { *d = None });
+        slot.state.store(FREE, Ordering::Release);
         // Cannot fail: the queue holds every slot index at most once.
         let _ = self.free.push(idx);
     }
@@ -167,7 +170,7 @@ impl SlotPool {
         self.unstage(idx);
         let slot = &self.slots[idx as usize];
         // SAFETY: only the core writes while the slot is PENDING/ABANDONED.
-        unsafe { (*slot.outcome.get()).write(outcome) };
+        slot.outcome.with_mut(|o| unsafe { (*o).write(outcome) });
         self.publish(slot, idx, wakes);
     }
 
@@ -185,21 +188,21 @@ impl SlotPool {
         self.unstage(idx);
         let slot = &self.slots[idx as usize];
         // SAFETY: only the owning core touches `staged`/`outcome` while PENDING/ABANDONED.
-        unsafe {
-            (*slot.outcome.get()).write(Ok(response));
-            *slot.staged.get() = true;
-        }
+        slot.outcome
+            .with_mut(|o| unsafe { (*o).write(Ok(response)) });
+        slot.staged.with_mut(|st| unsafe { *st = true });
     }
 
     /// Core side: drops the staged response of slot `idx`, if any.
     pub(crate) fn unstage(&self, idx: u32) {
         let slot = &self.slots[idx as usize];
         // SAFETY: as in `stage`; `staged` says the cell is initialised.
-        unsafe {
-            if *slot.staged.get() {
-                *slot.staged.get() = false;
-                (*slot.outcome.get()).assume_init_drop();
-            }
+        if slot
+            .staged
+            .with_mut(|st| unsafe { std::mem::replace(&mut *st, false) })
+        {
+            slot.outcome
+                .with_mut(|o| unsafe { (*o).assume_init_drop() });
         }
     }
 
@@ -213,16 +216,18 @@ impl SlotPool {
     ) -> Option<R> {
         let slot = &self.slots[idx as usize];
         // SAFETY: as in `stage`; `staged` says the cell holds `Ok(response)`.
-        let r = unsafe {
-            if !*slot.staged.get() {
-                return None;
-            }
-            *slot.staged.get() = false;
-            match (*slot.outcome.get()).assume_init_mut() {
+        if !slot
+            .staged
+            .with_mut(|st| unsafe { std::mem::replace(&mut *st, false) })
+        {
+            return None;
+        }
+        let r = slot
+            .outcome
+            .with_mut(|o| match unsafe { (*o).assume_init_mut() } {
                 Ok(resp) => finish(resp),
                 Err(_) => unreachable!("only responses are staged"),
-            }
-        };
+            });
         self.publish(slot, idx, wakes);
         Some(r)
     }
@@ -233,7 +238,7 @@ impl SlotPool {
         let slot = &self.slots[idx as usize];
         // SAFETY: only the owning core writes while PENDING/ABANDONED; the caller reads
         // it after observing READY (Acquire).
-        unsafe { *slot.decided.get() = Some(now) };
+        slot.decided.with_mut(|d| unsafe { *d = Some(now) });
     }
 
     /// Marks the written outcome READY and wakes the caller now, or records the slot in
@@ -243,7 +248,8 @@ impl SlotPool {
             ABANDONED => {
                 // The caller left: drop the outcome and recycle the slot.
                 // SAFETY: written just above, never read by anyone.
-                unsafe { (*slot.outcome.get()).assume_init_drop() };
+                slot.outcome
+                    .with_mut(|o| unsafe { (*o).assume_init_drop() });
                 self.release(idx);
             }
             _ => match defer {
@@ -264,9 +270,9 @@ impl SlotPool {
         }
         // SAFETY: READY observed with Acquire: the core wrote the outcome and no longer
         // touches the cell; the caller takes it exactly once (the handle is consumed).
-        let out = unsafe { (*slot.outcome.get()).assume_init_read() };
+        let out = slot.outcome.with(|o| unsafe { (*o).assume_init_read() });
         // SAFETY: as above; reset for the slot's next use.
-        if let Some(t) = unsafe { (*slot.decided.get()).take() } {
+        if let Some(t) = slot.decided.with_mut(|d| unsafe { (*d).take() }) {
             self.wake_us.record(t.elapsed().as_micros() as u64);
         }
         self.release(idx);
@@ -278,7 +284,8 @@ impl SlotPool {
         let slot = &self.slots[idx as usize];
         if slot.state.swap(ABANDONED, Ordering::AcqRel) == READY {
             // SAFETY: READY: the core wrote it; nobody else will read it.
-            unsafe { (*slot.outcome.get()).assume_init_drop() };
+            slot.outcome
+                .with_mut(|o| unsafe { (*o).assume_init_drop() });
             self.release(idx);
         }
     }
@@ -336,7 +343,7 @@ impl Completion {
             if let Poll::Ready(out) = Pin::new(&mut self).poll(&mut cx) {
                 return out;
             }
-            std::thread::park();
+            thread::park();
         }
     }
 }
@@ -360,7 +367,7 @@ impl Completion {
             if now >= deadline {
                 return Err(self);
             }
-            std::thread::park_timeout(deadline - now);
+            thread::park_timeout(deadline - now);
         }
     }
 
@@ -417,11 +424,19 @@ impl Wake for ThreadWaker {
 }
 
 /// A waker that unparks the current thread, built once per thread.
+#[cfg(not(feature = "loom"))]
 pub(crate) fn thread_waker() -> Waker {
     thread_local! {
-        static WAKER: Waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+        static WAKER: Waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
     }
     WAKER.with(|w| w.clone())
+}
+
+/// A waker that unparks the current (loom) thread; loom threads do not outlive a model's
+/// iteration, so it is built per call.
+#[cfg(feature = "loom")]
+pub(crate) fn thread_waker() -> Waker {
+    Waker::from(Arc::new(ThreadWaker(thread::current())))
 }
 
 #[cfg(test)]
@@ -478,6 +493,32 @@ mod tests {
         );
     }
 
+    /// Regression: a slot abandoned after the core marked its decision time kept that
+    /// time, and its next request, completed without one (queue full, shutdown),
+    /// recorded a completion-wake time measured from the old request's decision.
+    #[test]
+    fn abandoned_decision_time_does_not_reach_the_next_use() {
+        let pool = SlotPool::new(1).unwrap();
+        let idx = pool.acquire().unwrap();
+        drop(Completion::new(pool.clone(), idx));
+        pool.mark_decided(
+            idx,
+            std::time::Instant::now() - std::time::Duration::from_secs(3),
+        );
+        pool.complete(idx, Err(Failure::Shutdown));
+        let idx = pool.acquire().unwrap();
+        let c = Completion::new(pool.clone(), idx);
+        pool.complete(idx, Err(Failure::Overloaded));
+        assert!(matches!(c.wait(), Err(Failure::Overloaded)));
+        let recorded: u64 = pool
+            .wake_us
+            .buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .sum();
+        assert_eq!(recorded, 0, "no wake time without a decision");
+    }
+
     #[test]
     fn wait_across_threads_and_abandon() {
         let pool = SlotPool::new(4).unwrap();
@@ -504,5 +545,144 @@ mod tests {
             pool.abandon(i);
         }
         assert_eq!(pool.free.len(), 4);
+    }
+}
+
+/// The slot state machine under loom (`cargo test --features loom --lib loom`): a core
+/// thread completes while the caller waits, gives up, or times out and then waits or
+/// gives up. After every interleaving the slot is free exactly once and its outcome
+/// reached the caller or was dropped.
+#[cfg(all(test, feature = "loom"))]
+mod loom_tests {
+    use super::*;
+    use crate::proto::outcome::Failure;
+    use crate::sync::loom_model;
+
+    const BOUND: usize = 3;
+
+    /// One slot acquired from a pool of two; `caller` and `core` run on two threads
+    /// (the model's main thread only joins them: loom's `join` must not see the
+    /// unpark of a thread waker).
+    fn slot_model(
+        name: &str,
+        core: impl Fn(&SlotPool, u32) + Sync + Send + 'static,
+        caller: impl Fn(&Arc<SlotPool>, Completion) + Sync + Send + 'static,
+    ) {
+        let (core, caller) = (Arc::new(core), Arc::new(caller));
+        loom_model(name, BOUND, move || {
+            let pool = SlotPool::new(2).unwrap();
+            let idx = pool.acquire().unwrap();
+            let c = Completion::new(pool.clone(), idx);
+            let (p2, core) = (pool.clone(), core.clone());
+            let t = loom::thread::spawn(move || core(&p2, idx));
+            let (p3, caller) = (pool.clone(), caller.clone());
+            let w = loom::thread::spawn(move || caller(&p3, c));
+            w.join().unwrap();
+            t.join().unwrap();
+            assert_eq!(pool.free.len(), 2, "the slot is back on the free list once");
+            assert_eq!(pool.slots[idx as usize].state.load(Ordering::Relaxed), FREE);
+        });
+    }
+
+    fn complete(pool: &SlotPool, idx: u32) {
+        pool.complete(idx, Err(Failure::Overloaded));
+    }
+
+    /// The core's turn: a staged response finished and published, its wake-up deferred
+    /// to the end of the turn.
+    fn complete_staged_deferred(pool: &SlotPool, idx: u32) {
+        pool.stage(idx, Response::local_grant());
+        let mut wakes = Vec::new();
+        assert_eq!(
+            pool.complete_staged(idx, Some(&mut wakes), |r| {
+                r.sends = 3;
+            }),
+            Some(())
+        );
+        for i in wakes {
+            pool.wake(i);
+        }
+    }
+
+    #[test]
+    fn loom_completion_complete_vs_wait() {
+        slot_model("complete vs wait", complete, |_, c| {
+            assert!(matches!(c.wait(), Err(Failure::Overloaded)));
+        });
+    }
+
+    #[test]
+    fn loom_completion_deferred_wake_vs_wait() {
+        slot_model(
+            "staged complete + deferred wake vs wait",
+            complete_staged_deferred,
+            |_, c| assert_eq!(c.wait().unwrap().sends, 3),
+        );
+    }
+
+    #[test]
+    fn loom_completion_complete_vs_drop() {
+        slot_model("complete vs drop", complete, |_, c| drop(c));
+    }
+
+    #[test]
+    fn loom_completion_staged_vs_drop() {
+        slot_model(
+            "staged complete + deferred wake vs drop",
+            complete_staged_deferred,
+            |_, c| drop(c),
+        );
+    }
+
+    #[test]
+    fn loom_completion_complete_vs_timeout_then_wait() {
+        slot_model("complete vs timeout, then wait", complete, |_, c| {
+            let out = match c.try_take() {
+                Ok(out) => out,
+                Err(c) => c.wait(),
+            };
+            assert!(matches!(out, Err(Failure::Overloaded)));
+        });
+    }
+
+    #[test]
+    fn loom_completion_complete_vs_timeout_then_drop() {
+        slot_model("complete vs timeout, then drop", complete, |_, c| {
+            if let Err(c) = c.try_take() {
+                drop(c);
+            }
+        });
+    }
+
+    /// The caller takes the outcome and reuses the slot for a second request while the
+    /// core's deferred wake-up of the first may still be under way (a spurious wake-up
+    /// of the second, which must not lose or duplicate anything).
+    #[test]
+    fn loom_completion_reuse_vs_late_wake() {
+        loom_model("reuse vs late deferred wake", BOUND, || {
+            let pool = SlotPool::new(1).unwrap();
+            let idx = pool.acquire().unwrap();
+            let c = Completion::new(pool.clone(), idx);
+            let p2 = pool.clone();
+            let t = loom::thread::spawn(move || {
+                let mut wakes = Vec::new();
+                p2.complete_to(idx, Err(Failure::Overloaded), Some(&mut wakes));
+                for i in wakes {
+                    p2.wake(i);
+                }
+            });
+            let p3 = pool.clone();
+            let w = loom::thread::spawn(move || {
+                assert!(matches!(c.wait(), Err(Failure::Overloaded)));
+                let again = p3.acquire().expect("the slot was released");
+                assert_eq!(again, idx);
+                let c = Completion::new(p3.clone(), again);
+                p3.complete(again, Err(Failure::Shutdown));
+                assert!(matches!(c.wait(), Err(Failure::Shutdown)));
+            });
+            w.join().unwrap();
+            t.join().unwrap();
+            assert_eq!(pool.free.len(), 1);
+        });
     }
 }

@@ -107,8 +107,7 @@ pub(crate) struct Shared {
     pub hosted: bool,
     /// The statistics each core published last (read without asking the core).
     published: Box<[Published]>,
-    closed: AtomicBool,
-    active: AtomicUsize,
+    gate: submit::Gate,
     queue_full: AtomicU64,
     next_thread: AtomicUsize,
 }
@@ -129,11 +128,7 @@ impl Shared {
     /// Refuses new submissions (they fail with `Shutdown`), then waits (at most 5 s) for
     /// the submitters that passed the closed check before it.
     fn close_to_submitters(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        let t0 = Instant::now();
-        while self.active.load(Ordering::SeqCst) != 0 && t0.elapsed() < Duration::from_secs(5) {
-            std::thread::yield_now();
-        }
+        self.gate.close(Duration::from_secs(5));
     }
 
     /// True when a reader asked core `i` for a fresh snapshot (the core checks once per
@@ -417,8 +412,7 @@ impl EngineBuilder {
             gso: cfg.gso,
             hosted: cfg.hosted,
             published,
-            closed: AtomicBool::new(false),
-            active: AtomicUsize::new(0),
+            gate: submit::Gate::new(),
             queue_full: AtomicU64::new(0),
             next_thread: AtomicUsize::new(0),
         }))
@@ -809,17 +803,11 @@ impl EngineHandle {
     }
 
     fn enter(&self) -> bool {
-        let sh = &self.inner;
-        sh.active.fetch_add(1, Ordering::SeqCst);
-        if sh.closed.load(Ordering::SeqCst) {
-            sh.active.fetch_sub(1, Ordering::SeqCst);
-            return false;
-        }
-        true
+        self.inner.gate.enter()
     }
 
     fn leave(&self) {
-        self.inner.active.fetch_sub(1, Ordering::SeqCst);
+        self.inner.gate.leave();
     }
 
     /// Submits one built request.

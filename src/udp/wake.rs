@@ -19,9 +19,9 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
-use atomic_waker::AtomicWaker;
+use crate::sync::{AtomicBool, AtomicWaker};
 
 /// Ends a driver's wait from any thread. Obtained from `UdpDriver::waker`.
 #[derive(Debug)]
@@ -62,6 +62,7 @@ impl Waker {
         if self.pending.swap(true, Ordering::SeqCst) {
             return;
         }
+        crate::sync::seq_cst_point();
         if !self.parked.load(Ordering::SeqCst) {
             return; // the driver sees `pending` before it next blocks
         }
@@ -101,6 +102,7 @@ impl Waker {
     /// (then it must not block). Pair with [`unpark`](Self::unpark).
     pub(crate) fn park(&self) -> bool {
         self.parked.store(true, Ordering::SeqCst);
+        crate::sync::seq_cst_point();
         !self.pending.load(Ordering::SeqCst)
     }
 
@@ -120,5 +122,108 @@ impl Waker {
 impl AsRawFd for Waker {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+}
+
+/// The pending/parked handshake under loom (`cargo test --features loom --lib loom`):
+/// the driver's side as the mmsg/io_uring backends and the hosted core run it, against
+/// submitters that publish work and wake. A lost wake-up shows as a driver that blocks
+/// for ever (a deadlock loom reports) or spins without end.
+#[cfg(all(test, feature = "loom"))]
+mod loom_tests {
+    use super::*;
+    use crate::sync::loom_model;
+    use loom::sync::Arc;
+    use loom::sync::atomic::AtomicUsize;
+
+    const BOUND: usize = 3;
+
+    /// One nonblocking read of the eventfd: true when a wake-up was written.
+    fn eventfd_readable(w: &Waker) -> bool {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid u64 from the waker's (nonblocking) eventfd.
+        let n = unsafe { libc::read(w.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        n == 8
+    }
+
+    /// The eventfd driver (mmsg's `poll`, io_uring's read SQE): park; if that says
+    /// block, wait until the eventfd is written; unpark; report the wake-up.
+    #[test]
+    fn loom_waker_wake_vs_park_eventfd() {
+        loom_model("waker: wake vs park (eventfd)", BOUND, || {
+            let w = Arc::new(Waker::new(true).unwrap());
+            let w2 = w.clone();
+            let t = loom::thread::spawn(move || w2.wake());
+            if w.park() {
+                // blocked in poll(2): only the eventfd ends the wait
+                while !eventfd_readable(&w) {
+                    loom::thread::yield_now();
+                }
+            }
+            w.unpark();
+            assert!(w.clear(), "the wake-up is reported");
+            t.join().unwrap();
+        });
+    }
+
+    /// The hosted driver (a task on a runtime): two submitters publish one item each
+    /// and wake; the driver takes work, registers its task, parks and waits as a
+    /// future (woken through the task waker, never the eventfd) until it has both.
+    #[test]
+    fn loom_waker_two_submitters_vs_hosted_driver() {
+        loom_model("waker: two wakes vs hosted driver loop", BOUND, || {
+            let w = Arc::new(Waker::new(true).unwrap());
+            w.host();
+            let work = Arc::new(AtomicUsize::new(0));
+            let subs: Vec<_> = (0..2)
+                .map(|_| {
+                    let (w, work) = (w.clone(), work.clone());
+                    loom::thread::spawn(move || {
+                        work.fetch_add(1, Ordering::SeqCst);
+                        w.wake();
+                    })
+                })
+                .collect();
+            let (w2, work2) = (w.clone(), work.clone());
+            // the driver on its own thread: the main thread's `join` must not see the
+            // task waker's unpark
+            let driver = loom::thread::spawn(move || {
+                let (w, work) = (w2, work2);
+                let task = crate::engine::completion::thread_waker();
+                let mut seen = 0;
+                loop {
+                    seen += work.swap(0, Ordering::SeqCst);
+                    if seen == 2 {
+                        break;
+                    }
+                    // the wait future of `engine::hosted`: each poll registers the
+                    // task first; the first one parks
+                    let mut parked = false;
+                    loop {
+                        w.register(&task);
+                        if !parked {
+                            parked = true;
+                            if !w.park() {
+                                break;
+                            }
+                        }
+                        if w.is_pending() {
+                            break;
+                        }
+                        loom::thread::park(); // Poll::Pending until the task is woken
+                    }
+                    w.unpark();
+                    w.clear();
+                }
+            });
+            driver.join().unwrap();
+            for s in subs {
+                s.join().unwrap();
+            }
+            assert!(
+                !eventfd_readable(&w),
+                "a hosted waker never writes the eventfd"
+            );
+        });
     }
 }
