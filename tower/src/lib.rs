@@ -76,18 +76,57 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 mod admission;
+mod breaker;
 mod consumption;
 pub mod failure;
+pub mod fields;
+pub mod forwarded;
 mod metrics;
 mod service;
+mod verify;
 
-pub use crate::admission::{Admission, EngineAdmission, EngineDecision, Verdict, whole_ms_up};
+pub use crate::admission::{
+    Admission, Decided, EngineAdmission, EngineDecision, EngineRef, Verdict, whole_ms_up,
+};
+pub use crate::breaker::{CircuitBreaker, FAILURE_LOG_INTERVAL};
 pub use crate::consumption::{
-    Classify, ClientAddr, Consumption, KeyBy, Keyed, Limit, LimitError, keyed,
+    Classify, ClientAddr, Consumption, KeyBy, Keyed, Limit, LimitError, keyed, peer_addr,
 };
 pub use crate::failure::{FailureKind, FailurePolicy, OnFailure};
+pub use crate::fields::PolicyState;
+pub use crate::forwarded::TrustedProxies;
 pub use crate::metrics::{CONTENT_TYPE, Exporter, LATENCY_BUCKETS, LayerMetrics, OUTCOMES};
 pub use crate::service::{
-    DEFAULT_MAX_PENDING, RateLimit, RateLimitLayer, ResponseBody, ResponseFuture, retry_after_secs,
-    too_many_requests,
+    AdmissionLayer, AdmissionService, DEFAULT_MAX_PENDING, Rejection, RejectionHook, ResponseBody,
+    ResponseFuture, RetryAfter, retry_after_secs, too_many_requests,
 };
+#[allow(deprecated)]
+pub use crate::service::{RateLimit, RateLimitLayer};
+pub use crate::verify::{EndpointCheck, EndpointProblem, verify};
+
+/// The engine crate, for what this crate does not re-export.
+pub use ratelimitly_engine as engine;
+/// Loading the API key from `RATELIMITLY_API_KEY` (or a file).
+pub use ratelimitly_engine::key_source;
+pub use ratelimitly_engine::key_source::{KEY_ENV, KeyLoadError};
+pub use ratelimitly_engine::{
+    ApiKey, BuildError, Cores, DnsConfig, Endpoint, EndpointParseError, Engine, EngineBuilder,
+    EngineHandle, LatencyTracker, RequestPolicy, Resource,
+};
+
+/// The API key from the environment variable [`KEY_ENV`] (`RATELIMITLY_API_KEY`);
+/// surrounding whitespace ignored, the text never echoed in errors.
+pub fn key_from_env() -> Result<ApiKey, KeyLoadError> {
+    key_source::read_key_text(None)?.parse()
+}
+
+/// Endpoints from comma-separated `ID@IP:PORT` text (what `RATELIMITLY_ENDPOINTS`
+/// holds); blanks around items are ignored. An endpoint's id must be the id of the
+/// server at that address: responses from another id are dropped.
+pub fn parse_endpoints(text: &str) -> Result<Vec<Endpoint>, EndpointParseError> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::parse)
+        .collect()
+}
