@@ -205,7 +205,8 @@ impl Default for FailureLog {
 }
 
 impl FailureLog {
-    pub(crate) fn failure(&self, kind: FailureKind, short_circuited: bool) {
+    /// Logs one failure of `kind` (rate-limited); `open`: the request is let through.
+    pub(crate) fn failure(&self, kind: FailureKind, short_circuited: bool, open: bool) {
         let i = FailureKind::ALL
             .iter()
             .position(|k| *k == kind)
@@ -222,18 +223,23 @@ impl FailureLog {
             return;
         }
         let unlogged = self.suppressed[i].swap(0, Ordering::Relaxed);
+        let action = if open {
+            "fail-open: requests are let through unlimited"
+        } else {
+            "fail-closed: requests are answered 503"
+        };
         if kind == FailureKind::EngineStopped {
             tracing::error!(
                 %kind,
                 unlogged,
-                "ratelimitly engine stopped: no request is limited (was the Engine dropped or shut down?)"
+                "ratelimitly engine stopped (was the Engine dropped or shut down?); {action}"
             );
         } else {
             tracing::warn!(
                 %kind,
                 unlogged,
                 short_circuited,
-                "ratelimitly admission failed: the failure policy applies"
+                "ratelimitly admission failed (service unreachable or not answering); {action}"
             );
         }
     }

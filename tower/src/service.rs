@@ -524,8 +524,9 @@ where
             metrics.record(&verdict, asked.elapsed());
             let granted = match &verdict {
                 Verdict::Failed(kind) => {
-                    log.failure(*kind, decision_skipped(&gate));
-                    if settings.failure.action(*kind) == OnFailure::Closed {
+                    let closed = settings.failure.action(*kind) == OnFailure::Closed;
+                    log.failure(*kind, decision_skipped(&gate), !closed);
+                    if closed {
                         return Ok(unavailable(*kind));
                     }
                     None
