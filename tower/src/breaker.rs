@@ -15,7 +15,7 @@
 //! the engine.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::admission::Verdict;
@@ -84,7 +84,6 @@ pub(crate) enum Gate {
 
 #[derive(Debug)]
 struct State {
-    consecutive: u32,
     open_kind: Option<FailureKind>,
     next_probe: Instant,
 }
@@ -94,6 +93,8 @@ struct State {
 pub(crate) struct Breaker {
     config: CircuitBreaker,
     open: AtomicBool,
+    /// Consecutive tripping failures (reset by any decision).
+    consecutive: AtomicU32,
     state: Mutex<State>,
 }
 
@@ -109,8 +110,8 @@ impl Breaker {
         Breaker {
             config,
             open: AtomicBool::new(false),
+            consecutive: AtomicU32::new(0),
             state: Mutex::new(State {
-                consecutive: 0,
                 open_kind: None,
                 next_probe: Instant::now(),
             }),
@@ -140,28 +141,35 @@ impl Breaker {
 
     /// Feeds one verdict of a request that was asked (`probe`: as the probe).
     pub(crate) fn observe(&self, verdict: &Verdict, probe: bool, metrics: &LayerMetrics) {
+        if self.config.threshold == u32::MAX {
+            return; // disabled
+        }
         let failed = match verdict {
             Verdict::Failed(k) if trips(*k) => Some(*k),
             Verdict::Failed(_) | Verdict::Invalid => return,
             _ => None,
         };
         if failed.is_none() && !self.open.load(Ordering::Acquire) {
-            // the fast path: a decision with the breaker closed
-            let mut s = self.lock();
-            s.consecutive = 0;
+            // the fast path: a decision with the breaker closed, no lock
+            if self.consecutive.load(Ordering::Relaxed) != 0 {
+                self.consecutive.store(0, Ordering::Relaxed);
+            }
             return;
         }
         let mut s = self.lock();
         match failed {
             Some(kind) => {
-                s.consecutive = s.consecutive.saturating_add(1);
-                if s.open_kind.is_none() && s.consecutive >= self.config.threshold {
+                let n = self
+                    .consecutive
+                    .fetch_add(1, Ordering::Relaxed)
+                    .saturating_add(1);
+                if s.open_kind.is_none() && n >= self.config.threshold {
                     s.open_kind = Some(kind);
                     s.next_probe = Instant::now() + self.config.probe_interval;
                     self.open.store(true, Ordering::Release);
                     metrics.record_breaker(true);
                     tracing::warn!(
-                        failures = s.consecutive,
+                        failures = n,
                         %kind,
                         probe_every_ms = self.config.probe_interval.as_millis() as u64,
                         "ratelimitly circuit breaker open: the failure policy applies at once until a probe gets a decision"
@@ -171,7 +179,7 @@ impl Breaker {
                 }
             }
             None => {
-                s.consecutive = 0;
+                self.consecutive.store(0, Ordering::Relaxed);
                 if s.open_kind.take().is_some() {
                     self.open.store(false, Ordering::Release);
                     metrics.record_breaker(false);

@@ -356,6 +356,16 @@ async fn a_request_without_an_address_warns_and_gets_the_failure_policy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn circuit_breaker_opens_and_closes() {
     let _s = SERIAL.lock().await;
+    // The layer's logs go to a capture (the only global subscriber of this binary).
+    let cap = Capture::default();
+    let sub = tracing_subscriber::fmt()
+        .with_writer({
+            let cap = cap.clone();
+            move || cap.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    let global = tracing::subscriber::set_global_default(sub).is_ok();
     let r = responder_at(304, None);
     let at = r.addr();
     let e = engine(&r);
