@@ -397,6 +397,20 @@ async fn circuit_breaker_opens_and_closes() {
         text.contains("ratelimitly_breaker_transitions_total{to=\"open\"} 1"),
         "{text}"
     );
+    if global {
+        // The first timeout is logged at warn!, the next ones (within 10 s) are not; the
+        // breaker's opening is logged.
+        let logs = cap.text();
+        let timeouts = logs
+            .lines()
+            .filter(|l| {
+                l.contains("WARN") && l.contains("admission failed") && l.contains("kind=timeout")
+            })
+            .count();
+        assert_eq!(timeouts, 1, "{logs}");
+        assert!(logs.contains("fail-open"), "{logs}");
+        assert!(logs.contains("circuit breaker open"), "{logs}");
+    }
     // The responder comes back on the same address: a probe closes the breaker.
     let r = responder_at(304, Some(at));
     let mut closed = false;
