@@ -608,6 +608,60 @@ fn rejection<B>(
 mod tests {
     use super::*;
 
+    use crate::admission::Decided;
+    use ratelimitly_engine::{Resource, ResourceResult};
+
+    #[test]
+    fn assess_several_resources() {
+        let a = Resource::new("api:10.0.0.1", Duration::from_secs(10), 5).unwrap();
+        let b = Resource::new("api:global", Duration::from_secs(60), 100).unwrap();
+        let c = Consumption::new()
+            .consume(a.clone(), 1)
+            .consume(b.clone(), 1);
+        let result = |r: &Resource, actual_rate, deficit| ResourceResult {
+            bucket_id: r.id(),
+            window_ms: r.window_ms(),
+            actual_rate,
+            deficit,
+        };
+        let v = Verdict::Decided(Decided {
+            granted: false,
+            resources: vec![result(&b, 40, 0), result(&a, 5, 1)],
+        });
+        let (ps, retry) = assess(&c, &v, RetryAfter::Window);
+        assert_eq!(
+            retry,
+            Some(Duration::from_secs(10)),
+            "the rejected one's window"
+        );
+        assert_eq!(ps[0].name, "api");
+        assert_eq!(ps[1].name, "api-1");
+        assert_eq!((ps[0].remaining, ps[1].remaining), (Some(0), Some(60)));
+        assert_eq!(
+            fields::policy_value(&ps).unwrap(),
+            "\"api\";q=5;w=10, \"api-1\";q=100;w=60"
+        );
+        assert_eq!(
+            fields::ratelimit_value(&ps).unwrap(),
+            "\"api\";r=0;t=10, \"api-1\";r=60;t=60"
+        );
+        // the even-spread estimate: 10 s x 1 / 5 = 2 s
+        let (ps, retry) = assess(&c, &v, RetryAfter::EvenSpread);
+        assert_eq!(retry, Some(Duration::from_secs(2)));
+        assert_eq!(ps[0].reset, Some(Duration::from_secs(2)));
+        // a backend without results: the longest window, policies without state
+        let v = Verdict::Rejected {
+            retry_after: Some(Duration::from_secs(2)),
+        };
+        let (ps, retry) = assess(&c, &v, RetryAfter::Window);
+        assert_eq!(retry, Some(Duration::from_secs(60)));
+        assert!(fields::ratelimit_value(&ps).is_none());
+        assert_eq!(
+            assess(&c, &v, RetryAfter::EvenSpread).1,
+            Some(Duration::from_secs(2))
+        );
+    }
+
     #[test]
     fn retry_after_whole_seconds() {
         assert_eq!(retry_after_secs(None), 1);
