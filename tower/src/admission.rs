@@ -10,16 +10,21 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ratelimitly_engine::{Completion, EngineHandle, LatencyTracker, Outcome};
+use std::sync::Arc;
+
+use ratelimitly_engine::{
+    Completion, Engine, EngineHandle, LatencyTracker, Outcome, Resource, ResourceResult,
+};
 
 use crate::consumption::Consumption;
 use crate::failure::FailureKind;
 
 /// The answer for one consumption.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Verdict {
-    /// Everything was consumed: forward the request.
+    /// Everything was consumed: forward the request. (A backend without per-resource
+    /// results; the engine answers [`Verdict::Decided`].)
     Granted,
     /// Nothing was consumed. `retry_after` is the service's estimate of when the missing
     /// tokens come back (`None` when only guards failed).
@@ -31,16 +36,52 @@ pub enum Verdict {
     Failed(FailureKind),
     /// The consumption itself is invalid (a bug of the mapping function).
     Invalid,
+    /// A decision with the service's per-resource results (what the engine answers):
+    /// the layer derives `Retry-After` and the RateLimit fields from them.
+    Decided(Decided),
+}
+
+/// A decision with its evidence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decided {
+    /// Everything was consumed.
+    pub granted: bool,
+    /// The per-resource results, in the server's order (match them by bucket id).
+    pub resources: Vec<ResourceResult>,
+}
+
+impl Decided {
+    /// The result for `resource`, if the server sent one.
+    pub fn result_of(&self, resource: &Resource) -> Option<&ResourceResult> {
+        let id = resource.id();
+        self.resources.iter().find(|r| r.bucket_id == id)
+    }
 }
 
 impl Verdict {
+    /// A grant (either form).
+    pub fn is_granted(&self) -> bool {
+        matches!(
+            self,
+            Verdict::Granted | Verdict::Decided(Decided { granted: true, .. })
+        )
+    }
+
+    /// A rejection (either form).
+    pub fn is_rejected(&self) -> bool {
+        matches!(
+            self,
+            Verdict::Rejected { .. } | Verdict::Decided(Decided { granted: false, .. })
+        )
+    }
+
     /// The verdict of an engine outcome.
     pub fn of(outcome: &Outcome) -> Verdict {
         match outcome {
-            Ok(r) if r.is_granted() => Verdict::Granted,
-            Ok(r) => Verdict::Rejected {
-                retry_after: r.retry_after(),
-            },
+            Ok(r) => Verdict::Decided(Decided {
+                granted: r.is_granted(),
+                resources: r.resource_results().to_vec(),
+            }),
             Err(f) => match FailureKind::of(f) {
                 Some(kind) => Verdict::Failed(kind),
                 None => Verdict::Invalid,
@@ -65,9 +106,60 @@ pub trait Admission: Clone + Send + Sync + 'static {
 }
 
 /// The engine as an [`Admission`] backend.
+///
+/// Built from an [`Engine`] or an `Arc<Engine>`, it owns the engine: the engine runs
+/// as long as a layer (or a clone) uses it, whatever happens to the application's own
+/// value. Built from a bare [`EngineHandle`] it does not, and stops deciding (every
+/// request fails with `EngineStopped`) once the engine is dropped.
 #[derive(Clone)]
 pub struct EngineAdmission {
     handle: EngineHandle,
+    _owner: Option<Arc<Engine>>,
+}
+
+/// What an engine-backed layer is built from: an [`Engine`] or `Arc<Engine>` (kept
+/// alive by the layer), or an [`EngineHandle`] (not kept alive).
+#[derive(Clone, Debug)]
+pub struct EngineRef {
+    handle: EngineHandle,
+    owner: Option<Arc<Engine>>,
+}
+
+impl EngineRef {
+    /// The layer keeps the engine alive.
+    pub fn owns(&self) -> bool {
+        self.owner.is_some()
+    }
+}
+
+impl From<Engine> for EngineRef {
+    fn from(e: Engine) -> Self {
+        Arc::new(e).into()
+    }
+}
+
+impl From<Arc<Engine>> for EngineRef {
+    fn from(e: Arc<Engine>) -> Self {
+        EngineRef {
+            handle: e.handle(),
+            owner: Some(e),
+        }
+    }
+}
+
+impl From<&Arc<Engine>> for EngineRef {
+    fn from(e: &Arc<Engine>) -> Self {
+        e.clone().into()
+    }
+}
+
+impl From<EngineHandle> for EngineRef {
+    fn from(handle: EngineHandle) -> Self {
+        EngineRef {
+            handle,
+            owner: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for EngineAdmission {
@@ -77,9 +169,19 @@ impl std::fmt::Debug for EngineAdmission {
 }
 
 impl EngineAdmission {
-    /// Decisions from `handle`'s engine.
-    pub fn new(handle: EngineHandle) -> Self {
-        EngineAdmission { handle }
+    /// Decisions from `engine` (an [`Engine`] or `Arc<Engine>`, kept alive, or an
+    /// [`EngineHandle`], not kept alive).
+    pub fn new(engine: impl Into<EngineRef>) -> Self {
+        let r = engine.into();
+        EngineAdmission {
+            handle: r.handle,
+            _owner: r.owner,
+        }
+    }
+
+    /// The layer keeps its engine alive (built from an `Engine` or `Arc<Engine>`).
+    pub fn owns_engine(&self) -> bool {
+        self._owner.is_some()
     }
 
     /// The engine handle.

@@ -11,13 +11,17 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::io::Write as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::header::HeaderName;
 use ratelimitly_engine::{LatencyTracker, Resource};
+
+use crate::failure::FailureKind;
+use crate::forwarded::{TrustedProxies, client_ip};
 
 /// What one request consumes; an empty consumption is granted locally without asking
 /// the service.
@@ -26,9 +30,24 @@ pub struct Consumption {
     resources: Vec<(Resource, u32)>,
     guards: Vec<(LatencyTracker, Duration)>,
     label: Cow<'static, str>,
+    failure: Option<FailureKind>,
 }
 
 impl Consumption {
+    /// A consumption that cannot be asked for: the layer applies its failure policy for
+    /// `kind` without asking the service (e.g. no client address to key by).
+    pub fn failed(kind: FailureKind) -> Self {
+        Consumption {
+            failure: Some(kind),
+            ..Self::default()
+        }
+    }
+
+    /// The failure set by [`Consumption::failed`].
+    pub fn failure(&self) -> Option<FailureKind> {
+        self.failure
+    }
+
     /// Nothing consumed, no guard, no label.
     pub fn new() -> Self {
         Self::default()
@@ -92,9 +111,26 @@ where
 }
 
 /// The peer address of the connection a request came on. A server inserts it into the
-/// request's extensions (the `rl-proxy` binary does); [`KeyBy::ClientIp`] reads it.
+/// request's extensions (the `rl-proxy` binary does); [`KeyBy::ClientIp`] reads it
+/// when axum's `ConnectInfo<SocketAddr>` is not there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ClientAddr(pub SocketAddr);
+
+/// The connection's peer address from the request's extensions, whichever is present,
+/// in this order: axum's `ConnectInfo<SocketAddr>` (with the default `axum` feature;
+/// serve with `into_make_service_with_connect_info::<SocketAddr>()`), [`ClientAddr`],
+/// a bare `SocketAddr`.
+pub fn peer_addr<B>(request: &http::Request<B>) -> Option<SocketAddr> {
+    let ext = request.extensions();
+    #[cfg(feature = "axum")]
+    if let Some(ci) = ext.get::<axum::extract::ConnectInfo<SocketAddr>>() {
+        return Some(ci.0);
+    }
+    if let Some(a) = ext.get::<ClientAddr>() {
+        return Some(a.0);
+    }
+    ext.get::<SocketAddr>().copied()
+}
 
 /// `COUNT` tokens per `WINDOW`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -181,8 +217,11 @@ impl FromStr for Limit {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum KeyBy {
-    /// The client's IP address, from the [`ClientAddr`] extension (requests without it
-    /// share the bucket `unknown`).
+    /// The client's IP address: the peer address ([`peer_addr`]), or behind trusted
+    /// proxies ([`Keyed::trusted_proxies`]) the forwarded client
+    /// ([`crate::forwarded::client_ip`]). A request without any peer address is not
+    /// keyed: it gets the failure policy for [`FailureKind::NoClientAddr`] (logged once
+    /// per mapping at `warn!`), never a shared bucket.
     ClientIp,
     /// The value of a header (requests without it share one bucket).
     Header(HeaderName),
@@ -221,7 +260,9 @@ pub struct Keyed {
     prefix: Cow<'static, str>,
     guards: Vec<(LatencyTracker, Duration)>,
     label: Cow<'static, str>,
+    trusted: Arc<TrustedProxies>,
     buckets: Arc<Mutex<HashMap<Box<str>, Resource>>>,
+    warned_no_addr: Arc<AtomicBool>,
 }
 
 /// Most keys whose bucket a [`Keyed`] keeps.
@@ -235,7 +276,9 @@ pub fn keyed(limit: Limit, key_by: KeyBy) -> Keyed {
         prefix: Cow::Borrowed("http"),
         guards: Vec::new(),
         label: Cow::Borrowed(""),
+        trusted: Arc::default(),
         buckets: Arc::default(),
+        warned_no_addr: Arc::default(),
     }
 }
 
@@ -247,6 +290,13 @@ impl Keyed {
     pub fn prefix(mut self, prefix: impl Into<Cow<'static, str>>) -> Self {
         self.prefix = prefix.into();
         self.buckets = Arc::default(); // other names: not shared with earlier clones
+        self
+    }
+
+    /// Believes `X-Forwarded-For` / `Forwarded` from peers in `trusted` for
+    /// [`KeyBy::ClientIp`] (default: nobody is trusted).
+    pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
+        self.trusted = Arc::new(trusted);
         self
     }
 
@@ -262,8 +312,9 @@ impl Keyed {
         self
     }
 
-    /// The key of `request` (bounded length).
-    pub fn key_of<B>(&self, request: &http::Request<B>) -> String {
+    /// The key of `request` (bounded length); `None` for [`KeyBy::ClientIp`] without a
+    /// peer address.
+    pub fn key_of<B>(&self, request: &http::Request<B>) -> Option<String> {
         let mut ip = IpText::default();
         self.with_key(request, &mut ip, str::to_owned)
     }
@@ -275,12 +326,17 @@ impl Keyed {
         request: &'a http::Request<B>,
         ip: &'a mut IpText,
         f: impl FnOnce(&str) -> R,
-    ) -> R {
+    ) -> Option<R> {
         let raw: Cow<'a, str> = match &self.key_by {
-            KeyBy::ClientIp => match request.extensions().get::<ClientAddr>() {
-                Some(a) => Cow::Borrowed(ip.format(a.0)),
-                None => Cow::Borrowed("unknown"),
-            },
+            KeyBy::ClientIp => {
+                let peer = peer_addr(request)?;
+                let addr = if self.trusted.is_empty() {
+                    peer.ip()
+                } else {
+                    client_ip(peer.ip(), request.headers(), &self.trusted)
+                };
+                Cow::Borrowed(ip.format(addr))
+            }
             KeyBy::Header(name) => request
                 .headers()
                 .get(name)
@@ -292,7 +348,7 @@ impl Keyed {
         while !raw.is_char_boundary(end) {
             end -= 1;
         }
-        f(&raw[..end])
+        Some(f(&raw[..end]))
     }
 
     /// The bucket of `key`: from the cache, or made and cached. `None` when the engine
@@ -328,10 +384,10 @@ impl Default for IpText {
 }
 
 impl IpText {
-    fn format(&mut self, addr: SocketAddr) -> &str {
+    fn format(&mut self, addr: IpAddr) -> &str {
         let mut w = &mut self.buf[..];
         let room = w.len();
-        let len = match write!(w, "{}", addr.ip()) {
+        let len = match write!(w, "{addr}") {
             Ok(()) => room - w.len(),
             Err(_) => 0,
         };
@@ -345,8 +401,20 @@ impl<B> Classify<B> for Keyed {
         // A name or limit the engine refuses shows up as an invalid request (500), not
         // as a panic: Resource::new only fails on limits Limit::new already refused.
         let mut ip = IpText::default();
-        if let Some(r) = self.with_key(request, &mut ip, |key| self.bucket(key)) {
-            c = c.consume(r, 1);
+        match self.with_key(request, &mut ip, |key| self.bucket(key)) {
+            Some(Some(r)) => c = c.consume(r, 1),
+            Some(None) => {}
+            None => {
+                if !self.warned_no_addr.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "KeyBy::ClientIp found no client address on a request (no axum ConnectInfo<SocketAddr>, \
+                         ClientAddr or SocketAddr extension; with axum serve with \
+                         into_make_service_with_connect_info::<SocketAddr>()): such requests get the failure \
+                         policy (no_client_addr) instead of a bucket"
+                    );
+                }
+                return Consumption::failed(FailureKind::NoClientAddr);
+            }
         }
         for (t, th) in &self.guards {
             c = c.guard(t.clone(), *th);
@@ -382,7 +450,7 @@ mod tests {
     fn keys() {
         let k = keyed(Limit::new(1, Duration::from_secs(1)).unwrap(), KeyBy::Path);
         let req = http::Request::get("/a/b?x=1").body(()).unwrap();
-        assert_eq!(k.key_of(&req), "/a/b");
+        assert_eq!(k.key_of(&req).unwrap(), "/a/b");
         let c = k.classify(&req);
         assert_eq!(c.resources()[0].0.name(), "http:/a/b");
         let k = keyed(
@@ -393,16 +461,34 @@ mod tests {
             .header("x-user", "alice")
             .body(())
             .unwrap();
-        assert_eq!(k.key_of(&req), "alice");
+        assert_eq!(k.key_of(&req).unwrap(), "alice");
         let k = keyed(
             Limit::new(1, Duration::from_secs(1)).unwrap(),
             KeyBy::ClientIp,
         );
         let mut req = http::Request::get("/").body(()).unwrap();
-        assert_eq!(k.key_of(&req), "unknown");
+        assert_eq!(k.key_of(&req), None);
+        assert_eq!(k.classify(&req).failure(), Some(FailureKind::NoClientAddr));
         req.extensions_mut()
             .insert(ClientAddr("10.1.2.3:5555".parse().unwrap()));
-        assert_eq!(k.key_of(&req), "10.1.2.3");
+        assert_eq!(k.key_of(&req).unwrap(), "10.1.2.3");
+        // a bare SocketAddr extension also works
+        let mut req = http::Request::get("/").body(()).unwrap();
+        req.extensions_mut()
+            .insert("10.9.9.9:1".parse::<SocketAddr>().unwrap());
+        assert_eq!(k.key_of(&req).unwrap(), "10.9.9.9");
+        // forwarded headers only from trusted peers
+        let k = k.trusted_proxies("10.0.0.0/8".parse().unwrap());
+        let mut req = http::Request::get("/")
+            .header("x-forwarded-for", "198.51.100.7")
+            .body(())
+            .unwrap();
+        req.extensions_mut()
+            .insert(ClientAddr("10.1.2.3:5555".parse().unwrap()));
+        assert_eq!(k.key_of(&req).unwrap(), "198.51.100.7");
+        req.extensions_mut()
+            .insert(ClientAddr("192.0.2.1:5555".parse().unwrap()));
+        assert_eq!(k.key_of(&req).unwrap(), "192.0.2.1");
         assert!("header:bad name".parse::<KeyBy>().is_err());
         assert!("cookie".parse::<KeyBy>().is_err());
     }
@@ -418,7 +504,7 @@ mod tests {
                 .insert(ClientAddr(addr.parse().unwrap()));
             for _ in 0..2 {
                 let c = k.classify(&req);
-                let key = k.key_of(&req);
+                let key = k.key_of(&req).unwrap();
                 let want = Resource::new(format!("http:{key}"), Duration::from_secs(2), 5).unwrap();
                 assert_eq!(c.resources()[0].0, want, "{addr}");
             }

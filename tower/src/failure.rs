@@ -7,7 +7,7 @@
 //! # The default, and why
 //!
 //! [`FailurePolicy::default()`] forwards (fail-open) on timeout, discovery,
-//! communication and engine-stopped failures, and answers `503` (fail-closed) on
+//! communication, engine-stopped and no-client-address failures, and answers `503` (fail-closed) on
 //! overload:
 //!
 //! - A timeout, a discovery or a communication failure says that the rate-limit service
@@ -44,16 +44,21 @@ pub enum FailureKind {
     Communication,
     /// The engine was shut down.
     EngineStopped,
+    /// The request has no client address to key its bucket by ([`crate::KeyBy::ClientIp`]
+    /// found no `ConnectInfo`, `ClientAddr` or `SocketAddr` extension). The service is
+    /// not asked: such requests never share one bucket.
+    NoClientAddr,
 }
 
 impl FailureKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [FailureKind; 5] = [
+    pub const ALL: [FailureKind; 6] = [
         FailureKind::Timeout,
         FailureKind::Overload,
         FailureKind::Discovery,
         FailureKind::Communication,
         FailureKind::EngineStopped,
+        FailureKind::NoClientAddr,
     ];
 
     /// The kind of an engine failure; `None` for a configuration failure (an invalid
@@ -78,6 +83,7 @@ impl FailureKind {
             FailureKind::Discovery => "discovery",
             FailureKind::Communication => "communication",
             FailureKind::EngineStopped => "stopped",
+            FailureKind::NoClientAddr => "no_client_addr",
         }
     }
 }
@@ -113,7 +119,7 @@ impl FromStr for OnFailure {
 /// The action for each [`FailureKind`]. See the module docs for the default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FailurePolicy {
-    actions: [OnFailure; 5],
+    actions: [OnFailure; 6],
 }
 
 impl Default for FailurePolicy {
@@ -126,21 +132,21 @@ impl FailurePolicy {
     /// Every kind forwards.
     pub const fn open() -> Self {
         FailurePolicy {
-            actions: [OnFailure::Open; 5],
+            actions: [OnFailure::Open; 6],
         }
     }
 
     /// Every kind answers `503`.
     pub const fn closed() -> Self {
         FailurePolicy {
-            actions: [OnFailure::Closed; 5],
+            actions: [OnFailure::Closed; 6],
         }
     }
 
     /// Every kind does `action`.
     pub const fn all(action: OnFailure) -> Self {
         FailurePolicy {
-            actions: [action; 5],
+            actions: [action; 6],
         }
     }
 
@@ -162,6 +168,7 @@ impl FailurePolicy {
             FailureKind::Discovery => 2,
             FailureKind::Communication => 3,
             FailureKind::EngineStopped => 4,
+            FailureKind::NoClientAddr => 5,
         }
     }
 }

@@ -15,11 +15,14 @@
 //! 0.0.4 that every scraper reads.
 //!
 //! Series:
-//! - `ratelimitly_requests_total{outcome="granted|rejected|timeout|overloaded|discovery|communication|stopped|invalid"}`
+//! - `ratelimitly_requests_total{outcome="granted|rejected|timeout|overloaded|discovery|communication|stopped|invalid|no_client_addr"}`
 //!   — decisions and failures seen by the layer;
 //! - `ratelimitly_decision_latency_seconds` — histogram, admission call to verdict;
 //! - `ratelimitly_not_ready_total` — `poll_ready` answered `Pending` (decisions in
 //!   flight at the layer's limit);
+//! - `ratelimitly_breaker_open` (gauge, 0 or 1),
+//!   `ratelimitly_breaker_transitions_total{to="open|closed"}`,
+//!   `ratelimitly_breaker_short_circuits_total` — the circuit breaker;
 //! - with an engine: `ratelimitly_datagrams_sent_total` (request datagrams, replays and
 //!   completion deliveries included, plus latency-report datagrams),
 //!   `ratelimitly_responses_dropped_total{reason=...}` (one reason per wire rule, plus
@@ -27,7 +30,7 @@
 //!   `ratelimitly_in_flight{core="N"}`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -46,7 +49,7 @@ pub const LATENCY_BUCKETS: [f64; 14] = [
 ];
 
 /// The `outcome` label values, in counter order.
-pub const OUTCOMES: [&str; 8] = [
+pub const OUTCOMES: [&str; 9] = [
     "granted",
     "rejected",
     "timeout",
@@ -55,28 +58,36 @@ pub const OUTCOMES: [&str; 8] = [
     "communication",
     "stopped",
     "invalid",
+    "no_client_addr",
 ];
 
 /// The layer's counters: atomics only, one relaxed increment per request per counter.
 #[derive(Debug, Default)]
 pub struct LayerMetrics {
-    outcomes: [AtomicU64; 8],
+    outcomes: [AtomicU64; 9],
     buckets: [AtomicU64; 14],
     count: AtomicU64,
     sum_ns: AtomicU64,
     not_ready: AtomicU64,
+    breaker_open: AtomicBool,
+    breaker_opened: AtomicU64,
+    breaker_closed: AtomicU64,
+    short_circuits: AtomicU64,
 }
 
-fn outcome_index(v: Verdict) -> usize {
+fn outcome_index(v: &Verdict) -> usize {
     match v {
         Verdict::Granted => 0,
         Verdict::Rejected { .. } => 1,
+        Verdict::Decided(d) if d.granted => 0,
+        Verdict::Decided(_) => 1,
         Verdict::Failed(FailureKind::Timeout) => 2,
         Verdict::Failed(FailureKind::Overload) => 3,
         Verdict::Failed(FailureKind::Discovery) => 4,
         Verdict::Failed(FailureKind::Communication) => 5,
         Verdict::Failed(FailureKind::EngineStopped) => 6,
         Verdict::Invalid => 7,
+        Verdict::Failed(FailureKind::NoClientAddr) => 8,
     }
 }
 
@@ -87,7 +98,7 @@ impl LayerMetrics {
     }
 
     /// Counts one verdict reached after `latency`.
-    pub fn record(&self, verdict: Verdict, latency: Duration) {
+    pub fn record(&self, verdict: &Verdict, latency: Duration) {
         self.outcomes[outcome_index(verdict)].fetch_add(1, Ordering::Relaxed);
         let secs = latency.as_secs_f64();
         if let Some(i) = LATENCY_BUCKETS.iter().position(|b| secs <= *b) {
@@ -101,6 +112,31 @@ impl LayerMetrics {
     /// Counts one `poll_ready` that answered `Pending`.
     pub fn record_not_ready(&self) {
         self.not_ready.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one request answered by the open breaker without asking.
+    pub fn record_short_circuit(&self) {
+        self.short_circuits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one breaker transition (`open`: to open, else to closed).
+    pub fn record_breaker(&self, open: bool) {
+        self.breaker_open.store(open, Ordering::Relaxed);
+        if open {
+            self.breaker_opened.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.breaker_closed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The circuit breaker is open.
+    pub fn breaker_is_open(&self) -> bool {
+        self.breaker_open.load(Ordering::Relaxed)
+    }
+
+    /// Requests answered by the open breaker without asking the service.
+    pub fn short_circuits(&self) -> u64 {
+        self.short_circuits.load(Ordering::Relaxed)
     }
 
     /// Requests counted with `outcome` (one of [`OUTCOMES`]).
@@ -213,6 +249,40 @@ impl Exporter {
             let mut me = me;
             me.encode_counter::<NoLabelSet, _, u64>(&m.not_ready.load(Ordering::Relaxed), None)?;
         }
+        {
+            let mut me = enc.encode_descriptor(
+                "ratelimitly_breaker_open",
+                "1 while the layer's circuit breaker is open (failure policy applied at once)",
+                None,
+                MetricType::Gauge,
+            )?;
+            me.encode_gauge(&i64::from(m.breaker_open.load(Ordering::Relaxed)))?;
+        }
+        {
+            let mut me = enc.encode_descriptor(
+                "ratelimitly_breaker_transitions",
+                "Circuit breaker transitions, by the state entered",
+                None,
+                MetricType::Counter,
+            )?;
+            for (to, c) in [("open", &m.breaker_opened), ("closed", &m.breaker_closed)] {
+                let labels = [("to", to)];
+                let mut fe = me.encode_family(&labels)?;
+                fe.encode_counter::<NoLabelSet, _, u64>(&c.load(Ordering::Relaxed), None)?;
+            }
+        }
+        {
+            let mut me = enc.encode_descriptor(
+                "ratelimitly_breaker_short_circuits",
+                "Requests given the failure policy by the open breaker without asking the service",
+                None,
+                MetricType::Counter,
+            )?;
+            me.encode_counter::<NoLabelSet, _, u64>(
+                &m.short_circuits.load(Ordering::Relaxed),
+                None,
+            )?;
+        }
         Ok(())
     }
 
@@ -286,13 +356,13 @@ mod tests {
     #[test]
     fn layer_series_render() {
         let m = LayerMetrics::new();
-        m.record(Verdict::Granted, Duration::from_micros(300));
+        m.record(&Verdict::Granted, Duration::from_micros(300));
         m.record(
-            Verdict::Rejected { retry_after: None },
+            &Verdict::Rejected { retry_after: None },
             Duration::from_millis(3),
         );
         m.record(
-            Verdict::Failed(FailureKind::Timeout),
+            &Verdict::Failed(FailureKind::Timeout),
             Duration::from_secs(10),
         );
         let text = Exporter::new(m.clone()).encode();

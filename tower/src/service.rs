@@ -1,9 +1,10 @@
 //! The layer and its service: ask, then forward (grant), answer `429` (rejection), or
 //! follow the failure policy; afterwards report the inner service's latency.
 //!
-//! Owns: [`RateLimitLayer`], [`RateLimit`], the response body wrapper and the local
-//! `429`/`503`/`500` answers, readiness (the pending-decision limit), the `Retry-After`
-//! rule. Must not touch: the engine's internals, sockets.
+//! Owns: [`AdmissionLayer`], [`AdmissionService`], the response body wrapper and the
+//! local `429`/`503`/`500` answers, readiness (the pending-decision limit), the
+//! `Retry-After` rule ([`RetryAfter`]) and the RateLimit fields on responses. Must not
+//! touch: the engine's internals, sockets.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,15 +16,16 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use ratelimitly_engine::EngineHandle;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::PollSemaphore;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::admission::{Admission, EngineAdmission, Verdict, whole_ms_up};
-use crate::consumption::Classify;
+use crate::admission::{Admission, EngineAdmission, EngineRef, Verdict, whole_ms_up};
+use crate::breaker::{Breaker, CircuitBreaker, FailureLog, Gate};
+use crate::consumption::{Classify, Consumption};
 use crate::failure::{FailureKind, FailurePolicy, OnFailure};
+use crate::fields::{self, PolicyState, whole_secs_up};
 use crate::metrics::LayerMetrics;
 
 /// Default limit of admission decisions pending at once across all clones of one layer.
@@ -32,61 +34,177 @@ pub const DEFAULT_MAX_PENDING: usize = 4096;
 /// `Retry-After` in whole seconds: the estimate rounded up, at least 1 (a rejection by
 /// guards only, with no estimate, also gets 1).
 pub fn retry_after_secs(estimate: Option<Duration>) -> u64 {
-    estimate.map_or(1, |d| d.as_nanos().div_ceil(1_000_000_000).max(1) as u64)
+    estimate.map_or(1, whole_secs_up)
 }
 
-/// The layer. Clones share the backend, the metrics and the pending-decision limit.
-pub struct RateLimitLayer<A, C> {
+/// How `Retry-After` (and the RateLimit field's `t`) is derived from a rejection.
+///
+/// The service keeps a **sliding window** per bucket and does not say when the grants
+/// in it were made, so the exact moment a token comes back is unknown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RetryAfter {
+    /// The default, never too short: the window of the rejected resources (the longest,
+    /// rounded up to whole seconds, at least 1). After it every token now in the window
+    /// has left it, so an unchanged retry is admitted unless new consumption arrived in
+    /// between. A burst that used the whole quota at once waits exactly this long.
+    #[default]
+    Window,
+    /// The even-spread estimate ([`ratelimitly_engine::ResourceResult::retry_after`]):
+    /// `window × deficit ÷ actual_rate`, assuming the window's tokens were consumed
+    /// evenly. Shorter, and **too short after a burst**: a client that obeys it can be
+    /// rejected again several times before the window has passed.
+    EvenSpread,
+}
+
+/// What a rejection hook is told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Rejection {
+    /// The `Retry-After` the layer would send (whole seconds, at least 1).
+    pub retry_after: Duration,
+    /// Each resource's policy and state, in the request's order.
+    pub policies: Vec<PolicyState>,
+}
+
+/// Builds the response of a rejection (see [`AdmissionLayer::on_rejection`]).
+pub type RejectionHook = Arc<dyn Fn(&Rejection) -> Response<Bytes> + Send + Sync>;
+
+/// The layer-wide settings shared by every service it makes.
+struct Settings {
+    failure: FailurePolicy,
+    retry_after: RetryAfter,
+    fields: bool,
+    hook: Option<RejectionHook>,
+}
+
+/// The layer. Clones share the backend, the metrics, the circuit breaker and the
+/// pending-decision limit.
+///
+/// Named so as not to collide with `tower::limit::RateLimitLayer` (a local
+/// backpressure limiter that never answers `429`).
+pub struct AdmissionLayer<A, C> {
     admission: A,
     classify: Arc<C>,
-    failure: FailurePolicy,
+    settings: Arc<Settings>,
     metrics: Arc<LayerMetrics>,
+    breaker: Arc<Breaker>,
+    log: Arc<FailureLog>,
     permits: Arc<Semaphore>,
 }
 
-impl<A: Clone, C> Clone for RateLimitLayer<A, C> {
+/// The former name of [`AdmissionLayer`].
+#[deprecated(note = "renamed AdmissionLayer (tower::limit::RateLimitLayer is another thing)")]
+pub type RateLimitLayer<A, C> = AdmissionLayer<A, C>;
+
+/// The former name of [`AdmissionService`].
+#[deprecated(note = "renamed AdmissionService")]
+pub type RateLimit<S, A, C> = AdmissionService<S, A, C>;
+
+impl<A: Clone, C> Clone for AdmissionLayer<A, C> {
     fn clone(&self) -> Self {
-        RateLimitLayer {
+        AdmissionLayer {
             admission: self.admission.clone(),
             classify: self.classify.clone(),
-            failure: self.failure,
+            settings: self.settings.clone(),
             metrics: self.metrics.clone(),
+            breaker: self.breaker.clone(),
+            log: self.log.clone(),
             permits: self.permits.clone(),
         }
     }
 }
 
-impl<A, C> std::fmt::Debug for RateLimitLayer<A, C> {
+impl<A, C> std::fmt::Debug for AdmissionLayer<A, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RateLimitLayer")
-            .field("failure", &self.failure)
+        f.debug_struct("AdmissionLayer")
+            .field("failure", &self.settings.failure)
+            .field("retry_after", &self.settings.retry_after)
+            .field("ratelimit_fields", &self.settings.fields)
             .field("available_permits", &self.permits.available_permits())
             .finish_non_exhaustive()
     }
 }
 
-impl<C> RateLimitLayer<EngineAdmission, C> {
+impl<C> AdmissionLayer<EngineAdmission, C> {
     /// A layer asking `engine`, with `classify` mapping each request to its consumption.
-    pub fn new(engine: EngineHandle, classify: C) -> Self {
+    ///
+    /// Pass the [`ratelimitly_engine::Engine`] itself or an `Arc<Engine>`: the layer
+    /// then keeps the engine running as long as it is used. A bare
+    /// [`ratelimitly_engine::EngineHandle`] also works but does not keep the engine
+    /// alive: once the `Engine` is dropped every request fails with
+    /// [`FailureKind::EngineStopped`] (logged at `error!`).
+    pub fn new(engine: impl Into<EngineRef>, classify: C) -> Self {
         Self::with_admission(EngineAdmission::new(engine), classify)
     }
 }
 
-impl<A, C> RateLimitLayer<A, C> {
+impl<A, C> AdmissionLayer<A, C> {
     /// A layer asking `admission` (any [`Admission`] backend).
     pub fn with_admission(admission: A, classify: C) -> Self {
-        RateLimitLayer {
+        AdmissionLayer {
             admission,
             classify: Arc::new(classify),
-            failure: FailurePolicy::default(),
+            settings: Arc::new(Settings {
+                failure: FailurePolicy::default(),
+                retry_after: RetryAfter::default(),
+                fields: true,
+                hook: None,
+            }),
             metrics: LayerMetrics::new(),
+            breaker: Arc::new(Breaker::new(CircuitBreaker::default())),
+            log: Arc::default(),
             permits: Arc::new(Semaphore::new(DEFAULT_MAX_PENDING)),
         }
     }
 
+    fn settings_mut(&mut self) -> &mut Settings {
+        if Arc::get_mut(&mut self.settings).is_none() {
+            let s = &*self.settings;
+            self.settings = Arc::new(Settings {
+                failure: s.failure,
+                retry_after: s.retry_after,
+                fields: s.fields,
+                hook: s.hook.clone(),
+            });
+        }
+        Arc::get_mut(&mut self.settings).expect("unique")
+    }
+
     /// What to do when no decision comes back (default: [`FailurePolicy::default`]).
     pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
-        self.failure = policy;
+        self.settings_mut().failure = policy;
+        self
+    }
+
+    /// How `Retry-After` is derived (default [`RetryAfter::Window`], never too short).
+    pub fn retry_after(mut self, mode: RetryAfter) -> Self {
+        self.settings_mut().retry_after = mode;
+        self
+    }
+
+    /// Sends the IETF `RateLimit-Policy` and `RateLimit` fields on granted and rejected
+    /// responses (default: on). See [`crate::fields`].
+    pub fn ratelimit_fields(mut self, on: bool) -> Self {
+        self.settings_mut().fields = on;
+        self
+    }
+
+    /// Builds each `429` response with `hook` (a JSON body, extra headers, another
+    /// status). `Retry-After` and the RateLimit fields are added unless the hook set
+    /// them itself.
+    pub fn on_rejection<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&Rejection) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        self.settings_mut().hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// The circuit breaker's settings (default [`CircuitBreaker::default`]); a fresh
+    /// breaker, closed.
+    pub fn circuit_breaker(mut self, breaker: CircuitBreaker) -> Self {
+        self.breaker = Arc::new(Breaker::new(breaker));
         self
     }
 
@@ -101,18 +219,25 @@ impl<A, C> RateLimitLayer<A, C> {
     pub fn metrics(&self) -> Arc<LayerMetrics> {
         self.metrics.clone()
     }
+
+    /// The backend.
+    pub fn admission(&self) -> &A {
+        &self.admission
+    }
 }
 
-impl<S, A: Clone, C> Layer<S> for RateLimitLayer<A, C> {
-    type Service = RateLimit<S, A, C>;
+impl<S, A: Clone, C> Layer<S> for AdmissionLayer<A, C> {
+    type Service = AdmissionService<S, A, C>;
 
-    fn layer(&self, inner: S) -> RateLimit<S, A, C> {
-        RateLimit {
+    fn layer(&self, inner: S) -> AdmissionService<S, A, C> {
+        AdmissionService {
             inner,
             admission: self.admission.clone(),
             classify: self.classify.clone(),
-            failure: self.failure,
+            settings: self.settings.clone(),
             metrics: self.metrics.clone(),
+            breaker: self.breaker.clone(),
+            log: self.log.clone(),
             semaphore: PollSemaphore::new(self.permits.clone()),
             permit: None,
         }
@@ -125,24 +250,28 @@ impl<S, A: Clone, C> Layer<S> for RateLimitLayer<A, C> {
 /// decisions is reached (the engine would otherwise queue requests it cannot serve in
 /// time, or refuse them as overloaded), and otherwise reports the inner service's
 /// readiness.
-pub struct RateLimit<S, A, C> {
+pub struct AdmissionService<S, A, C> {
     inner: S,
     admission: A,
     classify: Arc<C>,
-    failure: FailurePolicy,
+    settings: Arc<Settings>,
     metrics: Arc<LayerMetrics>,
+    breaker: Arc<Breaker>,
+    log: Arc<FailureLog>,
     semaphore: PollSemaphore,
     permit: Option<OwnedSemaphorePermit>,
 }
 
-impl<S: Clone, A: Clone, C> Clone for RateLimit<S, A, C> {
+impl<S: Clone, A: Clone, C> Clone for AdmissionService<S, A, C> {
     fn clone(&self) -> Self {
-        RateLimit {
+        AdmissionService {
             inner: self.inner.clone(),
             admission: self.admission.clone(),
             classify: self.classify.clone(),
-            failure: self.failure,
+            settings: self.settings.clone(),
             metrics: self.metrics.clone(),
+            breaker: self.breaker.clone(),
+            log: self.log.clone(),
             semaphore: self.semaphore.clone(),
             // A permit belongs to the instance that was polled ready.
             permit: None,
@@ -150,10 +279,10 @@ impl<S: Clone, A: Clone, C> Clone for RateLimit<S, A, C> {
     }
 }
 
-impl<S, A, C> std::fmt::Debug for RateLimit<S, A, C> {
+impl<S, A, C> std::fmt::Debug for AdmissionService<S, A, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RateLimit")
-            .field("failure", &self.failure)
+        f.debug_struct("AdmissionService")
+            .field("failure", &self.settings.failure)
             .field("ready", &self.permit.is_some())
             .finish_non_exhaustive()
     }
@@ -182,6 +311,14 @@ impl<B> ResponseBody<B> {
         ResponseBody {
             inner: Some(body),
             local: None,
+        }
+    }
+
+    /// A local body of any bytes.
+    pub fn bytes(body: Bytes) -> Self {
+        ResponseBody {
+            inner: None,
+            local: Some(body),
         }
     }
 
@@ -251,6 +388,7 @@ fn unavailable<B>(kind: FailureKind) -> Response<ResponseBody<B>> {
         FailureKind::Discovery => "no rate limit service found\n",
         FailureKind::Communication => "rate limit service unreachable\n",
         FailureKind::EngineStopped => "rate limiter stopped\n",
+        FailureKind::NoClientAddr => "no client address to rate limit by\n",
     };
     local(StatusCode::SERVICE_UNAVAILABLE, text)
 }
@@ -258,7 +396,71 @@ fn unavailable<B>(kind: FailureKind) -> Response<ResponseBody<B>> {
 /// The service's future.
 pub type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
 
-impl<S, A, C, ReqB, ResB> Service<http::Request<ReqB>> for RateLimit<S, A, C>
+/// The policy names of `c`'s resources: the bucket name up to its first `:` (the
+/// [`crate::Keyed`] prefix, so a client's key is never echoed), made unique by index.
+fn policy_names(c: &Consumption) -> Vec<String> {
+    let mut names: Vec<String> = Vec::with_capacity(c.resources().len());
+    for (i, (r, _)) in c.resources().iter().enumerate() {
+        let base = r.name().split(':').next().unwrap_or("");
+        let base = if base.is_empty() { "default" } else { base };
+        let name = if names.iter().any(|n| n == base) {
+            format!("{base}-{i}")
+        } else {
+            base.to_owned()
+        };
+        names.push(name);
+    }
+    names
+}
+
+/// The policies of `c` with what `verdict` says about them, and for a rejection the
+/// `Retry-After` (`None`: no estimate, 1 s is sent).
+pub(crate) fn assess(
+    c: &Consumption,
+    verdict: &Verdict,
+    mode: RetryAfter,
+) -> (Vec<PolicyState>, Option<Duration>) {
+    let names = policy_names(c);
+    let mut policies = Vec::with_capacity(names.len());
+    let mut retry: Option<Duration> = None;
+    for ((r, _), name) in c.resources().iter().zip(names) {
+        let window = Duration::from_millis(u64::from(r.window_ms()));
+        let mut p = PolicyState {
+            name,
+            quota: r.rate_limit(),
+            window,
+            remaining: None,
+            reset: None,
+        };
+        match verdict {
+            Verdict::Decided(d) => {
+                if let Some(res) = d.result_of(r) {
+                    p.remaining = Some(r.rate_limit().saturating_sub(res.actual_rate));
+                    let reset = match mode {
+                        RetryAfter::Window => window.max(res.window()),
+                        RetryAfter::EvenSpread if res.deficit > 0 => res.retry_after(),
+                        RetryAfter::EvenSpread => window,
+                    };
+                    p.reset = Some(reset);
+                    if !d.granted && res.deficit > 0 {
+                        retry = retry.max(Some(reset));
+                    }
+                }
+            }
+            Verdict::Rejected { retry_after } => {
+                retry = match mode {
+                    RetryAfter::Window => retry.max(Some(window)),
+                    RetryAfter::EvenSpread => *retry_after,
+                };
+            }
+            _ => {}
+        }
+        policies.push(p);
+    }
+    (policies, retry)
+}
+
+impl<S, A, C, ReqB, ResB> Service<http::Request<ReqB>> for AdmissionService<S, A, C>
 where
     S: Service<http::Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -292,22 +494,42 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let consumption = self.classify.classify(&req);
         let admission = self.admission.clone();
-        let decision = admission.admit(&consumption);
-        let failure = self.failure;
+        // No decision to wait for: a consumption that cannot be asked for, or an open
+        // breaker. Otherwise ask (as the breaker's probe when it is open).
+        let (gate, decision) = match consumption.failure() {
+            Some(kind) => (Gate::Open(kind), None),
+            None => match self.breaker.gate(&self.metrics) {
+                Gate::Open(kind) => (Gate::Open(kind), None),
+                g => (g, Some(admission.admit(&consumption))),
+            },
+        };
+        let settings = self.settings.clone();
         let metrics = self.metrics.clone();
+        let breaker = self.breaker.clone();
+        let log = self.log.clone();
         let asked = Instant::now();
         Box::pin(async move {
-            let verdict = decision.await;
+            let verdict = match decision {
+                Some(d) => {
+                    let v = d.await;
+                    breaker.observe(&v, gate == Gate::Probe, &metrics);
+                    v
+                }
+                None => match gate {
+                    Gate::Open(kind) => Verdict::Failed(kind),
+                    _ => Verdict::Invalid,
+                },
+            };
             drop(permit);
-            metrics.record(verdict, asked.elapsed());
-            match verdict {
-                Verdict::Granted => {}
-                Verdict::Rejected { retry_after } => return Ok(too_many_requests(retry_after)),
+            metrics.record(&verdict, asked.elapsed());
+            let granted = match &verdict {
                 Verdict::Failed(kind) => {
-                    tracing::debug!(%kind, "admission failed");
-                    if failure.action(kind) == OnFailure::Closed {
-                        return Ok(unavailable(kind));
+                    let closed = settings.failure.action(*kind) == OnFailure::Closed;
+                    log.failure(*kind, decision_skipped(&gate), !closed);
+                    if closed {
+                        return Ok(unavailable(*kind));
                     }
+                    None
                 }
                 Verdict::Invalid => {
                     tracing::warn!("request mapped to an invalid consumption");
@@ -316,23 +538,129 @@ where
                         "invalid rate limit request\n",
                     ));
                 }
-            }
+                v if v.is_rejected() => {
+                    let (policies, retry) = assess(&consumption, v, settings.retry_after);
+                    return Ok(rejection(&settings, policies, retry));
+                }
+                v => Some(v.clone()),
+            };
             let started = Instant::now();
-            let resp = inner.call(req).await?;
+            let mut resp = inner.call(req).await?;
             if !consumption.guards().is_empty() {
                 let observed = whole_ms_up(started.elapsed());
                 for (tracker, _) in consumption.guards() {
                     admission.report(tracker, observed);
                 }
             }
+            if let Some(v) = granted
+                && settings.fields
+            {
+                let (policies, _) = assess(&consumption, &v, settings.retry_after);
+                fields::insert(resp.headers_mut(), &policies);
+            }
             Ok(resp.map(ResponseBody::inner))
         })
     }
 }
 
+fn decision_skipped(gate: &Gate) -> bool {
+    matches!(gate, Gate::Open(_))
+}
+
+/// The `429` of one rejection: the hook's response or the plain one, with
+/// `Retry-After` and (when on) the RateLimit fields unless already set.
+fn rejection<B>(
+    settings: &Settings,
+    policies: Vec<PolicyState>,
+    retry: Option<Duration>,
+) -> Response<ResponseBody<B>> {
+    let secs = retry_after_secs(retry);
+    let mut resp = match &settings.hook {
+        Some(hook) => {
+            let info = Rejection {
+                retry_after: Duration::from_secs(secs),
+                policies,
+            };
+            let (parts, body) = hook(&info).into_parts();
+            let policies = info.policies;
+            let mut r = Response::from_parts(parts, ResponseBody::bytes(body));
+            if settings.fields {
+                fields::insert(r.headers_mut(), &policies);
+            }
+            r
+        }
+        None => {
+            let mut r = local(StatusCode::TOO_MANY_REQUESTS, "rate limited\n");
+            if settings.fields {
+                fields::insert(r.headers_mut(), &policies);
+            }
+            r
+        }
+    };
+    if !resp.headers().contains_key(header::RETRY_AFTER) {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    resp
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::admission::Decided;
+    use ratelimitly_engine::{Resource, ResourceResult};
+
+    #[test]
+    fn assess_several_resources() {
+        let a = Resource::new("api:10.0.0.1", Duration::from_secs(10), 5).unwrap();
+        let b = Resource::new("api:global", Duration::from_secs(60), 100).unwrap();
+        let c = Consumption::new()
+            .consume(a.clone(), 1)
+            .consume(b.clone(), 1);
+        let result = |r: &Resource, actual_rate, deficit| ResourceResult {
+            bucket_id: r.id(),
+            window_ms: r.window_ms(),
+            actual_rate,
+            deficit,
+        };
+        let v = Verdict::Decided(Decided {
+            granted: false,
+            resources: vec![result(&b, 40, 0), result(&a, 5, 1)],
+        });
+        let (ps, retry) = assess(&c, &v, RetryAfter::Window);
+        assert_eq!(
+            retry,
+            Some(Duration::from_secs(10)),
+            "the rejected one's window"
+        );
+        assert_eq!(ps[0].name, "api");
+        assert_eq!(ps[1].name, "api-1");
+        assert_eq!((ps[0].remaining, ps[1].remaining), (Some(0), Some(60)));
+        assert_eq!(
+            fields::policy_value(&ps).unwrap(),
+            "\"api\";q=5;w=10, \"api-1\";q=100;w=60"
+        );
+        assert_eq!(
+            fields::ratelimit_value(&ps).unwrap(),
+            "\"api\";r=0;t=10, \"api-1\";r=60;t=60"
+        );
+        // the even-spread estimate: 10 s x 1 / 5 = 2 s
+        let (ps, retry) = assess(&c, &v, RetryAfter::EvenSpread);
+        assert_eq!(retry, Some(Duration::from_secs(2)));
+        assert_eq!(ps[0].reset, Some(Duration::from_secs(2)));
+        // a backend without results: the longest window, policies without state
+        let v = Verdict::Rejected {
+            retry_after: Some(Duration::from_secs(2)),
+        };
+        let (ps, retry) = assess(&c, &v, RetryAfter::Window);
+        assert_eq!(retry, Some(Duration::from_secs(60)));
+        assert!(fields::ratelimit_value(&ps).is_none());
+        assert_eq!(
+            assess(&c, &v, RetryAfter::EvenSpread).1,
+            Some(Duration::from_secs(2))
+        );
+    }
 
     #[test]
     fn retry_after_whole_seconds() {

@@ -14,7 +14,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use ratelimitly_engine::{ApiKey, Cores, Endpoint, Engine, LatencyTracker};
 use ratelimitly_tower::{
-    ClientAddr, Exporter, FailurePolicy, KeyBy, Limit, OnFailure, RateLimitLayer, keyed,
+    AdmissionLayer as RateLimitLayer, ClientAddr, Exporter, FailurePolicy, KeyBy, Limit, OnFailure,
+    RetryAfter, keyed,
 };
 use rl_responder::{Faults, ResponderConfig, ResponderHandle};
 use tower::{Layer, Service, ServiceExt};
@@ -126,7 +127,8 @@ async fn grants_then_429_with_retry_after() {
     let layer = RateLimitLayer::new(
         e.handle(),
         keyed(Limit::new(3, Duration::from_secs(60)).unwrap(), KeyBy::Path),
-    );
+    )
+    .retry_after(RetryAfter::EvenSpread);
     let metrics = layer.metrics();
     let addr = listen(layer.layer(tower::service_fn(app))).await;
     let c = client();
@@ -137,8 +139,10 @@ async fn grants_then_429_with_retry_after() {
     }
     let resp = get(&c, addr, "/checkout").await;
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
-    // 3 tokens used in a 60 s window, 1 missing: one token leaves in 60 s / 3 = 20 s.
+    // The even-spread estimate: 3 tokens used in a 60 s window, 1 missing: one token
+    // leaves in 60 s / 3 = 20 s (if they were used evenly; they were not).
     assert_eq!(retry_after(&resp), 20);
+    assert_eq!(resp.headers()["ratelimit"], "\"http\";r=0;t=20");
     // Another path has its own bucket.
     assert_eq!(get(&c, addr, "/other").await.status(), StatusCode::OK);
     assert_eq!(metrics.outcome("granted"), 4);
