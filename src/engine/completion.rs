@@ -190,6 +190,7 @@ impl SlotPool {
         // SAFETY: only the owning core touches `staged`/`outcome` while PENDING/ABANDONED.
         slot.outcome
             .with_mut(|o| unsafe { (*o).write(Ok(response)) });
+        // SAFETY: only the owning core touches this cell while PENDING/ABANDONED (see `stage`).
         slot.staged.with_mut(|st| unsafe { *st = true });
     }
 
@@ -199,9 +200,11 @@ impl SlotPool {
         // SAFETY: as in `stage`; `staged` says the cell is initialised.
         if slot
             .staged
+            // SAFETY: only the owning core touches this cell while PENDING/ABANDONED (see `stage`).
             .with_mut(|st| unsafe { std::mem::replace(&mut *st, false) })
         {
             slot.outcome
+                // SAFETY: only the owning core touches this cell while PENDING/ABANDONED (see `stage`).
                 .with_mut(|o| unsafe { (*o).assume_init_drop() });
         }
     }
@@ -218,12 +221,14 @@ impl SlotPool {
         // SAFETY: as in `stage`; `staged` says the cell holds `Ok(response)`.
         if !slot
             .staged
+            // SAFETY: only the owning core touches this cell while PENDING/ABANDONED (see `stage`).
             .with_mut(|st| unsafe { std::mem::replace(&mut *st, false) })
         {
             return None;
         }
         let r = slot
             .outcome
+            // SAFETY: only the owning core touches this cell while PENDING/ABANDONED (see `stage`).
             .with_mut(|o| match unsafe { (*o).assume_init_mut() } {
                 Ok(resp) => finish(resp),
                 Err(_) => unreachable!("only responses are staged"),
