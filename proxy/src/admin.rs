@@ -3,6 +3,7 @@
 //! Owns: the admin routes. Must not touch: proxied traffic, admission.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,18 +14,22 @@ use hyper_util::rt::TokioIo;
 use ratelimitly_tower::{CONTENT_TYPE, Exporter};
 use tokio::net::TcpListener;
 
+use crate::conn::ProxyMetrics;
+
 /// Serves the admin routes on `listener` until the task is aborted.
-pub async fn serve(listener: TcpListener, exporter: Exporter) {
+pub async fn serve(listener: TcpListener, exporter: Exporter, proxy: Arc<ProxyMetrics>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
         let exporter = exporter.clone();
+        let proxy = proxy.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let exporter = exporter.clone();
-                async move { Ok::<_, Infallible>(route(req, exporter).await) }
+                let proxy = proxy.clone();
+                async move { Ok::<_, Infallible>(route(req, exporter, proxy).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), svc)
@@ -47,11 +52,20 @@ fn text(
     r
 }
 
-async fn route(req: Request<Incoming>, exporter: Exporter) -> Response<Full<Bytes>> {
+async fn route(
+    req: Request<Incoming>,
+    exporter: Exporter,
+    proxy: Arc<ProxyMetrics>,
+) -> Response<Full<Bytes>> {
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
             // Reading the engine's statistics may block briefly: off the async workers.
-            match tokio::task::spawn_blocking(move || exporter.encode()).await {
+            let encode = move || {
+                let mut page = exporter.encode();
+                proxy.encode(&mut page);
+                page
+            };
+            match tokio::task::spawn_blocking(encode).await {
                 Ok(body) => text(StatusCode::OK, CONTENT_TYPE, body),
                 Err(_) => text(
                     StatusCode::INTERNAL_SERVER_ERROR,

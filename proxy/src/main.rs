@@ -8,7 +8,30 @@
 //!     [--listen 127.0.0.1:0] [--admin-listen 127.0.0.1:0]
 //!     [--limit COUNT/WINDOW|off] [--key-by ip|path|header:NAME] [--on-failure open|closed]
 //!     [--admission engine|official] [--engine-core hosted|pinned]
+//!     [--header-timeout 10s] [--idle-timeout 60s] [--upstream-timeout 30s]
+//!     [--max-connections 10000]
 //! ```
+//!
+//! DURATION arguments use the window syntax of `--limit`: a whole number and a unit
+//! `ms`, `s`, `m` or `h` (`500ms`, `10s`, `1m`).
+//!
+//! Timeouts and limits (defaults in brackets):
+//! - `--header-timeout` [10s]: a connection that has not sent a whole request head
+//!   within it is closed: counted from accept for the first request (a silent
+//!   connection too) and from the first byte of each later one.
+//! - `--idle-timeout` [60s]: a keep-alive connection with no traffic between requests
+//!   for it is closed.
+//! - `--upstream-timeout` [30s]: no response head from the upstream within it: the
+//!   client gets `504 Gateway Timeout` (the upstream request is dropped).
+//! - `--max-connections` [10000]: client connections open at once. Beyond it a new
+//!   connection is accepted and closed at once (no response: the client sees the
+//!   connection closed), counted in `rl_proxy_connections_refused_total` and logged
+//!   as a warning at most once a second.
+//!
+//! The admin page adds the proxy's own counters to the layer's:
+//! `rl_proxy_connections_open`, `rl_proxy_connections_refused_total`,
+//! `rl_proxy_connections_timed_out_total{timeout="header"|"idle"}` and
+//! `rl_proxy_upstream_timeouts_total`.
 //!
 //! The engine's core runs hosted by default: as a task on the proxy's own Tokio runtime,
 //! so admitting a request costs no thread hand-off (`EngineBuilder::runtime`; the
@@ -19,6 +42,7 @@
 //! Must not touch: admission rules (the layer) and forwarding (`upstream`).
 
 mod admin;
+mod conn;
 mod official;
 mod upstream;
 
@@ -27,7 +51,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use http::{Request, Response};
@@ -39,8 +64,10 @@ use ratelimitly_tower::{
     keyed,
 };
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tower::{Layer, ServiceExt};
 
+use crate::conn::{Clock, Expiry, ProxyMetrics, Timeouts, Watched, client_ip};
 use crate::official::OfficialAdmission;
 use crate::upstream::Upstream;
 
@@ -102,6 +129,33 @@ struct Cli {
     /// Read the API key from this file instead of RATELIMITLY_API_KEY.
     #[arg(long)]
     key_file: Option<PathBuf>,
+    /// Close a connection that has not sent a whole request head within DURATION
+    /// (500ms, 10s, 1m): from accept for the first request, a silent connection too,
+    /// and from the first byte of each later request.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    header_timeout: Duration,
+    /// Close a keep-alive connection idle between requests for DURATION.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    idle_timeout: Duration,
+    /// Answer 504 when the upstream sends no response head within DURATION.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    upstream_timeout: Duration,
+    /// Client connections open at once; beyond it a new connection is accepted and
+    /// closed at once (counted in rl_proxy_connections_refused_total, logged as a
+    /// warning at most once a second).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+}
+
+/// DURATION: the WINDOW of `--limit`'s COUNT/WINDOW, parsed by the same parser
+/// (`500ms`, `10s`, `1m`, `1h`; whole milliseconds, at least 1 ms).
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    format!("1/{}", s.trim())
+        .parse::<Limit>()
+        .map(|l| l.window())
+        .map_err(|_| {
+            format!("duration must look like 500ms, 10s or 1m (whole milliseconds, 1 ms or more), not {s:?}")
+        })
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -168,7 +222,9 @@ enum Backend {
 }
 
 fn run(cli: Cli) -> Result<(), StartError> {
-    let upstream = Upstream::new(&cli.upstream).map_err(|e| StartError::Usage(e.to_string()))?;
+    let proxy_metrics = ProxyMetrics::new();
+    let upstream = Upstream::new(&cli.upstream, cli.upstream_timeout, proxy_metrics.clone())
+        .map_err(|e| StartError::Usage(e.to_string()))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -233,7 +289,13 @@ fn run(cli: Cli) -> Result<(), StartError> {
         Backend::Official(k) => Some(k.clone()),
         _ => None,
     };
-    let result = rt.block_on(serve_all(cli, upstream, handle, official_key));
+    let result = rt.block_on(serve_all(
+        cli,
+        upstream,
+        handle,
+        official_key,
+        proxy_metrics,
+    ));
     // the engine first (hosted cores stop on the runtime), letting decisions still in
     // flight finish (at most the horizon)
     if let Backend::Engine(e) = backend {
@@ -248,7 +310,16 @@ async fn serve_all(
     upstream: Upstream,
     engine: Option<EngineHandle>,
     official_key: Option<ratelimitly::ApiKey>,
+    proxy_metrics: Arc<ProxyMetrics>,
 ) -> Result<(), StartError> {
+    let limits = ConnLimits {
+        timeouts: Timeouts {
+            header: cli.header_timeout,
+            idle: cli.idle_timeout,
+        },
+        max_connections: cli.max_connections as usize,
+        metrics: proxy_metrics.clone(),
+    };
     let listener = TcpListener::bind(cli.listen)
         .await
         .map_err(|e| StartError::Runtime(format!("cannot listen on {}: {e}", cli.listen)))?;
@@ -268,13 +339,13 @@ async fn serve_all(
     let server = match (cli.limit, engine.clone(), official_key) {
         (LimitArg::Off, _, _) => {
             metrics = LayerMetrics::new();
-            tokio::spawn(serve(listener, upstream))
+            tokio::spawn(serve(listener, upstream, limits))
         }
         (LimitArg::On(limit), Some(h), _) => {
             let layer =
                 RateLimitLayer::new(h, keyed(limit, cli.key_by.clone())).failure_policy(failure);
             metrics = layer.metrics();
-            tokio::spawn(serve(listener, layer.layer(upstream)))
+            tokio::spawn(serve(listener, layer.layer(upstream), limits))
         }
         (LimitArg::On(limit), None, Some(key)) => {
             let mut b = ratelimitly::Client::builder(key);
@@ -296,7 +367,7 @@ async fn serve_all(
             )
             .failure_policy(failure);
             metrics = layer.metrics();
-            tokio::spawn(serve(listener, layer.layer(upstream)))
+            tokio::spawn(serve(listener, layer.layer(upstream), limits))
         }
         (LimitArg::On(_), None, None) => unreachable!("a backend exists when limiting"),
     };
@@ -304,7 +375,7 @@ async fn serve_all(
     if let Some(h) = engine {
         exporter = exporter.with_engine(h);
     }
-    let admin_task = tokio::spawn(admin::serve(admin, exporter));
+    let admin_task = tokio::spawn(admin::serve(admin, exporter, proxy_metrics));
 
     println!(
         "{{\"event\":\"ready\",\"address\":\"{}\",\"port\":{},\"admin_port\":{}}}",
@@ -334,9 +405,17 @@ async fn wait_for_signal() -> Result<(), StartError> {
     Ok(())
 }
 
-/// Accepts connections and serves each with HTTP/1.1 keep-alive; every request carries
-/// the peer address as [`ClientAddr`].
-async fn serve<S, B>(listener: TcpListener, svc: S)
+/// The accept loop's limits.
+struct ConnLimits {
+    timeouts: Timeouts,
+    max_connections: usize,
+    metrics: Arc<ProxyMetrics>,
+}
+
+/// Accepts connections (at most `max_connections` open at once; more are closed at
+/// once) and serves each with HTTP/1.1 keep-alive under the header and idle timeouts;
+/// every request carries the client address as [`ClientAddr`].
+async fn serve<S, B>(listener: TcpListener, svc: S, limits: ConnLimits)
 where
     S: tower_service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
         + Clone
@@ -347,6 +426,11 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let timeouts = limits.timeouts;
+    let tick = timeouts.tick();
+    let mut last_warn: Option<Instant> = None;
+    let mut refused_unlogged: u64 = 0;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -357,16 +441,65 @@ where
                 continue;
             }
         };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            limits.metrics.refused.fetch_add(1, Ordering::Relaxed);
+            refused_unlogged += 1;
+            if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                tracing::warn!(
+                    max_connections = limits.max_connections,
+                    refused = refused_unlogged,
+                    "connection limit reached: new connections are closed at once"
+                );
+                last_warn = Some(Instant::now());
+                refused_unlogged = 0;
+            }
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let svc = svc.clone();
+        let metrics = limits.metrics.clone();
         tokio::spawn(async move {
+            metrics.open.fetch_add(1, Ordering::Relaxed);
+            let clock = Clock::new();
+            let svc_clock = clock.clone();
             let conn_svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                req.extensions_mut().insert(ClientAddr(peer));
-                svc.clone().oneshot(req)
+                let client = client_ip(peer, req.headers());
+                req.extensions_mut().insert(ClientAddr(client));
+                svc_clock.request_started();
+                let clock = svc_clock.clone();
+                let answer = svc.clone().oneshot(req);
+                async move {
+                    let r = answer.await;
+                    clock.request_done();
+                    r
+                }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), conn_svc)
-                .await;
+            let io = TokioIo::new(Watched::new(stream, clock.clone()));
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            // the watchdog below owns the header and idle timeouts
+            builder.header_read_timeout(None::<Duration>);
+            let conn = builder.serve_connection(io, conn_svc);
+            let mut conn = std::pin::pin!(conn);
+            loop {
+                tokio::select! {
+                    _ = conn.as_mut() => break,
+                    _ = tokio::time::sleep(tick) => match clock.expired(timeouts) {
+                        Some(Expiry::Header) => {
+                            metrics.header_timeouts.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(%peer, "header timeout: connection closed");
+                            break;
+                        }
+                        Some(Expiry::Idle) => {
+                            metrics.idle_timeouts.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                        None => {}
+                    },
+                }
+            }
+            metrics.open.fetch_sub(1, Ordering::Relaxed);
+            drop(permit);
         });
     }
 }
