@@ -28,6 +28,15 @@
 //!   connection closed), counted in `rl_proxy_connections_refused_total` and logged
 //!   as a warning at most once a second.
 //!
+//! Routes from a file: `--config FILE` (TOML; the format is in the `config` module's
+//! docs) replaces `--upstream`, `--limit`, `--key-by` and `--on-failure`, which conflict
+//! with it (the flags stay for the one-route case). `--config FILE --check` checks the
+//! file and exits 0, or 2 with a message naming the line. `SIGHUP` reloads the file:
+//! new requests take the new routes; a file that does not check, changes `upstream`, or
+//! limits a route while the file at start limited none (no admission backend was
+//! started) is refused and the running routes kept. Both are logged as warnings. With
+//! `--config`, admission is by the engine only (`--admission engine`).
+//!
 //! The admin page adds the proxy's own counters to the layer's:
 //! `rl_proxy_connections_open`, `rl_proxy_connections_refused_total`,
 //! `rl_proxy_connections_timed_out_total{timeout="header"|"idle"}` and
@@ -42,26 +51,31 @@
 //! Must not touch: admission rules (the layer) and forwarding (`upstream`).
 
 mod admin;
+mod config;
 mod conn;
 mod official;
 mod upstream;
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use clap::{Parser, ValueEnum};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use ratelimitly_engine::{ApiKey, DnsConfig, Endpoint, Engine, EngineHandle};
 use ratelimitly_tower::{
-    ClientAddr, Exporter, FailurePolicy, KeyBy, LayerMetrics, Limit, OnFailure, RateLimitLayer,
-    keyed,
+    Classify, ClientAddr, Consumption, EngineAdmission, Exporter, FailurePolicy, KeyBy,
+    LayerMetrics, Limit, OnFailure, RateLimit, RateLimitLayer, ResponseBody, keyed,
 };
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -93,8 +107,15 @@ enum AdmissionKind {
 #[command(name = "rl-proxy", version)]
 struct Cli {
     /// Upstream to forward granted requests to: http://HOST:PORT.
-    #[arg(long)]
-    upstream: String,
+    #[arg(long, required_unless_present = "config", conflicts_with = "config")]
+    upstream: Option<String>,
+    /// Routes from a TOML file (upstream, limit, key_by, on_failure, [[route]] tables);
+    /// conflicts with --upstream, --limit, --key-by and --on-failure. SIGHUP reloads it.
+    #[arg(long, conflicts_with_all = ["limit", "key_by", "on_failure"])]
+    config: Option<PathBuf>,
+    /// With --config: check the file and exit 0, or 2 with a message naming the line.
+    #[arg(long, requires = "config")]
+    check: bool,
     /// A service endpoint ID@IP:PORT (repeatable); bypasses DNS.
     #[arg(long = "endpoint", value_parser = parse_endpoint, conflicts_with = "domain")]
     endpoints: Vec<Endpoint>,
@@ -222,16 +243,38 @@ enum Backend {
 }
 
 fn run(cli: Cli) -> Result<(), StartError> {
+    let table = match &cli.config {
+        Some(path) => Some(config::load(path).map_err(StartError::Usage)?),
+        None => None,
+    };
+    if cli.check {
+        if let (Some(path), Some(t)) = (&cli.config, &table) {
+            eprintln!(
+                "rl-proxy: {}: ok ({} routes)",
+                path.display(),
+                t.route_count()
+            );
+        }
+        return Ok(());
+    }
+    let upstream_uri = match &table {
+        Some(t) => t.upstream.clone(),
+        None => cli.upstream.clone().unwrap_or_default(),
+    };
+    let limited = match &table {
+        Some(t) => t.limited(),
+        None => matches!(cli.limit, LimitArg::On(_)),
+    };
     let proxy_metrics = ProxyMetrics::new();
-    let upstream = Upstream::new(&cli.upstream, cli.upstream_timeout, proxy_metrics.clone())
+    let upstream = Upstream::new(&upstream_uri, cli.upstream_timeout, proxy_metrics.clone())
         .map_err(|e| StartError::Usage(e.to_string()))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| StartError::Runtime(format!("runtime: {e}")))?;
-    let backend = match cli.limit {
-        LimitArg::Off => Backend::Off,
-        LimitArg::On(_) => {
+    let backend = match limited {
+        false => Backend::Off,
+        true => {
             if cli.endpoints.is_empty() && cli.domain.is_none() {
                 return Err(StartError::Usage(
                     "one of --endpoint or --domain is required".into(),
@@ -266,6 +309,11 @@ fn run(cli: Cli) -> Result<(), StartError> {
                     Backend::Engine(engine)
                 }
                 AdmissionKind::Official => {
+                    if cli.config.is_some() {
+                        return Err(StartError::Usage(
+                            "--config admits through the engine only (--admission engine)".into(),
+                        ));
+                    }
                     if cli.domain.is_none() {
                         return Err(StartError::Usage(
                             "--admission official needs --domain (the official client discovers servers through DNS)"
@@ -295,6 +343,7 @@ fn run(cli: Cli) -> Result<(), StartError> {
         handle,
         official_key,
         proxy_metrics,
+        table,
     ));
     // the engine first (hosted cores stop on the runtime), letting decisions still in
     // flight finish (at most the horizon)
@@ -311,6 +360,7 @@ async fn serve_all(
     engine: Option<EngineHandle>,
     official_key: Option<ratelimitly::ApiKey>,
     proxy_metrics: Arc<ProxyMetrics>,
+    table: Option<config::Table>,
 ) -> Result<(), StartError> {
     let limits = ConnLimits {
         timeouts: Timeouts {
@@ -334,48 +384,80 @@ async fn serve_all(
         .map_err(|e| StartError::Runtime(e.to_string()))?
         .port();
 
-    let failure = FailurePolicy::all(cli.on_failure);
-    let metrics: Arc<LayerMetrics>;
-    let server = match (cli.limit, engine.clone(), official_key) {
-        (LimitArg::Off, _, _) => {
-            metrics = LayerMetrics::new();
-            tokio::spawn(serve(listener, upstream, limits))
+    let (server, exporters) = if let Some(table) = table {
+        let table = Arc::new(ArcSwap::from_pointee(table));
+        if let Some(path) = cli.config.clone() {
+            // registered before the readiness line: a SIGHUP from then on reloads
+            let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+                .map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
+            tokio::spawn(reload_on_hangup(hup, path, table.clone(), engine.is_some()));
         }
-        (LimitArg::On(limit), Some(h), _) => {
-            let layer =
-                RateLimitLayer::new(h, keyed(limit, cli.key_by.clone())).failure_policy(failure);
-            metrics = layer.metrics();
-            tokio::spawn(serve(listener, layer.layer(upstream), limits))
-        }
-        (LimitArg::On(limit), None, Some(key)) => {
-            let mut b = ratelimitly::Client::builder(key);
-            if let Some(d) = &cli.domain {
-                b = b
-                    .service_domain(d.clone())
-                    .map_err(|e| StartError::Usage(format!("bad --domain: {e}")))?;
+        let (layers, exporters) = match engine.clone() {
+            Some(h) => {
+                let open = RateLimitLayer::new(h.clone(), RouteClassify)
+                    .failure_policy(FailurePolicy::all(OnFailure::Open));
+                let closed = RateLimitLayer::new(h.clone(), RouteClassify)
+                    .failure_policy(FailurePolicy::all(OnFailure::Closed));
+                let exporters = vec![
+                    Exporter::new(open.metrics()).with_engine(h),
+                    Exporter::new(closed.metrics()),
+                ];
+                let layers = (open.layer(upstream.clone()), closed.layer(upstream.clone()));
+                (Some(layers), exporters)
             }
-            if let Some(s) = cli.dns_server {
-                b = b.dns_server(s);
+            None => (None, vec![Exporter::new(LayerMetrics::new())]),
+        };
+        let router = Router {
+            table,
+            upstream,
+            layers,
+        };
+        (tokio::spawn(serve(listener, router, limits)), exporters)
+    } else {
+        let failure = FailurePolicy::all(cli.on_failure);
+        let metrics: Arc<LayerMetrics>;
+        let server = match (cli.limit, engine.clone(), official_key) {
+            (LimitArg::Off, _, _) => {
+                metrics = LayerMetrics::new();
+                tokio::spawn(serve(listener, upstream, limits))
             }
-            let client = b
-                .build()
-                .await
-                .map_err(|e| StartError::Runtime(format!("official client: {e}")))?;
-            let layer = RateLimitLayer::with_admission(
-                OfficialAdmission::new(client),
-                keyed(limit, cli.key_by.clone()),
-            )
-            .failure_policy(failure);
-            metrics = layer.metrics();
-            tokio::spawn(serve(listener, layer.layer(upstream), limits))
+            (LimitArg::On(limit), Some(h), _) => {
+                let layer = RateLimitLayer::new(h, keyed(limit, cli.key_by.clone()))
+                    .failure_policy(failure);
+                metrics = layer.metrics();
+                tokio::spawn(serve(listener, layer.layer(upstream), limits))
+            }
+            (LimitArg::On(limit), None, Some(key)) => {
+                let mut b = ratelimitly::Client::builder(key);
+                if let Some(d) = &cli.domain {
+                    b = b
+                        .service_domain(d.clone())
+                        .map_err(|e| StartError::Usage(format!("bad --domain: {e}")))?;
+                }
+                if let Some(s) = cli.dns_server {
+                    b = b.dns_server(s);
+                }
+                let client = b
+                    .build()
+                    .await
+                    .map_err(|e| StartError::Runtime(format!("official client: {e}")))?;
+                let layer = RateLimitLayer::with_admission(
+                    OfficialAdmission::new(client),
+                    keyed(limit, cli.key_by.clone()),
+                )
+                .failure_policy(failure);
+                metrics = layer.metrics();
+                tokio::spawn(serve(listener, layer.layer(upstream), limits))
+            }
+            (LimitArg::On(_), None, None) => unreachable!("a backend exists when limiting"),
+        };
+        let mut exporter = Exporter::new(metrics);
+        if let Some(h) = engine {
+            exporter = exporter.with_engine(h);
         }
-        (LimitArg::On(_), None, None) => unreachable!("a backend exists when limiting"),
+        (server, vec![exporter])
     };
-    let mut exporter = Exporter::new(metrics);
-    if let Some(h) = engine {
-        exporter = exporter.with_engine(h);
-    }
-    let admin_task = tokio::spawn(admin::serve(admin, exporter, proxy_metrics));
+    let admin_task = tokio::spawn(admin::serve(admin, exporters, proxy_metrics));
 
     println!(
         "{{\"event\":\"ready\",\"address\":\"{}\",\"port\":{},\"admin_port\":{}}}",
@@ -390,6 +472,102 @@ async fn serve_all(
     server.abort();
     admin_task.abort();
     Ok(())
+}
+
+/// Reloads the routes on every SIGHUP; a file that is refused leaves the running
+/// routes in place. Both outcomes are logged as warnings.
+async fn reload_on_hangup(
+    mut hup: tokio::signal::unix::Signal,
+    path: PathBuf,
+    table: Arc<ArcSwap<config::Table>>,
+    backend: bool,
+) {
+    while hup.recv().await.is_some() {
+        let refused = "config reload refused, the running routes are kept";
+        match config::load(&path) {
+            Err(e) => tracing::warn!("{refused}: {e}"),
+            Ok(t) if t.upstream != table.load().upstream => {
+                tracing::warn!("{refused}: upstream cannot change on reload (restart to change it)")
+            }
+            Ok(t) if t.limited() && !backend => tracing::warn!(
+                "{refused}: no admission backend was started (the file at start limited no route)"
+            ),
+            Ok(t) => {
+                tracing::warn!(routes = t.route_count(), file = %path.display(), "config reloaded");
+                table.store(Arc::new(t));
+            }
+        }
+    }
+}
+
+/// A limited route's service: the layer over the upstream.
+type Limited = RateLimit<Upstream, EngineAdmission, RouteClassify>;
+
+/// The body of a routed response.
+type RoutedBody = ResponseBody<ResponseBody<Incoming>>;
+
+/// Routes each request by the current table (`--config`): an `off` route straight to
+/// the upstream, a limited one through the layer whose failure policy it names.
+#[derive(Clone)]
+struct Router {
+    table: Arc<ArcSwap<config::Table>>,
+    upstream: Upstream,
+    /// (fail-open, fail-closed); `None` when no admission backend was started.
+    layers: Option<(Limited, Limited)>,
+}
+
+/// The route a request matched, set by [`Router`] for [`RouteClassify`].
+#[derive(Clone)]
+struct Matched(Arc<config::Route>);
+
+/// What a routed request consumes: its route's limits, one token each, in one request.
+struct RouteClassify;
+
+impl<B> Classify<B> for RouteClassify {
+    fn classify(&self, request: &Request<B>) -> Consumption {
+        match request.extensions().get::<Matched>() {
+            Some(m) => m.0.consumption(request),
+            None => Consumption::new(),
+        }
+    }
+}
+
+impl tower_service::Service<Request<Incoming>> for Router {
+    type Response = Response<RoutedBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<RoutedBody>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
+        let route = self
+            .table
+            .load()
+            .find(req.method(), req.uri().path())
+            .clone();
+        if !route.limited() {
+            let up = self.upstream.clone();
+            return Box::pin(async move {
+                let resp = up.oneshot(req).await?;
+                Ok(resp.map(ResponseBody::inner))
+            });
+        }
+        let Some((open, closed)) = &self.layers else {
+            // not reached: a limited table is refused without a backend
+            let mut r = Response::new(ResponseBody::local("no admission backend\n"));
+            *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+            return Box::pin(async move { Ok(r) });
+        };
+        let svc = if route.on_failure == OnFailure::Closed {
+            closed.clone()
+        } else {
+            open.clone()
+        };
+        req.extensions_mut().insert(Matched(route));
+        Box::pin(svc.oneshot(req))
+    }
 }
 
 async fn wait_for_signal() -> Result<(), StartError> {

@@ -46,6 +46,13 @@ impl Proc {
         SocketAddr::from(([127, 0, 0, 1], self.admin_port.expect("admin port")))
     }
 
+    /// Sends SIGHUP (the process keeps running).
+    fn hangup(&self) {
+        let pid = self.child.id().expect("running") as i32;
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    }
+
     async fn signal(mut self, sig: i32) -> ExitStatus {
         let pid = self.child.id().expect("running") as i32;
         // SAFETY: kill(2) on our own child's pid.
@@ -638,4 +645,154 @@ async fn connections_beyond_the_maximum_are_closed_at_once() {
     drop(a);
     assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
     up.signal(libc::SIGTERM).await;
+}
+
+/// A file in the temporary directory, unique to this process, removed on drop.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str, text: &str) -> TempFile {
+        let p = std::env::temp_dir().join(format!("rl-proxy-{}-{name}", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        TempFile(p)
+    }
+
+    fn write(&self, text: &str) {
+        // a whole new file, renamed into place: the proxy never reads half of one
+        let tmp = self.0.with_extension("new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &self.0).unwrap();
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn routes_file(up: SocketAddr, free_limit: &str) -> String {
+    format!(
+        r#"# routes for the test
+upstream = "http://{}"
+limit = "1/60s"
+key_by = "path"
+
+[[route]]
+path = "/api/"
+limit = "2/60s"
+key_by = "ip"
+label = "api"
+
+[[route]]
+path = "/api/free"
+limit = {free_limit}
+
+[[route]]
+path = "/two"
+limit = ["5/60s", "1/60s"]
+"#,
+        up
+    )
+}
+
+/// `--config FILE --check`: 0 for a good file, 2 naming the line for a bad one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_check_names_the_line() {
+    let _s = SERIAL.lock().await;
+    let up: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let good = TempFile::new("check-good.toml", &routes_file(up, "\"off\""));
+    let check = |path: &str| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+        cmd.env_remove("RATELIMITLY_API_KEY")
+            .args(["--config", path, "--check"]);
+        cmd
+    };
+    let (code, err) = run_to_exit(check(good.path())).await;
+    assert_eq!(code, Some(0), "{err}");
+    // a limit that is not one, on line 14
+    let bad = TempFile::new("check-bad.toml", &routes_file(up, "\"3/1x\""));
+    let (code, err) = run_to_exit(check(bad.path())).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("line 14"), "{err}");
+    // not TOML at all, on line 3
+    let bad = TempFile::new(
+        "check-syntax.toml",
+        "upstream = \"http://127.0.0.1:9\"\n\n[[route]\n",
+    );
+    let (code, err) = run_to_exit(check(bad.path())).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("line 3"), "{err}");
+    // --config conflicts with the one-route flags
+    let mut cmd = check(good.path());
+    cmd.args(["--limit", "1/1s"]);
+    assert_eq!(run_to_exit(cmd).await.0, Some(2));
+}
+
+/// Routes from a file: a prefix keyed by IP, the longest match (`off`), two limits in
+/// one request, the top-level default; SIGHUP applies a good file and refuses a bad one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_from_a_file_and_sighup_reload() {
+    let _s = SERIAL.lock().await;
+    let r = responder(205);
+    let up = upstream().await;
+    let file = TempFile::new("routes.toml", &routes_file(up.addr(), "\"off\""));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY).args([
+        "--config",
+        file.path(),
+        "--endpoint",
+        &endpoint(&r),
+    ]);
+    let proxy = start(cmd).await;
+    let status = |p: &'static str| {
+        let addr = proxy.addr();
+        async move { get(addr, p).await.status() }
+    };
+    // /api/: 2 a minute per client IP, whatever the path
+    assert_eq!(status("/api/a").await, StatusCode::OK);
+    assert_eq!(status("/api/b").await, StatusCode::OK);
+    assert_eq!(status("/api/c").await, StatusCode::TOO_MANY_REQUESTS);
+    // /api/free: the longer prefix wins, off
+    for _ in 0..4 {
+        let resp = get(proxy.addr(), "/api/free/x").await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.body().as_ref(), UPSTREAM_BODY);
+    }
+    // /two: 5/60s and 1/60s in one request: the second is rejected by the tighter one
+    assert_eq!(status("/two").await, StatusCode::OK);
+    let resp = get(proxy.addr(), "/two").await;
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(retry_after(&resp), 60);
+    // no route: the top-level default, 1/60s per path
+    assert_eq!(status("/other").await, StatusCode::OK);
+    assert_eq!(status("/other").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(status("/other2").await, StatusCode::OK);
+
+    // SIGHUP with /api/free limited to 1 a minute (keyed by path, the top-level key)
+    file.write(&routes_file(up.addr(), "\"1/60s\""));
+    proxy.hangup();
+    let mut reloaded = false;
+    for _ in 0..50 {
+        if status("/api/free/y").await == StatusCode::TOO_MANY_REQUESTS {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reloaded, "the new routes apply after SIGHUP");
+    // a bad file is refused: the running routes stay, the proxy keeps serving
+    file.write("upstream = \"http://127.0.0.1:9\"\nlimit = \"many\"\n");
+    proxy.hangup();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(status("/api/free/y").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(status("/api/free/z").await, StatusCode::OK);
+    assert_eq!(status("/api/free/z").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    up.signal(libc::SIGTERM).await;
+    r.stop();
 }
