@@ -1,7 +1,7 @@
 //! Routes from a file (`--config FILE`, TOML) and the route table they make.
 //!
 //! ```toml
-//! upstream = "http://127.0.0.1:8080"   # required
+//! upstream = "http://127.0.0.1:8080"   # required, but in --mode forward-auth
 //! limit = "off"                         # requests no route matches (default "off")
 //! key_by = "ip"                         # default for routes (default "ip")
 //! on_failure = "open"                   # default for routes (default "open")
@@ -31,7 +31,7 @@ use toml::Spanned;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
-    upstream: Spanned<String>,
+    upstream: Option<Spanned<String>>,
     limit: Option<Spanned<RawLimit>>,
     key_by: Option<Spanned<String>>,
     on_failure: Option<Spanned<String>>,
@@ -96,8 +96,8 @@ impl Route {
 /// The routes of one file.
 #[derive(Debug)]
 pub struct Table {
-    /// `upstream` of the file.
-    pub upstream: String,
+    /// `upstream` of the file (none: only for `--mode forward-auth`).
+    pub upstream: Option<String>,
     /// Longest path first (file order among equal lengths).
     routes: Vec<Arc<Route>>,
     default: Arc<Route>,
@@ -221,14 +221,15 @@ pub fn parse(text: &str) -> Result<Table, String> {
         Some(s) => format!("line {}: {}", line_of(text, s.start), e.message().trim()),
         None => e.message().trim().to_owned(),
     })?;
-    let upstream_ok = raw
-        .upstream
-        .get_ref()
-        .parse::<http::Uri>()
-        .ok()
-        .is_some_and(|u| u.scheme_str() == Some("http") && u.authority().is_some());
-    if !upstream_ok {
-        return Err(at(text, &raw.upstream, "upstream must be http://HOST:PORT"));
+    if let Some(up) = &raw.upstream {
+        let ok = up
+            .get_ref()
+            .parse::<http::Uri>()
+            .ok()
+            .is_some_and(|u| u.scheme_str() == Some("http") && u.authority().is_some());
+        if !ok {
+            return Err(at(text, up, "upstream must be http://HOST:PORT"));
+        }
     }
     let top_limits = match &raw.limit {
         None => Vec::new(),
@@ -266,7 +267,7 @@ pub fn parse(text: &str) -> Result<Table, String> {
     }
     routes.sort_by_key(|r| std::cmp::Reverse(r.path.len()));
     Ok(Table {
-        upstream: raw.upstream.into_inner(),
+        upstream: raw.upstream.map(Spanned::into_inner),
         routes,
         default: Arc::new(route(
             String::new(),

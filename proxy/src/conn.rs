@@ -35,6 +35,29 @@ pub fn client_ip(peer: SocketAddr, _headers: &HeaderMap) -> SocketAddr {
     peer
 }
 
+/// `--mode forward-auth`: the request being decided is the original one named by
+/// `X-Original-URI` / `X-Forwarded-Uri` and `X-Original-Method` / `X-Forwarded-Method`
+/// (nginx `auth_request`, Traefik ForwardAuth, Caddy `forward_auth`); without them, the
+/// request itself.
+pub fn original_request<B>(req: &mut http::Request<B>) {
+    let h = req.headers();
+    let uri = h
+        .get("x-original-uri")
+        .or_else(|| h.get("x-forwarded-uri"))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.parse::<http::Uri>().ok());
+    let method = h
+        .get("x-original-method")
+        .or_else(|| h.get("x-forwarded-method"))
+        .and_then(|v| http::Method::from_bytes(v.as_bytes()).ok());
+    if let Some(u) = uri {
+        *req.uri_mut() = u;
+    }
+    if let Some(m) = method {
+        *req.method_mut() = m;
+    }
+}
+
 /// The per-connection limits (`--header-timeout`, `--idle-timeout`).
 #[derive(Clone, Copy, Debug)]
 pub struct Timeouts {

@@ -28,6 +28,15 @@
 //!   connection closed), counted in `rl_proxy_connections_refused_total` and logged
 //!   as a warning at most once a second.
 //!
+//! A decision service: `--mode forward-auth` (no `--upstream`) answers any path for
+//! nginx `auth_request`, Traefik ForwardAuth, Caddy `forward_auth` or Envoy `ext_authz`
+//! (HTTP): `200` (empty body) when granted, `--deny-status` [429] with `Retry-After`
+//! when rejected, and the failure policy otherwise (`open`: 200, `closed`: 503). The
+//! request decided (route matching, `--key-by path`) is the original one, from
+//! `X-Original-URI` / `X-Forwarded-Uri` and `X-Original-Method` /
+//! `X-Forwarded-Method`; the client address is the TCP peer for now (one function,
+//! `conn::client_ip`, is where trusted forwarded headers will be read).
+//!
 //! Routes from a file: `--config FILE` (TOML; the format is in the `config` module's
 //! docs) replaces `--upstream`, `--limit`, `--key-by` and `--on-failure`, which conflict
 //! with it (the flags stay for the one-route case). `--config FILE --check` checks the
@@ -81,7 +90,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower::{Layer, ServiceExt};
 
-use crate::conn::{Clock, Expiry, ProxyMetrics, Timeouts, Watched, client_ip};
+use crate::conn::{Clock, Expiry, ProxyMetrics, Timeouts, Watched, client_ip, original_request};
 use crate::official::OfficialAdmission;
 use crate::upstream::Upstream;
 
@@ -90,6 +99,15 @@ use crate::upstream::Upstream;
 enum EngineCore {
     Hosted,
     Pinned,
+}
+
+/// What the listener is (`--mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// A reverse proxy to --upstream.
+    Proxy,
+    /// A decision service: 200, the deny status, or the failure policy's answer.
+    ForwardAuth,
 }
 
 /// Which client admits requests.
@@ -106,9 +124,20 @@ enum AdmissionKind {
 #[derive(Parser, Debug)]
 #[command(name = "rl-proxy", version)]
 struct Cli {
-    /// Upstream to forward granted requests to: http://HOST:PORT.
-    #[arg(long, required_unless_present = "config", conflicts_with = "config")]
+    /// Upstream to forward granted requests to: http://HOST:PORT (required in proxy
+    /// mode without --config).
+    #[arg(long, conflicts_with = "config")]
     upstream: Option<String>,
+    /// proxy: forward granted requests to the upstream. forward-auth: a decision
+    /// service for nginx auth_request, Traefik ForwardAuth, Caddy forward_auth, Envoy
+    /// ext_authz: 200 when granted, --deny-status with Retry-After when rejected, the
+    /// failure policy otherwise; the original request from X-Original-URI /
+    /// X-Forwarded-Uri and X-Original-Method / X-Forwarded-Method. No --upstream.
+    #[arg(long, value_enum, default_value = "proxy")]
+    mode: Mode,
+    /// --mode forward-auth: the status of a rejection (nginx auth_request needs 403).
+    #[arg(long, default_value_t = 429, value_parser = clap::value_parser!(u16).range(400..=599))]
+    deny_status: u16,
     /// Routes from a TOML file (upstream, limit, key_by, on_failure, [[route]] tables);
     /// conflicts with --upstream, --limit, --key-by and --on-failure. SIGHUP reloads it.
     #[arg(long, conflicts_with_all = ["limit", "key_by", "on_failure"])]
@@ -259,15 +288,30 @@ fn run(cli: Cli) -> Result<(), StartError> {
     }
     let upstream_uri = match &table {
         Some(t) => t.upstream.clone(),
-        None => cli.upstream.clone().unwrap_or_default(),
+        None => cli.upstream.clone(),
     };
     let limited = match &table {
         Some(t) => t.limited(),
         None => matches!(cli.limit, LimitArg::On(_)),
     };
     let proxy_metrics = ProxyMetrics::new();
-    let upstream = Upstream::new(&upstream_uri, cli.upstream_timeout, proxy_metrics.clone())
-        .map_err(|e| StartError::Usage(e.to_string()))?;
+    let upstream = match (cli.mode, upstream_uri) {
+        (Mode::Proxy, None) => {
+            return Err(StartError::Usage(
+                "--upstream is required (or --config with an upstream)".into(),
+            ));
+        }
+        (Mode::Proxy, Some(uri)) => {
+            Upstream::new(&uri, cli.upstream_timeout, proxy_metrics.clone())
+                .map_err(|e| StartError::Usage(e.to_string()))?
+        }
+        (Mode::ForwardAuth, _) if cli.upstream.is_some() => {
+            return Err(StartError::Usage(
+                "--mode forward-auth forwards nothing: no --upstream".into(),
+            ));
+        }
+        (Mode::ForwardAuth, _) => Upstream::granting(proxy_metrics.clone()),
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -369,6 +413,10 @@ async fn serve_all(
         },
         max_connections: cli.max_connections as usize,
         metrics: proxy_metrics.clone(),
+        deny_status: match cli.mode {
+            Mode::Proxy => None,
+            Mode::ForwardAuth => http::StatusCode::from_u16(cli.deny_status).ok(),
+        },
     };
     let listener = TcpListener::bind(cli.listen)
         .await
@@ -588,6 +636,9 @@ struct ConnLimits {
     timeouts: Timeouts,
     max_connections: usize,
     metrics: Arc<ProxyMetrics>,
+    /// `--mode forward-auth`: requests are decided as their original request, and a
+    /// rejection (429) is answered with this status.
+    deny_status: Option<http::StatusCode>,
 }
 
 /// Accepts connections (at most `max_connections` open at once; more are closed at
@@ -607,6 +658,7 @@ where
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let timeouts = limits.timeouts;
     let tick = timeouts.tick();
+    let deny_status = limits.deny_status;
     let mut last_warn: Option<Instant> = None;
     let mut refused_unlogged: u64 = 0;
     loop {
@@ -644,12 +696,20 @@ where
             let conn_svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
                 let client = client_ip(peer, req.headers());
                 req.extensions_mut().insert(ClientAddr(client));
+                if deny_status.is_some() {
+                    original_request(&mut req);
+                }
                 svc_clock.request_started();
                 let clock = svc_clock.clone();
                 let answer = svc.clone().oneshot(req);
                 async move {
-                    let r = answer.await;
+                    let mut r = answer.await;
                     clock.request_done();
+                    if let (Some(deny), Ok(resp)) = (deny_status, r.as_mut())
+                        && resp.status() == http::StatusCode::TOO_MANY_REQUESTS
+                    {
+                        *resp.status_mut() = deny;
+                    }
                     r
                 }
             });

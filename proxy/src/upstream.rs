@@ -42,6 +42,8 @@ pub struct Upstream {
     authority: Authority,
     timeout: Duration,
     metrics: Arc<ProxyMetrics>,
+    /// false: `--mode forward-auth`, every request that gets here is answered `200`.
+    forward: bool,
 }
 
 impl Upstream {
@@ -68,7 +70,17 @@ impl Upstream {
             authority,
             timeout,
             metrics,
+            forward: true,
         })
+    }
+
+    /// The inner service of `--mode forward-auth`: forwards nothing, answers every
+    /// request `200` with an empty body (a grant, or a failure under fail-open).
+    pub fn granting(metrics: Arc<ProxyMetrics>) -> Self {
+        let mut up = Upstream::new("http://127.0.0.1:9", Duration::from_secs(1), metrics)
+            .unwrap_or_else(|_| unreachable!("a valid upstream"));
+        up.forward = false;
+        up
     }
 }
 
@@ -108,6 +120,9 @@ impl tower_service::Service<Request<Incoming>> for Upstream {
     }
 
     fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
+        if !self.forward {
+            return Box::pin(async { Ok(local(StatusCode::OK, "")) });
+        }
         let pq = req
             .uri()
             .path_and_query()

@@ -796,3 +796,100 @@ async fn routes_from_a_file_and_sighup_reload() {
     up.signal(libc::SIGTERM).await;
     r.stop();
 }
+
+/// GET `path` with `headers`; the status and the Retry-After header, if any.
+async fn get_with(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, Option<u64>) {
+    let mut req = http::Request::get(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = tokio::time::timeout(
+        Duration::from_secs(10),
+        client().request(req.body(Empty::new()).unwrap()),
+    )
+    .await
+    .expect("answer within 10 s")
+    .expect("HTTP exchange");
+    let ra = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    (resp.status(), ra)
+}
+
+/// `--mode forward-auth`: no upstream; 200 when granted, the deny status with
+/// Retry-After when rejected, keyed and routed by the original request's URI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_auth_decides_on_the_original_request() {
+    let _s = SERIAL.lock().await;
+    let r = responder(206);
+    let ep = endpoint(&r);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY).args([
+        "--mode",
+        "forward-auth",
+        "--endpoint",
+        &ep,
+        "--limit",
+        "2/60s",
+        "--key-by",
+        "path",
+    ]);
+    let fa = start(cmd).await;
+    let orig = |uri: &'static str| [("x-original-uri", uri), ("x-original-method", "POST")];
+    for _ in 0..2 {
+        let (st, _) = get_with(fa.addr(), "/auth", &orig("/a?x=1")).await;
+        assert_eq!(st, StatusCode::OK);
+    }
+    let (st, ra) = get_with(fa.addr(), "/auth", &orig("/a?x=2")).await;
+    assert_eq!(st, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(ra, Some(30));
+    // another original path: another bucket, whatever path the check itself has
+    let (st, _) = get_with(fa.addr(), "/auth", &[("x-forwarded-uri", "/b")]).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(fa.signal(libc::SIGTERM).await.code(), Some(0));
+
+    // with routes from a file, matched on the original URI, and --deny-status 403
+    let file = TempFile::new(
+        "forward-auth.toml",
+        "[[route]]\npath = \"/api/\"\nlimit = \"1/60s\"\nkey_by = \"path\"\n",
+    );
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY).args([
+        "--mode",
+        "forward-auth",
+        "--deny-status",
+        "403",
+        "--endpoint",
+        &ep,
+        "--config",
+        file.path(),
+    ]);
+    let fa = start(cmd).await;
+    let api = [("x-forwarded-uri", "/api/x"), ("x-forwarded-method", "GET")];
+    assert_eq!(get_with(fa.addr(), "/", &api).await.0, StatusCode::OK);
+    let (st, ra) = get_with(fa.addr(), "/", &api).await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    assert_eq!(ra, Some(60));
+    for _ in 0..3 {
+        let free = [("x-forwarded-uri", "/free")];
+        assert_eq!(get_with(fa.addr(), "/api/x", &free).await.0, StatusCode::OK);
+    }
+    assert_eq!(fa.signal(libc::SIGTERM).await.code(), Some(0));
+    // forward-auth takes no upstream
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY).args([
+        "--mode",
+        "forward-auth",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--limit",
+        "off",
+    ]);
+    assert_eq!(run_to_exit(cmd).await.0, Some(2));
+    r.stop();
+}
