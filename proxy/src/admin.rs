@@ -3,6 +3,7 @@
 //! Owns: the admin routes. Must not touch: proxied traffic, admission.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,18 +14,25 @@ use hyper_util::rt::TokioIo;
 use ratelimitly_tower::{CONTENT_TYPE, Exporter};
 use tokio::net::TcpListener;
 
+use crate::conn::ProxyMetrics;
+
 /// Serves the admin routes on `listener` until the task is aborted.
-pub async fn serve(listener: TcpListener, exporter: Exporter) {
+/// The page is the first exporter's, with the values of the same series in the others
+/// added (several layers, one page).
+pub async fn serve(listener: TcpListener, exporters: Vec<Exporter>, proxy: Arc<ProxyMetrics>) {
+    let exporters = Arc::new(exporters);
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        let exporter = exporter.clone();
+        let exporter = exporters.clone();
+        let proxy = proxy.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let exporter = exporter.clone();
-                async move { Ok::<_, Infallible>(route(req, exporter).await) }
+                let proxy = proxy.clone();
+                async move { Ok::<_, Infallible>(route(req, exporter, proxy).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), svc)
@@ -47,11 +55,27 @@ fn text(
     r
 }
 
-async fn route(req: Request<Incoming>, exporter: Exporter) -> Response<Full<Bytes>> {
+async fn route(
+    req: Request<Incoming>,
+    exporters: Arc<Vec<Exporter>>,
+    proxy: Arc<ProxyMetrics>,
+) -> Response<Full<Bytes>> {
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
             // Reading the engine's statistics may block briefly: off the async workers.
-            match tokio::task::spawn_blocking(move || exporter.encode()).await {
+            let encode = move || {
+                let mut page = String::new();
+                for (i, e) in exporters.iter().enumerate() {
+                    page = if i == 0 {
+                        e.encode()
+                    } else {
+                        sum_pages(&page, &e.encode())
+                    };
+                }
+                proxy.encode(&mut page);
+                page
+            };
+            match tokio::task::spawn_blocking(encode).await {
                 Ok(body) => text(StatusCode::OK, CONTENT_TYPE, body),
                 Err(_) => text(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -66,5 +90,41 @@ async fn route(req: Request<Incoming>, exporter: Exporter) -> Response<Full<Byte
             "text/plain; charset=utf-8",
             "not found\n",
         ),
+    }
+}
+
+/// `a` with the value of each sample line that `b` also has added to it.
+fn sum_pages(a: &str, b: &str) -> String {
+    let sample = |l: &str| -> Option<(String, f64)> {
+        if l.starts_with('#') {
+            return None;
+        }
+        let (name, value) = l.rsplit_once(' ')?;
+        Some((name.to_owned(), value.parse().ok()?))
+    };
+    let other: std::collections::HashMap<String, f64> = b.lines().filter_map(sample).collect();
+    let mut out = String::with_capacity(a.len());
+    for line in a.lines() {
+        match sample(line) {
+            Some((name, v)) if other.contains_key(&name) => {
+                out.push_str(&format!("{name} {}", v + other[&name]));
+            }
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pages_add_up() {
+        let a = "# TYPE x counter\nx_total{o=\"g\"} 2\ny 0.5\nz 1\n";
+        let b = "# TYPE x counter\nx_total{o=\"g\"} 3\ny 0.25\n";
+        assert_eq!(
+            super::sum_pages(a, b),
+            "# TYPE x counter\nx_total{o=\"g\"} 5\ny 0.75\nz 1\n"
+        );
     }
 }

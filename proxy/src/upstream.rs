@@ -2,13 +2,17 @@
 //! its URI (scheme and authority of the upstream) and the hop-by-hop headers, to one
 //! HTTP/1.1 upstream over pooled keep-alive connections.
 //!
-//! Owns: the upstream client and the `502` answer when the upstream cannot be reached.
+//! Owns: the upstream client, the `502` answer when the upstream cannot be reached and
+//! the `504` answer when it sends no response head within the upstream timeout.
 //! Must not touch: admission (the layer in front decides), listeners.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, Request, Response, StatusCode, Uri, header};
@@ -17,6 +21,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use ratelimitly_tower::ResponseBody;
+
+use crate::conn::ProxyMetrics;
 
 /// Why `--upstream` was refused.
 #[derive(Debug)]
@@ -34,11 +40,20 @@ pub struct Upstream {
     client: Client<HttpConnector, Incoming>,
     scheme: Scheme,
     authority: Authority,
+    timeout: Duration,
+    metrics: Arc<ProxyMetrics>,
+    /// false: `--mode forward-auth`, every request that gets here is answered `200`.
+    forward: bool,
 }
 
 impl Upstream {
-    /// A forwarder to `uri` (`http://HOST:PORT`; a path is ignored).
-    pub fn new(uri: &str) -> Result<Self, BadUpstream> {
+    /// A forwarder to `uri` (`http://HOST:PORT`; a path is ignored) that answers `504`
+    /// when no response head comes within `timeout` (counted in `metrics`).
+    pub fn new(
+        uri: &str,
+        timeout: Duration,
+        metrics: Arc<ProxyMetrics>,
+    ) -> Result<Self, BadUpstream> {
         let uri: Uri = uri.parse().map_err(|_| BadUpstream)?;
         if uri.scheme() != Some(&Scheme::HTTP) {
             return Err(BadUpstream);
@@ -53,7 +68,19 @@ impl Upstream {
             client,
             scheme: Scheme::HTTP,
             authority,
+            timeout,
+            metrics,
+            forward: true,
         })
+    }
+
+    /// The inner service of `--mode forward-auth`: forwards nothing, answers every
+    /// request `200` with an empty body (a grant, or a failure under fail-open).
+    pub fn granting(metrics: Arc<ProxyMetrics>) -> Self {
+        let mut up = Upstream::new("http://127.0.0.1:9", Duration::from_secs(1), metrics)
+            .unwrap_or_else(|_| unreachable!("a valid upstream"));
+        up.forward = false;
+        up
     }
 }
 
@@ -93,6 +120,9 @@ impl tower_service::Service<Request<Incoming>> for Upstream {
     }
 
     fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
+        if !self.forward {
+            return Box::pin(async { Ok(local(StatusCode::OK, "")) });
+        }
         let pq = req
             .uri()
             .path_and_query()
@@ -104,18 +134,25 @@ impl tower_service::Service<Request<Incoming>> for Upstream {
             .path_and_query(pq)
             .build();
         let client = self.client.clone();
+        let timeout = self.timeout;
+        let metrics = self.metrics.clone();
         Box::pin(async move {
             let Ok(uri) = uri else {
                 return Ok(local(StatusCode::BAD_REQUEST, "bad request target\n"));
             };
             *req.uri_mut() = uri;
             strip_hop_by_hop(req.headers_mut());
-            match client.request(req).await {
-                Ok(mut resp) => {
+            match tokio::time::timeout(timeout, client.request(req)).await {
+                Err(_) => {
+                    metrics.upstream_timeouts.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(?timeout, "upstream timeout");
+                    Ok(local(StatusCode::GATEWAY_TIMEOUT, "upstream timeout\n"))
+                }
+                Ok(Ok(mut resp)) => {
                     strip_hop_by_hop(resp.headers_mut());
                     Ok(resp.map(ResponseBody::inner))
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     tracing::debug!(error = %e, "upstream request failed");
                     Ok(local(StatusCode::BAD_GATEWAY, "upstream unreachable\n"))
                 }

@@ -13,8 +13,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use ratelimitly_engine::ApiKey;
 use rl_responder::{ResponderConfig, ResponderHandle};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
+use tokio::time::Instant;
 
 const NONE_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
 const UPSTREAM_BODY: &[u8] = b"hello from upstream\n";
@@ -42,6 +44,13 @@ impl Proc {
 
     fn admin(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.admin_port.expect("admin port")))
+    }
+
+    /// Sends SIGHUP (the process keeps running).
+    fn hangup(&self) {
+        let pid = self.child.id().expect("running") as i32;
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
     }
 
     async fn signal(mut self, sig: i32) -> ExitStatus {
@@ -270,6 +279,10 @@ async fn bad_key_or_arguments_exit_2_without_echoing_the_key() {
         &["--on-failure", "maybe"],
         &["--admission", "other"],
         &["--listen", "nowhere"],
+        &["--header-timeout", "10"],
+        &["--idle-timeout", "0s"],
+        &["--upstream-timeout", "soon"],
+        &["--max-connections", "0"],
     ] {
         let (code, err) = run_to_exit(base(Some(NONE_KEY), bad)).await;
         assert_eq!(code, Some(2), "{bad:?}: {err}");
@@ -430,4 +443,453 @@ async fn limit_off_proxies_without_a_key() {
         );
     }
     assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+}
+
+/// A proxy without admission (`--limit off`, no key) in front of `up`, with `args`.
+async fn plain_proxy(up: &Proc, args: &[&str]) -> Proc {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env_remove("RATELIMITLY_API_KEY")
+        .args([
+            "--upstream",
+            &format!("http://{}", up.addr()),
+            "--limit",
+            "off",
+        ])
+        .args(args);
+    start(cmd).await
+}
+
+/// When the peer closed `s`, measured from `since`; `None` when still open at
+/// `since + limit`. Data read before the end is ignored.
+async fn closed_by(
+    s: &mut (impl AsyncRead + Unpin),
+    since: Instant,
+    limit: Duration,
+) -> Option<Duration> {
+    let mut buf = [0u8; 1024];
+    // bounded by the deadline: every read is cut at it
+    loop {
+        match tokio::time::timeout_at(since + limit, s.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(since.elapsed()),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Reads from `s` until `needle` has been seen (within 10 s); returns all read.
+async fn read_until(s: &mut TcpStream, needle: &[u8]) -> Vec<u8> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(needle.len()).any(|w| w == needle) {
+        let n = tokio::time::timeout_at(deadline, s.read(&mut buf))
+            .await
+            .expect("answer within 10 s")
+            .expect("read");
+        assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
+/// One request on an open connection; asserts a 200 with the upstream's body.
+async fn request_on(s: &mut TcpStream, path: &str) {
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: proxy.test\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let got = read_until(s, UPSTREAM_BODY).await;
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+}
+
+async fn metrics_of(p: &Proc) -> std::collections::HashMap<String, f64> {
+    let text = String::from_utf8(get(p.admin(), "/metrics").await.body().to_vec()).unwrap();
+    parse_prometheus(&text)
+}
+
+/// Polls the admin page (at most 5 s) until `name` has `value`.
+async fn wait_metric(p: &Proc, name: &str, value: f64) {
+    for _ in 0..50 {
+        if metrics_of(p).await.get(name) == Some(&value) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{name} never reached {value}: {:?}",
+        metrics_of(p).await.get(name)
+    );
+}
+
+/// `--header-timeout 1s`: a silent connection and one trickling an unfinished head are
+/// closed within 1 s plus 2 s. `--idle-timeout 3s`: a keep-alive connection idle past
+/// the header timeout still serves, and is closed after 3 s without traffic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_and_idle_timeouts_close_connections() {
+    let _s = SERIAL.lock().await;
+    let up = upstream().await;
+    let proxy = plain_proxy(&up, &["--header-timeout", "1s", "--idle-timeout", "3s"]).await;
+
+    let silent_since = Instant::now();
+    let mut silent = TcpStream::connect(proxy.addr()).await.unwrap();
+    let slow_since = Instant::now();
+    let slow = TcpStream::connect(proxy.addr()).await.unwrap();
+    let (mut slow_rd, mut slow_wr) = slow.into_split();
+    let trickle = tokio::spawn(async move {
+        if slow_wr
+            .write_all(b"GET / HTTP/1.1\r\nHost: proxy.test\r\nX-Slow: ")
+            .await
+            .is_err()
+        {
+            return;
+        }
+        // a byte every 200 ms, at most 30 (6 s), until the proxy closes
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if slow_wr.write_all(b"x").await.is_err() {
+                return;
+            }
+        }
+    });
+    let limit = Duration::from_secs(3);
+    let t = closed_by(&mut silent, silent_since, limit).await;
+    assert!(t.is_some(), "a silent connection is open after 3 s");
+    assert!(t.unwrap() >= Duration::from_millis(900), "{t:?}");
+    let t = closed_by(&mut slow_rd, slow_since, limit).await;
+    assert!(t.is_some(), "a trickling head is open after 3 s");
+    assert!(t.unwrap() >= Duration::from_millis(900), "{t:?}");
+    trickle.abort();
+
+    // keep-alive: idle past the header timeout, within the idle timeout, still serves
+    let mut ka = TcpStream::connect(proxy.addr()).await.unwrap();
+    request_on(&mut ka, "/a").await;
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    request_on(&mut ka, "/b").await;
+    let idle_since = Instant::now();
+    let t = closed_by(&mut ka, idle_since, Duration::from_secs(5)).await;
+    assert!(t.is_some(), "an idle connection is open after 5 s");
+    assert!(t.unwrap() >= Duration::from_millis(2500), "{t:?}");
+
+    let m = metrics_of(&proxy).await;
+    assert_eq!(
+        m["rl_proxy_connections_timed_out_total{timeout=\"header\"}"],
+        2.0
+    );
+    assert_eq!(
+        m["rl_proxy_connections_timed_out_total{timeout=\"idle\"}"],
+        1.0
+    );
+    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    up.signal(libc::SIGTERM).await;
+}
+
+/// `--upstream-timeout 1s`: an upstream that takes 5 s is answered 504 within 1 s plus
+/// 1.5 s; a quick one still 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_upstream_is_answered_504() {
+    let _s = SERIAL.lock().await;
+    let up = upstream().await;
+    let proxy = plain_proxy(&up, &["--upstream-timeout", "1s"]).await;
+    let t = Instant::now();
+    let resp = get(proxy.addr(), "/slow/5000").await;
+    let took = t.elapsed();
+    assert_eq!(resp.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+    assert!(took <= Duration::from_millis(2500), "{took:?}");
+    let resp = get(proxy.addr(), "/slow/100").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.body().as_ref(), UPSTREAM_BODY);
+    assert_eq!(
+        metrics_of(&proxy).await["rl_proxy_upstream_timeouts_total"],
+        1.0
+    );
+    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    up.signal(libc::SIGTERM).await;
+}
+
+/// `--max-connections 2`: a third connection is accepted and closed at once, counted;
+/// the open ones keep serving, and once one closes a new one is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_maximum_are_closed_at_once() {
+    let _s = SERIAL.lock().await;
+    let up = upstream().await;
+    let proxy = plain_proxy(&up, &["--max-connections", "2", "--header-timeout", "30s"]).await;
+    let mut a = TcpStream::connect(proxy.addr()).await.unwrap();
+    let b = TcpStream::connect(proxy.addr()).await.unwrap();
+    wait_metric(&proxy, "rl_proxy_connections_open", 2.0).await;
+
+    let since = Instant::now();
+    let mut c = TcpStream::connect(proxy.addr()).await.unwrap();
+    let _ = c
+        .write_all(b"GET / HTTP/1.1\r\nHost: proxy.test\r\n\r\n")
+        .await;
+    let t = closed_by(&mut c, since, Duration::from_secs(2)).await;
+    assert!(
+        t.is_some(),
+        "the connection beyond the maximum is open after 2 s"
+    );
+    let m = metrics_of(&proxy).await;
+    assert_eq!(m["rl_proxy_connections_refused_total"], 1.0);
+    assert_eq!(m["rl_proxy_connections_open"], 2.0);
+
+    request_on(&mut a, "/still-served").await;
+    drop(b);
+    wait_metric(&proxy, "rl_proxy_connections_open", 1.0).await;
+    let resp = get(proxy.addr(), "/").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.body().as_ref(), UPSTREAM_BODY);
+    drop(a);
+    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    up.signal(libc::SIGTERM).await;
+}
+
+/// A file in the temporary directory, unique to this process, removed on drop.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str, text: &str) -> TempFile {
+        let p = std::env::temp_dir().join(format!("rl-proxy-{}-{name}", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        TempFile(p)
+    }
+
+    fn write(&self, text: &str) {
+        // a whole new file, renamed into place: the proxy never reads half of one
+        let tmp = self.0.with_extension("new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &self.0).unwrap();
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn routes_file(up: SocketAddr, free_limit: &str) -> String {
+    format!(
+        r#"# routes for the test
+upstream = "http://{}"
+limit = "1/60s"
+key_by = "path"
+
+[[route]]
+path = "/api/"
+limit = "2/60s"
+key_by = "ip"
+label = "api"
+
+[[route]]
+path = "/api/free"
+limit = {free_limit}
+
+[[route]]
+path = "/two"
+limit = ["5/60s", "1/60s"]
+"#,
+        up
+    )
+}
+
+/// `--config FILE --check`: 0 for a good file, 2 naming the line for a bad one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_check_names_the_line() {
+    let _s = SERIAL.lock().await;
+    let up: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let good = TempFile::new("check-good.toml", &routes_file(up, "\"off\""));
+    let check = |path: &str| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+        cmd.env_remove("RATELIMITLY_API_KEY")
+            .args(["--config", path, "--check"]);
+        cmd
+    };
+    let (code, err) = run_to_exit(check(good.path())).await;
+    assert_eq!(code, Some(0), "{err}");
+    // a limit that is not one, on line 14
+    let bad = TempFile::new("check-bad.toml", &routes_file(up, "\"3/1x\""));
+    let (code, err) = run_to_exit(check(bad.path())).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("line 14"), "{err}");
+    // not TOML at all, on line 3
+    let bad = TempFile::new(
+        "check-syntax.toml",
+        "upstream = \"http://127.0.0.1:9\"\n\n[[route]\n",
+    );
+    let (code, err) = run_to_exit(check(bad.path())).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("line 3"), "{err}");
+    // --config conflicts with the one-route flags
+    let mut cmd = check(good.path());
+    cmd.args(["--limit", "1/1s"]);
+    assert_eq!(run_to_exit(cmd).await.0, Some(2));
+}
+
+/// Routes from a file: a prefix keyed by IP, the longest match (`off`), two limits in
+/// one request, the top-level default; SIGHUP applies a good file and refuses a bad one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_from_a_file_and_sighup_reload() {
+    let _s = SERIAL.lock().await;
+    let r = responder(205);
+    let up = upstream().await;
+    let file = TempFile::new("routes.toml", &routes_file(up.addr(), "\"off\""));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY).args([
+        "--config",
+        file.path(),
+        "--endpoint",
+        &endpoint(&r),
+    ]);
+    let proxy = start(cmd).await;
+    let status = |p: &'static str| {
+        let addr = proxy.addr();
+        async move { get(addr, p).await.status() }
+    };
+    // /api/: 2 a minute per client IP, whatever the path
+    assert_eq!(status("/api/a").await, StatusCode::OK);
+    assert_eq!(status("/api/b").await, StatusCode::OK);
+    assert_eq!(status("/api/c").await, StatusCode::TOO_MANY_REQUESTS);
+    // /api/free: the longer prefix wins, off
+    for _ in 0..4 {
+        let resp = get(proxy.addr(), "/api/free/x").await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.body().as_ref(), UPSTREAM_BODY);
+    }
+    // /two: 5/60s and 1/60s in one request: the second is rejected by the tighter one
+    assert_eq!(status("/two").await, StatusCode::OK);
+    let resp = get(proxy.addr(), "/two").await;
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(retry_after(&resp), 60);
+    // no route: the top-level default, 1/60s per path
+    assert_eq!(status("/other").await, StatusCode::OK);
+    assert_eq!(status("/other").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(status("/other2").await, StatusCode::OK);
+
+    // SIGHUP with /api/free limited to 1 a minute (keyed by path, the top-level key)
+    file.write(&routes_file(up.addr(), "\"1/60s\""));
+    proxy.hangup();
+    let mut reloaded = false;
+    for _ in 0..50 {
+        if status("/api/free/y").await == StatusCode::TOO_MANY_REQUESTS {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reloaded, "the new routes apply after SIGHUP");
+    // a bad file is refused: the running routes stay, the proxy keeps serving
+    file.write("upstream = \"http://127.0.0.1:9\"\nlimit = \"many\"\n");
+    proxy.hangup();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(status("/api/free/y").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(status("/api/free/z").await, StatusCode::OK);
+    assert_eq!(status("/api/free/z").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    up.signal(libc::SIGTERM).await;
+    r.stop();
+}
+
+/// GET `path` with `headers`; the status and the Retry-After header, if any.
+async fn get_with(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, Option<u64>) {
+    let mut req = http::Request::get(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = tokio::time::timeout(
+        Duration::from_secs(10),
+        client().request(req.body(Empty::new()).unwrap()),
+    )
+    .await
+    .expect("answer within 10 s")
+    .expect("HTTP exchange");
+    let ra = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    (resp.status(), ra)
+}
+
+/// `--mode forward-auth`: no upstream; 200 when granted, the deny status with
+/// Retry-After when rejected, keyed and routed by the original request's URI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_auth_decides_on_the_original_request() {
+    let _s = SERIAL.lock().await;
+    let r = responder(206);
+    let ep = endpoint(&r);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY).args([
+        "--mode",
+        "forward-auth",
+        "--endpoint",
+        &ep,
+        "--limit",
+        "2/60s",
+        "--key-by",
+        "path",
+    ]);
+    let fa = start(cmd).await;
+    let orig = |uri: &'static str| [("x-original-uri", uri), ("x-original-method", "POST")];
+    for _ in 0..2 {
+        let (st, _) = get_with(fa.addr(), "/auth", &orig("/a?x=1")).await;
+        assert_eq!(st, StatusCode::OK);
+    }
+    let (st, ra) = get_with(fa.addr(), "/auth", &orig("/a?x=2")).await;
+    assert_eq!(st, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(ra, Some(30));
+    // another original path: another bucket, whatever path the check itself has
+    let (st, _) = get_with(fa.addr(), "/auth", &[("x-forwarded-uri", "/b")]).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(fa.signal(libc::SIGTERM).await.code(), Some(0));
+
+    // with routes from a file, matched on the original URI, and --deny-status 403
+    let file = TempFile::new(
+        "forward-auth.toml",
+        "[[route]]\npath = \"/api/\"\nlimit = \"1/60s\"\nkey_by = \"path\"\n",
+    );
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY).args([
+        "--mode",
+        "forward-auth",
+        "--deny-status",
+        "403",
+        "--endpoint",
+        &ep,
+        "--config",
+        file.path(),
+    ]);
+    let fa = start(cmd).await;
+    let api = [("x-forwarded-uri", "/api/x"), ("x-forwarded-method", "GET")];
+    assert_eq!(get_with(fa.addr(), "/", &api).await.0, StatusCode::OK);
+    let (st, ra) = get_with(fa.addr(), "/", &api).await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    assert_eq!(ra, Some(60));
+    for _ in 0..3 {
+        let free = [("x-forwarded-uri", "/free")];
+        assert_eq!(get_with(fa.addr(), "/api/x", &free).await.0, StatusCode::OK);
+    }
+    assert_eq!(fa.signal(libc::SIGTERM).await.code(), Some(0));
+    // forward-auth takes no upstream
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY).args([
+        "--mode",
+        "forward-auth",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--limit",
+        "off",
+    ]);
+    assert_eq!(run_to_exit(cmd).await.0, Some(2));
+    r.stop();
 }

@@ -1,0 +1,357 @@
+//! Routes from a file (`--config FILE`, TOML) and the route table they make.
+//!
+//! ```toml
+//! upstream = "http://127.0.0.1:8080"   # required, but in --mode forward-auth
+//! limit = "off"                         # requests no route matches (default "off")
+//! key_by = "ip"                         # default for routes (default "ip")
+//! on_failure = "open"                   # default for routes (default "open")
+//!
+//! [[route]]
+//! path = "/api/"                        # a prefix; the longest match wins
+//! methods = ["GET", "POST"]             # optional: any method when absent
+//! limit = ["10/1s", "1000/1h"]          # "N/WINDOW", "off", or a list consumed atomically
+//! key_by = "header:x-user"              # optional
+//! on_failure = "closed"                 # optional
+//! label = "api"                         # optional: metrics label, bucket names
+//! ```
+//!
+//! Errors name the line (`line N`): toml's byte spans converted to line numbers, and
+//! for values that parse as TOML but not as a limit, key or policy, the value's span.
+//!
+//! Owns: the file format and route matching. Must not touch: listeners, admission.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use http::Method;
+use ratelimitly_tower::{Consumption, KeyBy, Keyed, Limit, OnFailure, keyed};
+use serde::Deserialize;
+use toml::Spanned;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    upstream: Option<Spanned<String>>,
+    limit: Option<Spanned<RawLimit>>,
+    key_by: Option<Spanned<String>>,
+    on_failure: Option<Spanned<String>>,
+    #[serde(default)]
+    route: Vec<RawRoute>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    path: Spanned<String>,
+    methods: Option<Spanned<Vec<String>>>,
+    limit: Spanned<RawLimit>,
+    key_by: Option<Spanned<String>>,
+    on_failure: Option<Spanned<String>>,
+    label: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawLimit {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// One route: what a matching request consumes and what a failed admission does.
+#[derive(Debug)]
+pub struct Route {
+    /// The path prefix ("" for the top-level default).
+    pub path: String,
+    methods: Vec<Method>,
+    /// One bucket mapping per limit; empty: `off`.
+    keyed: Vec<Keyed>,
+    /// What a failed admission does.
+    pub on_failure: OnFailure,
+    label: String,
+}
+
+impl Route {
+    /// Whether requests of this route are admitted at all (not `off`).
+    pub fn limited(&self) -> bool {
+        !self.keyed.is_empty()
+    }
+
+    /// What `request` consumes: one token of each limit's bucket, in one request.
+    pub fn consumption<B>(&self, request: &http::Request<B>) -> Consumption {
+        use ratelimitly_tower::Classify;
+        let mut c = Consumption::new().label(self.label.clone());
+        for k in &self.keyed {
+            for (r, n) in k.classify(request).resources() {
+                c = c.consume(r.clone(), *n);
+            }
+        }
+        c
+    }
+
+    fn matches(&self, method: &Method, path: &str) -> bool {
+        path.starts_with(&self.path) && (self.methods.is_empty() || self.methods.contains(method))
+    }
+}
+
+/// The routes of one file.
+#[derive(Debug)]
+pub struct Table {
+    /// `upstream` of the file (none: only for `--mode forward-auth`).
+    pub upstream: Option<String>,
+    /// Longest path first (file order among equal lengths).
+    routes: Vec<Arc<Route>>,
+    default: Arc<Route>,
+}
+
+impl Table {
+    /// The route of a request: the longest matching prefix, else the default.
+    pub fn find(&self, method: &Method, path: &str) -> &Arc<Route> {
+        self.routes
+            .iter()
+            .find(|r| r.matches(method, path))
+            .unwrap_or(&self.default)
+    }
+
+    /// Whether any route (or the default) is limited: admission needs a backend.
+    pub fn limited(&self) -> bool {
+        self.default.limited() || self.routes.iter().any(|r| r.limited())
+    }
+
+    /// Routes in the file (without the default).
+    pub fn route_count(&self) -> usize {
+        self.routes.len()
+    }
+}
+
+/// Reads and checks `path`.
+pub fn load(path: &Path) -> Result<Table, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    let end = offset.min(text.len());
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+fn at<T>(text: &str, s: &Spanned<T>, msg: impl std::fmt::Display) -> String {
+    format!("line {}: {msg}", line_of(text, s.span().start))
+}
+
+fn limits(text: &str, s: &Spanned<RawLimit>) -> Result<Vec<Limit>, String> {
+    let items: Vec<&str> = match s.get_ref() {
+        RawLimit::One(x) => vec![x.as_str()],
+        RawLimit::Many(v) => v.iter().map(String::as_str).collect(),
+    };
+    if items == ["off"] {
+        return Ok(Vec::new());
+    }
+    if items.is_empty() {
+        return Err(at(text, s, "empty limit list (use \"off\")"));
+    }
+    items
+        .iter()
+        .map(|x| {
+            if *x == "off" {
+                return Err(at(text, s, "\"off\" cannot be part of a list"));
+            }
+            x.parse::<Limit>()
+                .map_err(|e| at(text, s, format!("bad limit {x:?}: {e}")))
+        })
+        .collect()
+}
+
+fn key_by(text: &str, s: &Option<Spanned<String>>, default: &KeyBy) -> Result<KeyBy, String> {
+    match s {
+        None => Ok(default.clone()),
+        Some(s) => s.get_ref().parse().map_err(|e: String| at(text, s, e)),
+    }
+}
+
+fn on_failure(
+    text: &str,
+    s: &Option<Spanned<String>>,
+    default: OnFailure,
+) -> Result<OnFailure, String> {
+    match s {
+        None => Ok(default),
+        Some(s) => s.get_ref().parse().map_err(|e: String| at(text, s, e)),
+    }
+}
+
+fn route(
+    path: String,
+    methods: Vec<Method>,
+    limits: Vec<Limit>,
+    key_by: KeyBy,
+    on_failure: OnFailure,
+    label: String,
+) -> Route {
+    let prefix = if label.is_empty() {
+        format!("route:{path}")
+    } else {
+        format!("route:{label}")
+    };
+    let keyed = limits
+        .into_iter()
+        .map(|l| {
+            keyed(l, key_by.clone())
+                .prefix(prefix.clone())
+                .label(label.clone())
+        })
+        .collect();
+    Route {
+        path,
+        methods,
+        keyed,
+        on_failure,
+        label,
+    }
+}
+
+/// Checks the text of a file.
+pub fn parse(text: &str) -> Result<Table, String> {
+    let raw: RawFile = toml::from_str(text).map_err(|e| match e.span() {
+        Some(s) => format!("line {}: {}", line_of(text, s.start), e.message().trim()),
+        None => e.message().trim().to_owned(),
+    })?;
+    if let Some(up) = &raw.upstream {
+        let ok = up
+            .get_ref()
+            .parse::<http::Uri>()
+            .ok()
+            .is_some_and(|u| u.scheme_str() == Some("http") && u.authority().is_some());
+        if !ok {
+            return Err(at(text, up, "upstream must be http://HOST:PORT"));
+        }
+    }
+    let top_limits = match &raw.limit {
+        None => Vec::new(),
+        Some(l) => limits(text, l)?,
+    };
+    let top_key = key_by(text, &raw.key_by, &KeyBy::ClientIp)?;
+    let top_failure = on_failure(text, &raw.on_failure, OnFailure::Open)?;
+    let mut routes = Vec::with_capacity(raw.route.len());
+    for r in &raw.route {
+        let path = r.path.get_ref();
+        if !path.starts_with('/') {
+            return Err(at(text, &r.path, "route path must start with /"));
+        }
+        let mut methods = Vec::new();
+        if let Some(ms) = &r.methods {
+            for m in ms.get_ref() {
+                let m = Method::from_bytes(m.to_ascii_uppercase().as_bytes())
+                    .map_err(|_| at(text, ms, format!("bad method {m:?}")))?;
+                methods.push(m);
+            }
+        }
+        let label = r
+            .label
+            .as_ref()
+            .map(|l| l.get_ref().clone())
+            .unwrap_or_default();
+        routes.push(Arc::new(route(
+            path.clone(),
+            methods,
+            limits(text, &r.limit)?,
+            key_by(text, &r.key_by, &top_key)?,
+            on_failure(text, &r.on_failure, top_failure)?,
+            label,
+        )));
+    }
+    routes.sort_by_key(|r| std::cmp::Reverse(r.path.len()));
+    Ok(Table {
+        upstream: raw.upstream.map(Spanned::into_inner),
+        routes,
+        default: Arc::new(route(
+            String::new(),
+            Vec::new(),
+            top_limits,
+            top_key,
+            top_failure,
+            String::new(),
+        )),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+upstream = "http://127.0.0.1:9"
+limit = "5/1s"
+
+[[route]]
+path = "/api/"
+limit = ["10/1s", "1000/1h"]
+label = "api"
+
+[[route]]
+path = "/api/health"
+limit = "off"
+
+[[route]]
+path = "/login"
+methods = ["post"]
+limit = "3/1m"
+key_by = "path"
+on_failure = "closed"
+"#;
+
+    fn req(m: &str, p: &str) -> http::Request<()> {
+        http::Request::builder().method(m).uri(p).body(()).unwrap()
+    }
+
+    #[test]
+    fn longest_prefix_methods_off_and_default() {
+        let t = parse(GOOD).unwrap();
+        assert_eq!(t.route_count(), 3);
+        assert!(t.limited());
+        assert_eq!(t.find(&Method::GET, "/api/x").path, "/api/");
+        assert_eq!(t.find(&Method::GET, "/api/health/z").path, "/api/health");
+        assert!(!t.find(&Method::GET, "/api/health").limited());
+        assert_eq!(t.find(&Method::POST, "/login").path, "/login");
+        assert_eq!(
+            t.find(&Method::POST, "/login").on_failure,
+            OnFailure::Closed
+        );
+        assert_eq!(t.find(&Method::GET, "/login").path, "", "method not listed");
+        let api = t.find(&Method::GET, "/api/x");
+        let c = api.consumption(&req("GET", "/api/x"));
+        assert_eq!(c.resources().len(), 2, "two limits, one request");
+        assert_eq!(c.metrics_label(), "api");
+        let c = t
+            .find(&Method::GET, "/other")
+            .consumption(&req("GET", "/other"));
+        assert_eq!(c.resources().len(), 1);
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let bad = GOOD.replace("\"3/1m\"", "\"3/1x\"");
+        let e = parse(&bad).unwrap_err();
+        assert!(e.starts_with("line 17:"), "{e}");
+        let e = parse("upstream = \"http://127.0.0.1:9\"\n\n[[route]]\npath = \"/a\"\nlimit = \n")
+            .unwrap_err();
+        assert!(e.contains("line 5"), "{e}");
+        let e = parse("upstream = \"http://127.0.0.1:9\"\nkey_by = \"cookie\"\n").unwrap_err();
+        assert!(e.starts_with("line 2:"), "{e}");
+        let e = parse("upstream = \"http://127.0.0.1:9\"\nlimits = \"1/1s\"\n").unwrap_err();
+        assert!(e.contains("line 2"), "{e}");
+        let e = parse("upstream = \"ftp://x\"\n").unwrap_err();
+        assert!(e.starts_with("line 1:"), "{e}");
+        // the default in a file is off
+        assert!(
+            !parse("upstream = \"http://127.0.0.1:9\"\n")
+                .unwrap()
+                .limited()
+        );
+    }
+}
