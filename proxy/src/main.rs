@@ -83,8 +83,8 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use ratelimitly_engine::{ApiKey, DnsConfig, Endpoint, Engine, EngineHandle};
 use ratelimitly_tower::{
-    Classify, ClientAddr, Consumption, EngineAdmission, Exporter, FailurePolicy, KeyBy,
-    LayerMetrics, Limit, OnFailure, RateLimit, RateLimitLayer, ResponseBody, keyed,
+    AdmissionLayer, AdmissionService, Classify, ClientAddr, Consumption, EngineAdmission, Exporter,
+    FailurePolicy, KeyBy, LayerMetrics, Limit, OnFailure, ResponseBody, keyed,
 };
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -442,9 +442,9 @@ async fn serve_all(
         }
         let (layers, exporters) = match engine.clone() {
             Some(h) => {
-                let open = RateLimitLayer::new(h.clone(), RouteClassify)
+                let open = AdmissionLayer::new(h.clone(), RouteClassify)
                     .failure_policy(FailurePolicy::all(OnFailure::Open));
-                let closed = RateLimitLayer::new(h.clone(), RouteClassify)
+                let closed = AdmissionLayer::new(h.clone(), RouteClassify)
                     .failure_policy(FailurePolicy::all(OnFailure::Closed));
                 let exporters = vec![
                     Exporter::new(open.metrics()).with_engine(h),
@@ -470,7 +470,7 @@ async fn serve_all(
                 tokio::spawn(serve(listener, upstream, limits))
             }
             (LimitArg::On(limit), Some(h), _) => {
-                let layer = RateLimitLayer::new(h, keyed(limit, cli.key_by.clone()))
+                let layer = AdmissionLayer::new(h, keyed(limit, cli.key_by.clone()))
                     .failure_policy(failure);
                 metrics = layer.metrics();
                 tokio::spawn(serve(listener, layer.layer(upstream), limits))
@@ -489,7 +489,7 @@ async fn serve_all(
                     .build()
                     .await
                     .map_err(|e| StartError::Runtime(format!("official client: {e}")))?;
-                let layer = RateLimitLayer::with_admission(
+                let layer = AdmissionLayer::with_admission(
                     OfficialAdmission::new(client),
                     keyed(limit, cli.key_by.clone()),
                 )
@@ -549,7 +549,7 @@ async fn reload_on_hangup(
 }
 
 /// A limited route's service: the layer over the upstream.
-type Limited = RateLimit<Upstream, EngineAdmission, RouteClassify>;
+type Limited = AdmissionService<Upstream, EngineAdmission, RouteClassify>;
 
 /// The body of a routed response.
 type RoutedBody = ResponseBody<ResponseBody<Incoming>>;
