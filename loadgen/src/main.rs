@@ -3,15 +3,16 @@
 //! workload and core budget, and reports decisions/s, latency percentiles,
 //! datagrams and client CPU per decision.
 //!
-//! Layout: `cli.rs` (options), `setup.rs` (servers and key), `workload.rs` (what each
-//! operation is), `clients/` (the [`clients::Target`]s: engine, official, raw),
-//! `phase.rs` (one measured phase), `stats.rs` (recording and CPU), `output.rs`,
-//! `extra.rs`, `plot.rs` and `params.rs` (results), `memory.rs` (allocator and page
-//! settings). This file owns the run: cores, the phases in order, ratios,
-//! the output files and the exit status. The API key string is never printed.
+//! Layout: `cli/` (options and their value parsers), `setup.rs` (servers and key),
+//! `workload.rs` (what each operation is), `clients/` (the [`clients::Target`]s: engine,
+//! official, raw), `phase.rs` (one measured phase), `stats.rs` (recording), `cpu.rs`
+//! (thread CPU time, pinning), `output.rs`, `extra.rs`, `plot.rs` and `params.rs`
+//! (results), `memory.rs` (allocator and page settings). This file owns the run: cores,
+//! the phases in order, ratios, the output files and the exit status. The API key string is never printed.
 
 mod cli;
 mod clients;
+mod cpu;
 mod extra;
 mod memory;
 mod output;

@@ -148,9 +148,9 @@ fn spawn_responder(
         seed: 0x10ad_0000 + i as u64,
         ..Faults::default()
     };
-    let before = crate::stats::thread_ids();
+    let before = crate::cpu::thread_ids();
     let h = rl_responder::spawn(cfg).map_err(|e| SetupError::Responder(format!("{e}")))?;
-    server_threads.extend(crate::stats::thread_ids().difference(&before));
+    server_threads.extend(crate::cpu::thread_ids().difference(&before));
     Ok(h)
 }
 
@@ -192,11 +192,11 @@ pub fn start(args: &Args, responder_cores: &[usize]) -> Result<Servers, SetupErr
         .iter()
         .map(|e| (e.server_id, vec![e.addr]))
         .collect();
-    let before = crate::stats::thread_ids();
+    let before = crate::cpu::thread_ids();
     let dns = rl_responder::dns::spawn(EMBEDDED_DOMAIN, dns_servers).map_err(SetupError::Dns)?;
-    for tid in crate::stats::thread_ids().difference(&before) {
+    for tid in crate::cpu::thread_ids().difference(&before) {
         if let Some(c) = responder_cores.first() {
-            crate::stats::pin_thread(*tid, *c);
+            crate::cpu::pin_thread(*tid, *c);
         }
         server_threads.insert(*tid);
     }
