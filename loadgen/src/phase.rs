@@ -114,6 +114,16 @@ fn sleep_until(t: Instant) {
 
 /// Runs client `kind` for one phase and measures it.
 pub fn run_phase(ctx: &RunContext<'_>, kind: ClientKind) -> Result<PhaseResult, String> {
+    run_phase_with(ctx, kind, |_| {})
+}
+
+/// [`run_phase`], handing the phase to `on_start` once the client's load has started
+/// (`--chaos` times its schedule from it).
+pub fn run_phase_with(
+    ctx: &RunContext<'_>,
+    kind: ClientKind,
+    on_start: impl FnOnce(&Arc<Phase>),
+) -> Result<PhaseResult, String> {
     let progress = Progress::start(kind, ctx.args.quiet);
     // Threads that exist now (main, progress, responders) are not the client's.
     let infra: HashSet<u32> = cpu::thread_ids();
@@ -144,6 +154,7 @@ pub fn run_phase(ctx: &RunContext<'_>, kind: ClientKind) -> Result<PhaseResult, 
         }
     };
     let _ = progress.slot.set(Arc::clone(&phase));
+    on_start(&phase);
     let result = measure(ctx, kind, &spec, &phase, &infra, &done_rx);
     progress.finish();
     Ok(result)

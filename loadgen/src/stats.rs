@@ -63,7 +63,7 @@ impl Kind {
             Kind::ReportFailed => "reports_failed",
         }
     }
-    fn index(self) -> usize {
+    pub fn index(self) -> usize {
         KINDS.iter().position(|k| *k == self).unwrap_or(0)
     }
     pub fn is_decision(self) -> bool {
@@ -100,6 +100,9 @@ pub struct Recorder {
     /// Request datagrams reported by the client (engine: Response::sends), inside the window.
     pub sends: u64,
     pub sends_known: bool,
+    /// Outcome counts of every completion by whole seconds since the phase start
+    /// (warm-up, window and drain; `--chaos` tells which faults explain them).
+    pub by_second: Vec<[u64; KINDS.len()]>,
 }
 
 fn hist(sigfig: u8) -> Histogram<u64> {
@@ -115,6 +118,7 @@ impl Recorder {
             all_counts: [0; KINDS.len()],
             sends: 0,
             sends_known: false,
+            by_second: vec![[0; KINDS.len()]; seconds],
         }
     }
 
@@ -129,6 +133,11 @@ impl Recorder {
         }
         self.sends += other.sends;
         self.sends_known |= other.sends_known;
+        for (a, b) in self.by_second.iter_mut().zip(&other.by_second) {
+            for i in 0..KINDS.len() {
+                a[i] += b[i];
+            }
+        }
     }
 
     pub fn window(&self, k: Kind) -> u64 {
@@ -153,6 +162,27 @@ pub struct Phase {
 }
 
 static PHASE_IDS: AtomicU64 = AtomicU64::new(1);
+
+/// Completions later than this after their start (ns) count as late (`--chaos` sets it;
+/// by default nothing is late).
+static LATE_BOUND_NS: AtomicU64 = AtomicU64::new(u64::MAX);
+/// Completions over [`LATE_BOUND_NS`], and the largest latency seen (ns), every phase.
+static LATE: AtomicU64 = AtomicU64::new(0);
+static MAX_LATENCY_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the bound past which a completion is late (see [`late_completions`]).
+pub fn set_late_bound(bound: Duration) {
+    LATE_BOUND_NS.store(bound.as_nanos() as u64, Ordering::Relaxed);
+}
+
+/// Completions so far later than the bound of [`set_late_bound`] after their start (or
+/// intended start), and the largest latency of any completion (ns), all phases.
+pub fn late_completions() -> (u64, u64) {
+    (
+        LATE.load(Ordering::Relaxed),
+        MAX_LATENCY_NS.load(Ordering::Relaxed),
+    )
+}
 
 thread_local! {
     static LOCAL: RefCell<Option<(u64, Arc<Mutex<Recorder>>)>> = const { RefCell::new(None) };
@@ -196,6 +226,13 @@ impl Phase {
         if kind.is_decision() {
             self.decided.fetch_add(1, Ordering::Relaxed);
         }
+        if kind.has_latency() {
+            let ns = done.saturating_duration_since(intended).as_nanos() as u64;
+            MAX_LATENCY_NS.fetch_max(ns, Ordering::Relaxed);
+            if ns > LATE_BOUND_NS.load(Ordering::Relaxed) {
+                LATE.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         LOCAL.with(|cell| {
             let mut slot = cell.borrow_mut();
             let rec = match &*slot {
@@ -212,6 +249,10 @@ impl Phase {
             };
             let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
             r.all_counts[kind.index()] += 1;
+            let sec = done.saturating_duration_since(self.start).as_secs() as usize;
+            if let Some(c) = r.by_second.get_mut(sec.min(self.seconds.saturating_sub(1))) {
+                c[kind.index()] += 1;
+            }
             if done < self.window_start || done >= self.window_end {
                 return;
             }

@@ -82,7 +82,8 @@ JSON output:
   run, so its JSON answer replaces its text on stdout.)
 
 Exit status: 0 every client completed what it submitted, 1 submitted != completed for a
-client, 2 usage or setup error.";
+client (with --chaos also: a late completion, or an outcome the schedule cannot explain),
+2 usage or setup error.";
 
 /// Load generator for the Ratelimitly engine, the official client and a raw-UDP ceiling.
 ///
@@ -232,6 +233,18 @@ pub struct Args {
     /// Run engine, official and raw one after the other and print ratios.
     #[arg(long)]
     pub compare: bool,
+    /// Chaos soak: the engine, closed loop, against the embedded responders while a
+    /// seeded schedule of faults (restarts, steering storms, loss and delay bursts,
+    /// duplicates, membership changes by DNS) runs for --duration; the result gains
+    /// `chaos` (events, late completions, memory, descriptors). Exit 1 also when a
+    /// completion is late or an outcome is one the schedule cannot explain.
+    #[arg(long, conflicts_with_all = ["compare", "rate", "endpoints", "domain", "dead_oldest"])]
+    #[serde(skip)]
+    pub chaos: bool,
+    /// Seed of the --chaos schedule (the same seed gives the same schedule).
+    #[arg(long, default_value_t = 1)]
+    #[serde(skip)]
+    pub seed: u64,
 
     /// Write the whole report as a JSON document to FILE (see below).
     #[arg(long, value_name = "FILE")]
