@@ -22,7 +22,8 @@ pub struct Event {
     /// Seconds since the schedule start (the measured window's start).
     pub at_s: f64,
     pub kind: FaultKind,
-    /// Planned end (s), and what the kind adds (server, address, burst parameters).
+    /// Planned end (s), resident memory at the start (KiB), and what the kind adds
+    /// (server, address, burst parameters).
     pub details: Map<String, Value>,
 }
 
@@ -95,6 +96,7 @@ impl<'a> Controller<'a> {
         let at = round3(t0.elapsed().as_secs_f64());
         if let Some(e) = self.events.get_mut(event) {
             e.at_s = at;
+            e.details.insert("rss_kib".into(), json!(super::rss_kib()));
         }
     }
 

@@ -131,8 +131,10 @@ fn control(ctx: &RunContext<'_>, cores: &[usize], rx: mpsc::Receiver<Arc<Phase>>
     // every fault is undone 0.3 s before the window ends
     sleep_until(phase.window_end - Duration::from_millis(100));
     let (rss1, fds1) = (rss_kib(), fd_count());
+    let mut events = c.events;
+    events.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
     Measured {
-        events: c.events,
+        events,
         failures: c.failures,
         rss: (rss0, rss1),
         fds: (fds0, fds1),
@@ -145,6 +147,7 @@ pub fn run(ctx: &RunContext<'_>, responder_cores: &[usize]) -> Result<PhaseResul
         return Err("--chaos drives the engine client against embedded responders".into());
     }
     crate::stats::set_late_bound(ctx.horizon + SLACK);
+    crate::memory::purge_freed_memory();
     let (tx, rx) = mpsc::channel();
     let (result, measured) = std::thread::scope(|s| {
         let controller = s.spawn(|| control(ctx, responder_cores, rx));
