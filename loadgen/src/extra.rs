@@ -44,6 +44,8 @@ pub struct ClientExtra {
     pub responder_io: Option<IoStats>,
     /// The engine's latency breakdown over the whole phase (warm-up included).
     pub breakdown: Vec<Stage>,
+    /// `--chaos`: the schedule that ran and its verdict.
+    pub chaos: Option<crate::chaos::ChaosReport>,
 }
 
 /// Where a client leaves its [`ClientExtra`] before it finishes.
@@ -98,6 +100,9 @@ impl ClientExtra {
                 .collect();
             out.insert("breakdown_us".into(), Value::Object(b));
         }
+        if let Some(c) = &self.chaos {
+            out.insert("chaos".into(), c.to_json());
+        }
     }
 
     /// The summary lines (nothing when nothing is known).
@@ -123,6 +128,9 @@ impl ClientExtra {
                 write!(out, " {} {}/{}", s.name, s.p50_us, s.p99_us)?;
             }
             writeln!(out)?;
+        }
+        if let Some(c) = &self.chaos {
+            c.print(out)?;
         }
         Ok(())
     }

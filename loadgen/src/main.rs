@@ -3,15 +3,17 @@
 //! workload and core budget, and reports decisions/s, latency percentiles,
 //! datagrams and client CPU per decision.
 //!
-//! Layout: `cli.rs` (options), `setup.rs` (servers and key), `workload.rs` (what each
-//! operation is), `clients/` (the [`clients::Target`]s: engine, official, raw),
-//! `phase.rs` (one measured phase), `stats.rs` (recording and CPU), `output.rs`,
-//! `extra.rs`, `plot.rs` and `params.rs` (results), `memory.rs` (allocator and page
-//! settings). This file owns the run: cores, the phases in order, ratios,
-//! the output files and the exit status. The API key string is never printed.
+//! Layout: `cli/` (options and their value parsers), `setup.rs` (servers and key),
+//! `workload.rs` (what each operation is), `clients/` (the [`clients::Target`]s: engine,
+//! official, raw), `phase.rs` (one measured phase), `stats.rs` (recording), `cpu.rs`
+//! (thread CPU time, pinning), `chaos/` (the `--chaos` soak), `output.rs`, `extra.rs`, `plot.rs` and `params.rs`
+//! (results), `memory.rs` (allocator and page settings). This file owns the run: cores,
+//! the phases in order, ratios, the output files and the exit status. The API key string is never printed.
 
+mod chaos;
 mod cli;
 mod clients;
+mod cpu;
 mod extra;
 mod memory;
 mod output;
@@ -43,7 +45,9 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
-            eprintln!("loadgen: submitted != completed for at least one client");
+            eprintln!(
+                "loadgen: submitted != completed for at least one client (or --chaos failed)"
+            );
             ExitCode::from(1)
         }
         Err(e) => {
@@ -137,17 +141,30 @@ fn run(args: &Args) -> Result<bool, String> {
         horizon: policy.horizon(),
     };
     announce(&ctx, &responder_cores);
-    let outcome = run_clients(&ctx).and_then(|results| {
+    let outcome = run_clients(&ctx, &responder_cores).and_then(|results| {
         let ratios = print_ratios(&results)?;
         write_files(&ctx, &responder_cores, ncores, &results, ratios)?;
-        Ok(!results.is_empty() && results.iter().all(|r| r.balanced()))
+        Ok(!results.is_empty() && results.iter().all(passed))
     });
     servers.stop();
     outcome
 }
 
-/// Runs every client of the run in order, printing each summary.
-fn run_clients(ctx: &RunContext<'_>) -> Result<Vec<PhaseResult>, String> {
+/// True when a client completed what it submitted (and, with --chaos, passed).
+fn passed(r: &PhaseResult) -> bool {
+    r.balanced() && r.extra.chaos.as_ref().is_none_or(|c| c.passed())
+}
+
+/// Runs every client of the run in order (or the chaos run), printing each summary.
+fn run_clients(
+    ctx: &RunContext<'_>,
+    responder_cores: &[usize],
+) -> Result<Vec<PhaseResult>, String> {
+    if ctx.args.chaos {
+        let r = chaos::run(ctx, responder_cores)?;
+        output::print_summary(&mut std::io::stdout().lock(), &r).map_err(|e| e.to_string())?;
+        return Ok(vec![r]);
+    }
     let kinds: Vec<ClientKind> = if ctx.args.compare {
         vec![ClientKind::Engine, ClientKind::Official, ClientKind::Raw]
     } else {

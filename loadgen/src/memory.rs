@@ -36,6 +36,15 @@ fn keep_freed_memory() {
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
 }
 
+/// Hands freed memory back to the kernel again after mimalloc's default delay (10 ms), for
+/// `--chaos`: a soak measures the memory the process holds live, and every restarted or
+/// added responder allocates fresh state (a dedup table of several MiB) while the one it
+/// replaces frees its own; kept for reuse, the freed state would read as growth.
+pub fn purge_freed_memory() {
+    // SAFETY: as in `keep_freed_memory`.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 10) };
+}
+
 /// Turns transparent huge pages off for this process (`PR_SET_THP_DISABLE`: the kernel
 /// then faults 4 KiB pages even where mimalloc asked for huge ones). A kernel that
 /// refuses it (before 3.15) leaves loadgen as it was.

@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use crate::cli::ClientKind;
 use crate::clients::{self, PhaseSpec, RunContext};
+use crate::cpu;
 use crate::extra::ExtraSlot;
 use crate::output::PhaseResult;
-use crate::stats::{self, Phase};
+use crate::stats::Phase;
 
 /// The live progress line on stderr, once per second, until `stop`.
 struct Progress {
@@ -113,9 +114,19 @@ fn sleep_until(t: Instant) {
 
 /// Runs client `kind` for one phase and measures it.
 pub fn run_phase(ctx: &RunContext<'_>, kind: ClientKind) -> Result<PhaseResult, String> {
+    run_phase_with(ctx, kind, |_| {})
+}
+
+/// [`run_phase`], handing the phase to `on_start` once the client's load has started
+/// (`--chaos` times its schedule from it).
+pub fn run_phase_with(
+    ctx: &RunContext<'_>,
+    kind: ClientKind,
+    on_start: impl FnOnce(&Arc<Phase>),
+) -> Result<PhaseResult, String> {
     let progress = Progress::start(kind, ctx.args.quiet);
     // Threads that exist now (main, progress, responders) are not the client's.
-    let infra: HashSet<u32> = stats::thread_ids();
+    let infra: HashSet<u32> = cpu::thread_ids();
     let spec = spec_of(ctx);
     let target = match clients::build(kind, ctx) {
         Ok(t) => t,
@@ -143,6 +154,7 @@ pub fn run_phase(ctx: &RunContext<'_>, kind: ClientKind) -> Result<PhaseResult, 
         }
     };
     let _ = progress.slot.set(Arc::clone(&phase));
+    on_start(&phase);
     let result = measure(ctx, kind, &spec, &phase, &infra, &done_rx);
     progress.finish();
     Ok(result)
@@ -158,14 +170,14 @@ fn measure(
     done: &mpsc::Receiver<()>,
 ) -> PhaseResult {
     sleep_until(phase.window_start);
-    let cpu0 = stats::cpu_snapshot(infra);
-    let srv0 = stats::cpu_of(&ctx.servers.server_threads);
+    let cpu0 = cpu::cpu_snapshot(infra);
+    let srv0 = cpu::cpu_of(&ctx.servers.server_threads);
     let dg0 = ctx.servers.received_datagrams();
-    let steal0 = stats::host_steal_ms();
+    let steal0 = cpu::host_steal_ms();
     sleep_until(phase.window_end);
-    let steal1 = stats::host_steal_ms();
-    let cpu1 = stats::cpu_snapshot(infra);
-    let srv1 = stats::cpu_of(&ctx.servers.server_threads);
+    let steal1 = cpu::host_steal_ms();
+    let cpu1 = cpu::cpu_snapshot(infra);
+    let srv1 = cpu::cpu_of(&ctx.servers.server_threads);
     spec.gate.store(true, Ordering::Release);
     let dg1 = ctx.servers.received_datagrams();
     if done
@@ -183,7 +195,7 @@ fn measure(
             .window_end
             .duration_since(phase.window_start)
             .as_secs_f64(),
-        cpu_ns: stats::cpu_delta(&cpu0, &cpu1),
+        cpu_ns: cpu::cpu_delta(&cpu0, &cpu1),
         server_cpu_ns: srv1.saturating_sub(srv0),
         client_threads: cpu1.len(),
         submitted: phase.submitted.load(Ordering::Relaxed),

@@ -7,6 +7,7 @@
 //! drive load; the key string is never printed.
 
 use std::net::SocketAddr;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use ratelimitly_engine::key_source::{self, KeyLoadError, KeyText};
@@ -21,6 +22,14 @@ use crate::cli::{Args, AuthArg};
 /// Not under `.invalid`: hickory (the official client's resolver) answers NXDOMAIN for
 /// that zone without asking the DNS server (RFC 6761).
 pub const EMBEDDED_DOMAIN: &str = "loadgen.ratelimitly.test";
+
+/// Dedup entries of each embedded responder under `--chaos` (default 65,536). The dedup
+/// table's response arena (96 bytes an entry) is a ring: a responder touches all of it,
+/// 6 MiB at the default size, over its first ~40 s at loadgen's rates, which a soak's
+/// memory figures would read as growth. At 16,384 entries (1.5 MiB) it is touched within
+/// the warm-up; that is still several times the entries live within a horizon
+/// (~50,000 requests/s × H).
+pub const CHAOS_DEDUP_CAPACITY: usize = 16_384;
 
 /// Why the servers could not be set up.
 #[derive(Debug)]
@@ -69,7 +78,8 @@ pub struct Servers {
     /// True when `endpoints` came from --domain (the engine then uses DNS too).
     pub via_dns: bool,
     pub embedded: bool,
-    responders: Vec<ResponderHandle>,
+    /// The embedded responders (`--chaos` stops, restarts, adds and removes them).
+    responders: Mutex<Vec<ResponderHandle>>,
     dns: Option<rl_responder::dns::DnsHandle>,
     /// Threads of the embedded responders and DNS responder.
     pub server_threads: std::collections::HashSet<u32>,
@@ -86,15 +96,27 @@ impl Servers {
 
     /// Datagrams received by every embedded responder so far (None when external).
     pub fn received_datagrams(&self) -> Option<u64> {
-        if self.responders.is_empty() {
+        let responders = self.responders();
+        if responders.is_empty() {
             return None;
         }
-        Some(self.responders.iter().map(|r| r.counters().received).sum())
+        Some(responders.iter().map(|r| r.counters().received).sum())
+    }
+
+    /// The embedded responders running now (for `--chaos`).
+    pub fn responders(&self) -> MutexGuard<'_, Vec<ResponderHandle>> {
+        self.responders.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The embedded DNS responder, when there is one.
+    pub fn dns(&self) -> Option<&rl_responder::dns::DnsHandle> {
+        self.dns.as_ref()
     }
 
     /// The embedded responders' I/O counters, merged (None when external).
     pub fn responder_io(&self) -> Option<ratelimitly_engine::udp::IoStats> {
-        let (first, rest) = self.responders.split_first()?;
+        let responders = self.responders();
+        let (first, rest) = responders.split_first()?;
         let mut io = first.io_stats();
         for r in rest {
             io.merge(&r.io_stats());
@@ -103,7 +125,11 @@ impl Servers {
     }
 
     pub fn stop(self) {
-        for r in self.responders {
+        let responders = self
+            .responders
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner());
+        for r in responders {
             r.stop();
         }
         if let Some(d) = self.dns {
@@ -120,17 +146,15 @@ fn embedded_server_id(index: usize) -> u64 {
     rl_responder::decide::default_server_id(now, index as u64 + 1)
 }
 
-/// Starts the `i`-th embedded responder, pinned to its responder core through
-/// [`ResponderConfig::cpus`], with the run's I/O backend and reply batching; records its
-/// threads.
-fn spawn_responder(
+/// The configuration of the `i`-th embedded responder: pinned to its responder core
+/// through [`ResponderConfig::cpus`], with the run's I/O backend, reply batching and
+/// faults.
+pub fn responder_config(
     args: &Args,
     key: &ApiKey,
     i: usize,
-    silent: bool,
     responder_cores: &[usize],
-    server_threads: &mut std::collections::HashSet<u32>,
-) -> Result<ResponderHandle, SetupError> {
+) -> ResponderConfig {
     let mut cfg = ResponderConfig::new(vec![key.clone()]);
     cfg.server_id = Some(embedded_server_id(i));
     cfg.cores = 1;
@@ -140,17 +164,39 @@ fn spawn_responder(
         .get(i % responder_cores.len().max(1))
         .map(|c| vec![*c])
         .unwrap_or_default();
-    cfg.faults = Faults {
+    cfg.faults = base_faults(args, i);
+    if args.chaos {
+        cfg.dedup_capacity = CHAOS_DEDUP_CAPACITY;
+    }
+    cfg
+}
+
+/// The faults of the `i`-th embedded responder that the options ask for (`--loss`,
+/// `--delay-ms`, `--jitter-ms`; not `--dead-oldest`).
+pub fn base_faults(args: &Args, i: usize) -> Faults {
+    Faults {
         drop_out: args.loss,
         delay: Duration::from_millis(args.delay_ms),
         jitter: Duration::from_millis(args.jitter_ms),
-        silent,
         seed: 0x10ad_0000 + i as u64,
         ..Faults::default()
-    };
-    let before = crate::stats::thread_ids();
+    }
+}
+
+/// Starts the `i`-th embedded responder ([`responder_config`]); records its threads.
+fn spawn_responder(
+    args: &Args,
+    key: &ApiKey,
+    i: usize,
+    silent: bool,
+    responder_cores: &[usize],
+    server_threads: &mut std::collections::HashSet<u32>,
+) -> Result<ResponderHandle, SetupError> {
+    let mut cfg = responder_config(args, key, i, responder_cores);
+    cfg.faults.silent = silent;
+    let before = crate::cpu::thread_ids();
     let h = rl_responder::spawn(cfg).map_err(|e| SetupError::Responder(format!("{e}")))?;
-    server_threads.extend(crate::stats::thread_ids().difference(&before));
+    server_threads.extend(crate::cpu::thread_ids().difference(&before));
     Ok(h)
 }
 
@@ -192,11 +238,18 @@ pub fn start(args: &Args, responder_cores: &[usize]) -> Result<Servers, SetupErr
         .iter()
         .map(|e| (e.server_id, vec![e.addr]))
         .collect();
-    let before = crate::stats::thread_ids();
-    let dns = rl_responder::dns::spawn(EMBEDDED_DOMAIN, dns_servers).map_err(SetupError::Dns)?;
-    for tid in crate::stats::thread_ids().difference(&before) {
+    let before = crate::cpu::thread_ids();
+    // --chaos changes the membership: the engine discovers it by DNS, with a 1 s TTL
+    let ttl_s = if args.chaos { 1 } else { 30 };
+    let options = rl_responder::dns::DnsOptions {
+        ttl_s,
+        ..Default::default()
+    };
+    let dns = rl_responder::dns::spawn_with(EMBEDDED_DOMAIN, dns_servers, options)
+        .map_err(SetupError::Dns)?;
+    for tid in crate::cpu::thread_ids().difference(&before) {
         if let Some(c) = responder_cores.first() {
-            crate::stats::pin_thread(*tid, *c);
+            crate::cpu::pin_thread(*tid, *c);
         }
         server_threads.insert(*tid);
     }
@@ -207,9 +260,9 @@ pub fn start(args: &Args, responder_cores: &[usize]) -> Result<Servers, SetupErr
         dead,
         domain: EMBEDDED_DOMAIN.to_string(),
         dns_server: Some(dns.addr()),
-        via_dns: false,
+        via_dns: args.chaos,
         embedded: true,
-        responders,
+        responders: Mutex::new(responders),
         dns: Some(dns),
         server_threads,
     })
@@ -237,7 +290,7 @@ fn start_external(args: &Args, key_text: Secret, key: ApiKey) -> Result<Servers,
             dns_server: Some(dns.addr()),
             via_dns: false,
             embedded: false,
-            responders: Vec::new(),
+            responders: Mutex::new(Vec::new()),
             dns: Some(dns),
             server_threads: std::collections::HashSet::new(),
         });
@@ -259,7 +312,7 @@ fn start_external(args: &Args, key_text: Secret, key: ApiKey) -> Result<Servers,
         dns_server: args.dns_server,
         via_dns: true,
         embedded: false,
-        responders: Vec::new(),
+        responders: Mutex::new(Vec::new()),
         dns: None,
         server_threads: std::collections::HashSet::new(),
     })

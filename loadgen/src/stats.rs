@@ -1,11 +1,10 @@
-//! Measurement: per-thread latency recorders, outcome counters, thread CPU time.
+//! Measurement: per-thread latency recorders and outcome counters.
 //!
-//! Owns the HdrHistograms (nanoseconds), the per-second series, the outcome
-//! taxonomy shared by every client driver and the reading of thread CPU time from
-//! /proc. Must not touch sockets or clients.
+//! Owns the HdrHistograms (nanoseconds), the per-second series and the outcome
+//! taxonomy shared by every client driver; thread CPU time and pinning are `cpu.rs`.
+//! Must not touch sockets or clients.
 
 use std::cell::RefCell;
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -64,7 +63,7 @@ impl Kind {
             Kind::ReportFailed => "reports_failed",
         }
     }
-    fn index(self) -> usize {
+    pub fn index(self) -> usize {
         KINDS.iter().position(|k| *k == self).unwrap_or(0)
     }
     pub fn is_decision(self) -> bool {
@@ -101,6 +100,9 @@ pub struct Recorder {
     /// Request datagrams reported by the client (engine: Response::sends), inside the window.
     pub sends: u64,
     pub sends_known: bool,
+    /// Outcome counts of every completion by whole seconds since the phase start
+    /// (warm-up, window and drain; `--chaos` tells which faults explain them).
+    pub by_second: Vec<[u64; KINDS.len()]>,
 }
 
 fn hist(sigfig: u8) -> Histogram<u64> {
@@ -116,6 +118,7 @@ impl Recorder {
             all_counts: [0; KINDS.len()],
             sends: 0,
             sends_known: false,
+            by_second: vec![[0; KINDS.len()]; seconds],
         }
     }
 
@@ -130,6 +133,11 @@ impl Recorder {
         }
         self.sends += other.sends;
         self.sends_known |= other.sends_known;
+        for (a, b) in self.by_second.iter_mut().zip(&other.by_second) {
+            for i in 0..KINDS.len() {
+                a[i] += b[i];
+            }
+        }
     }
 
     pub fn window(&self, k: Kind) -> u64 {
@@ -154,6 +162,27 @@ pub struct Phase {
 }
 
 static PHASE_IDS: AtomicU64 = AtomicU64::new(1);
+
+/// Completions later than this after their start (ns) count as late (`--chaos` sets it;
+/// by default nothing is late).
+static LATE_BOUND_NS: AtomicU64 = AtomicU64::new(u64::MAX);
+/// Completions over [`LATE_BOUND_NS`], and the largest latency seen (ns), every phase.
+static LATE: AtomicU64 = AtomicU64::new(0);
+static MAX_LATENCY_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the bound past which a completion is late (see [`late_completions`]).
+pub fn set_late_bound(bound: Duration) {
+    LATE_BOUND_NS.store(bound.as_nanos() as u64, Ordering::Relaxed);
+}
+
+/// Completions so far later than the bound of [`set_late_bound`] after their start (or
+/// intended start), and the largest latency of any completion (ns), all phases.
+pub fn late_completions() -> (u64, u64) {
+    (
+        LATE.load(Ordering::Relaxed),
+        MAX_LATENCY_NS.load(Ordering::Relaxed),
+    )
+}
 
 thread_local! {
     static LOCAL: RefCell<Option<(u64, Arc<Mutex<Recorder>>)>> = const { RefCell::new(None) };
@@ -197,6 +226,13 @@ impl Phase {
         if kind.is_decision() {
             self.decided.fetch_add(1, Ordering::Relaxed);
         }
+        if kind.has_latency() {
+            let ns = done.saturating_duration_since(intended).as_nanos() as u64;
+            MAX_LATENCY_NS.fetch_max(ns, Ordering::Relaxed);
+            if ns > LATE_BOUND_NS.load(Ordering::Relaxed) {
+                LATE.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         LOCAL.with(|cell| {
             let mut slot = cell.borrow_mut();
             let rec = match &*slot {
@@ -213,6 +249,10 @@ impl Phase {
             };
             let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
             r.all_counts[kind.index()] += 1;
+            let sec = done.saturating_duration_since(self.start).as_secs() as usize;
+            if let Some(c) = r.by_second.get_mut(sec.min(self.seconds.saturating_sub(1))) {
+                c[kind.index()] += 1;
+            }
             if done < self.window_start || done >= self.window_end {
                 return;
             }
@@ -245,104 +285,6 @@ impl Phase {
             out.merge(&r.lock().unwrap_or_else(|e| e.into_inner()));
         }
         out
-    }
-}
-
-/// Thread ids of this process.
-pub fn thread_ids() -> HashSet<u32> {
-    let mut out = HashSet::new();
-    if let Ok(rd) = std::fs::read_dir("/proc/self/task") {
-        for e in rd.flatten() {
-            if let Some(id) = e.file_name().to_str().and_then(|s| s.parse().ok()) {
-                out.insert(id);
-            }
-        }
-    }
-    out
-}
-
-/// CPU time (ns) of one thread of this process, from schedstat (falls back to stat ticks).
-pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
-    if let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
-        && let Some(v) = s.split_whitespace().next().and_then(|v| v.parse().ok())
-    {
-        return Some(v);
-    }
-    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-    let after = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(ticks * 1_000_000_000 / clock_ticks_per_s())
-}
-
-/// The kernel's `USER_HZ`, the unit of `/proc` CPU times.
-fn clock_ticks_per_s() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64
-}
-
-/// Time (ms) the host has taken from this machine's CPUs so far (`steal` in
-/// `/proc/stat`, all CPUs): on a virtual machine, time its CPUs were descheduled. `None`
-/// where the kernel does not report it.
-pub fn host_steal_ms() -> Option<f64> {
-    let s = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = s.lines().next()?.strip_prefix("cpu ")?;
-    let ticks: u64 = line.split_whitespace().nth(7)?.parse().ok()?;
-    Some(ticks as f64 * 1000.0 / clock_ticks_per_s() as f64)
-}
-
-/// Sums the CPU time of every thread not in `exclude`.
-pub fn cpu_snapshot(exclude: &HashSet<u32>) -> std::collections::HashMap<u32, u64> {
-    thread_ids()
-        .into_iter()
-        .filter(|t| !exclude.contains(t))
-        .filter_map(|t| thread_cpu_ns(t).map(|c| (t, c)))
-        .collect()
-}
-
-/// Total CPU time (ns) of the given threads.
-pub fn cpu_of(tids: &HashSet<u32>) -> u64 {
-    tids.iter().filter_map(|t| thread_cpu_ns(*t)).sum()
-}
-
-/// CPU used between two snapshots (threads born in between count from zero).
-pub fn cpu_delta(
-    before: &std::collections::HashMap<u32, u64>,
-    after: &std::collections::HashMap<u32, u64>,
-) -> u64 {
-    after
-        .iter()
-        .map(|(t, c)| c.saturating_sub(*before.get(t).unwrap_or(&0)))
-        .sum()
-}
-
-/// This thread's kernel id.
-#[cfg(test)]
-pub fn gettid() -> u32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() as u32 }
-}
-
-/// Pins the current thread to one core; false when the core does not exist.
-pub fn pin(core: usize) -> bool {
-    core_affinity::set_for_current(core_affinity::CoreId { id: core })
-}
-
-/// Pins another thread of this process to one core (best effort).
-pub fn pin_thread(tid: u32, core: usize) -> bool {
-    if core >= libc::CPU_SETSIZE as usize {
-        return false;
-    }
-    // SAFETY: cpu_set_t is plain old data; CPU_SET stays within its size (checked above);
-    // sched_setaffinity reads exactly size_of::<cpu_set_t>() bytes.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(core, &mut set);
-        libc::sched_setaffinity(
-            tid as libc::pid_t,
-            std::mem::size_of::<libc::cpu_set_t>(),
-            &set,
-        ) == 0
     }
 }
 
@@ -390,18 +332,5 @@ mod tests {
         assert_eq!(r.window(Kind::Overloaded), 1);
         assert_eq!(r.total.len(), 2, "granted and timeout only");
         assert_eq!(p.outstanding(), 0);
-    }
-
-    #[test]
-    fn host_steal_only_grows() {
-        if let (Some(a), Some(b)) = (host_steal_ms(), host_steal_ms()) {
-            assert!(b >= a);
-        }
-    }
-
-    #[test]
-    fn cpu_of_this_thread_is_readable() {
-        assert!(thread_cpu_ns(gettid()).is_some());
-        assert!(thread_ids().contains(&gettid()));
     }
 }

@@ -91,7 +91,7 @@ impl Target for RawTarget {
                 let (load, drain) = (share(spec.load, i, n), spec.drain);
                 let extra = spec.extra.clone();
                 std::thread::spawn(move || {
-                    crate::stats::pin(core);
+                    crate::cpu::pin(core);
                     let r = raw_thread::run_thread(cfg, phase, load, drain, &extra);
                     wait_gate(&gate);
                     r

@@ -33,7 +33,7 @@ fn runtime(cores: &[usize]) -> std::io::Result<tokio::runtime::Runtime> {
         .on_thread_start(move || {
             let i = next.fetch_add(1, Ordering::Relaxed);
             if let Some(c) = c2.get(i % c2.len().max(1)) {
-                crate::stats::pin(*c);
+                crate::cpu::pin(*c);
             }
         })
         .build()
@@ -63,7 +63,7 @@ fn pace<C: AsyncClient>(
         .name("lg-pacer".into())
         .spawn(move || {
             if let Some(c) = core {
-                crate::stats::pin(c);
+                crate::cpu::pin(c);
             }
             // SAFETY: prctl with PR_SET_TIMERSLACK takes a plain integer (nanoseconds).
             unsafe {
@@ -175,7 +175,7 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<C, String>>,
 {
-    crate::stats::pin(spec.cores[0]);
+    crate::cpu::pin(spec.cores[0]);
     let rt = match runtime(&spec.cores) {
         Ok(rt) => rt,
         Err(e) => {

@@ -1,10 +1,10 @@
 //! Command-line options of the load generator.
 //!
-//! Owns the clap definition, the range checks of numeric options (out-of-range values are
-//! rejected with the usage text, never clamped), core lists, the engine policy the options
-//! describe, and which options are recorded in the JSON report's `parameters` (derived
+//! Owns the clap definition, the engine policy the options describe, and which options are recorded in the JSON report's `parameters` (derived
 //! with serde: every field not marked `skip`). Endpoints (`ID@IP:PORT`) and schedules are
-//! parsed by the engine's `FromStr` implementations. Must not touch sockets, responders
+//! parsed by the engine's `FromStr` implementations; the range checks of numeric options
+//! (out-of-range values are rejected with the usage text, never clamped) and core lists
+//! are `values.rs`. Must not touch sockets, responders
 //! or clients.
 
 use std::net::SocketAddr;
@@ -13,11 +13,19 @@ use std::time::Duration;
 
 use clap::builder::RangedU64ValueParser;
 use clap::{Parser, ValueEnum};
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 
 use ratelimitly_engine::proto::endpoint::Endpoint;
 use ratelimitly_engine::proto::policy::{PolicyError, RequestPolicy, Schedule};
 use ratelimitly_engine::udp::BackendChoice;
+
+mod values;
+
+pub use values::CoreList;
+use values::{
+    as_text, at_least_one, negated, on_off, parse_cores, positive_rate, positive_seconds,
+    probability, seconds,
+};
 
 /// Which client a run drives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -74,7 +82,8 @@ JSON output:
   run, so its JSON answer replaces its text on stdout.)
 
 Exit status: 0 every client completed what it submitted, 1 submitted != completed for a
-client, 2 usage or setup error.";
+client (with --chaos also: a late completion, or an outcome the schedule cannot explain),
+2 usage or setup error.";
 
 /// Load generator for the Ratelimitly engine, the official client and a raw-UDP ceiling.
 ///
@@ -224,6 +233,18 @@ pub struct Args {
     /// Run engine, official and raw one after the other and print ratios.
     #[arg(long)]
     pub compare: bool,
+    /// Chaos soak: the engine, closed loop, against the embedded responders while a
+    /// seeded schedule of faults (restarts, steering storms, loss and delay bursts,
+    /// duplicates, membership changes by DNS) runs for --duration; the result gains
+    /// `chaos` (events, late completions, memory, descriptors). Exit 1 also when a
+    /// completion is late or an outcome is one the schedule cannot explain.
+    #[arg(long, conflicts_with_all = ["compare", "rate", "endpoints", "domain", "dead_oldest"])]
+    #[serde(skip)]
+    pub chaos: bool,
+    /// Seed of the --chaos schedule (the same seed gives the same schedule).
+    #[arg(long, default_value_t = 1)]
+    #[serde(skip)]
+    pub seed: u64,
 
     /// Write the whole report as a JSON document to FILE (see below).
     #[arg(long, value_name = "FILE")]
@@ -268,103 +289,6 @@ impl Args {
     pub fn external(&self) -> bool {
         !self.endpoints.is_empty() || self.domain.is_some()
     }
-}
-
-fn as_text<S: Serializer, T: std::fmt::Display>(v: &T, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(v)
-}
-
-fn negated<S: Serializer>(v: &bool, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_bool(!*v)
-}
-
-/// `on` or `off`.
-fn on_off(text: &str) -> Result<bool, String> {
-    match text {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        _ => Err(format!("{text:?} is neither on nor off")),
-    }
-}
-
-/// A `usize` option that must be at least 1.
-fn at_least_one() -> RangedU64ValueParser<usize> {
-    RangedU64ValueParser::<usize>::new().range(1..)
-}
-
-fn number(text: &str) -> Result<f64, String> {
-    let v: f64 = text
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number"))?;
-    if v.is_finite() {
-        Ok(v)
-    } else {
-        Err(format!("{text:?} is not a finite number"))
-    }
-}
-
-/// A probability in [0, 1].
-fn probability(text: &str) -> Result<f64, String> {
-    let v = number(text)?;
-    if (0.0..=1.0).contains(&v) {
-        Ok(v)
-    } else {
-        Err(format!("{v} is not a probability in [0, 1]"))
-    }
-}
-
-/// Seconds >= 0.
-fn seconds(text: &str) -> Result<f64, String> {
-    let v = number(text)?;
-    if v >= 0.0 {
-        Ok(v)
-    } else {
-        Err(format!("{v} s is negative"))
-    }
-}
-
-/// Seconds > 0.
-fn positive_seconds(text: &str) -> Result<f64, String> {
-    let v = number(text)?;
-    if v > 0.0 {
-        Ok(v)
-    } else {
-        Err(format!("{v} s must be > 0"))
-    }
-}
-
-/// Requests/s > 0.
-fn positive_rate(text: &str) -> Result<f64, String> {
-    let v = number(text)?;
-    if v > 0.0 {
-        Ok(v)
-    } else {
-        Err(format!("{v} requests/s must be > 0"))
-    }
-}
-
-/// A list of CPU cores (`0,2-3`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CoreList(pub Vec<usize>);
-
-fn parse_cores(s: &str) -> Result<CoreList, String> {
-    let mut out = Vec::new();
-    for part in s.split(',').filter(|p| !p.is_empty()) {
-        if let Some((a, b)) = part.split_once('-') {
-            let a: usize = a.parse().map_err(|e| format!("{a:?}: {e}"))?;
-            let b: usize = b.parse().map_err(|e| format!("{b:?}: {e}"))?;
-            if b < a || b - a > 1024 {
-                return Err(format!("bad core range {part}"));
-            }
-            out.extend(a..=b);
-        } else {
-            out.push(part.parse().map_err(|e| format!("{part:?}: {e}"))?);
-        }
-    }
-    if out.is_empty() {
-        return Err("empty core list".into());
-    }
-    Ok(CoreList(out))
 }
 
 #[cfg(test)]
