@@ -259,15 +259,11 @@ fn write_files(
 }
 
 fn suffixed(path: &Path, tag: &str) -> PathBuf {
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
     let ext = path
         .extension()
-        .map(|s| format!(".{}", s.to_string_lossy()))
-        .unwrap_or_default();
-    path.with_file_name(format!("{stem}-{tag}{ext}"))
+        .map(|s| format!(".{}", s.to_string_lossy()));
+    path.with_file_name(format!("{stem}-{tag}{}", ext.unwrap_or_default()))
 }
 
 #[cfg(test)]

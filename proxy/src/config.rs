@@ -305,8 +305,14 @@ key_by = "path"
 on_failure = "closed"
 "#;
 
+    /// A request as the proxy hands it to the layer: with the client's address (a request
+    /// without one gets the failure policy, not a bucket).
     fn req(m: &str, p: &str) -> http::Request<()> {
-        http::Request::builder().method(m).uri(p).body(()).unwrap()
+        let mut r = http::Request::builder().method(m).uri(p).body(()).unwrap();
+        r.extensions_mut().insert(ratelimitly_tower::ClientAddr(
+            "127.0.0.1:1".parse().unwrap(),
+        ));
+        r
     }
 
     #[test]

@@ -848,7 +848,7 @@ async fn forward_auth_decides_on_the_original_request() {
     }
     let (st, ra) = get_with(fa.addr(), "/auth", &orig("/a?x=2")).await;
     assert_eq!(st, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(ra, Some(30));
+    assert_eq!(ra, Some(60));
     // another original path: another bucket, whatever path the check itself has
     let (st, _) = get_with(fa.addr(), "/auth", &[("x-forwarded-uri", "/b")]).await;
     assert_eq!(st, StatusCode::OK);

@@ -78,7 +78,7 @@ impl Load {
 /// plus half a second, plus 1,024, and at most 2^18. A client slower than the rate then
 /// sheds the excess instead of queueing it: its backlog, and the memory the backlog
 /// holds, stay bounded, and everything it did accept completes within the phase's drain
-/// (why that matters here: the README's "Host steal").
+/// (why that matters here: docs/benchmarks.md, "Host steal").
 fn open_loop_capacity(rate: f64, horizon: Duration) -> usize {
     ((rate * (horizon.as_secs_f64() + 0.5)) as usize + 1024).min(1 << 18)
 }
