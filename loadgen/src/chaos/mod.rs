@@ -130,7 +130,15 @@ fn control(ctx: &RunContext<'_>, cores: &[usize], rx: mpsc::Receiver<Arc<Phase>>
     c.execute(&plan, phase.window_start);
     // every fault is undone 0.3 s before the window ends
     sleep_until(phase.window_end - Duration::from_millis(100));
-    let (rss1, fds1) = (rss_kib(), fd_count());
+    let rss1 = rss_kib();
+    // A socket of a server stopped or steered away in the last second may still be closing:
+    // a leak never returns to the start count, a late close does within 2 s (bounded poll).
+    let settle = Instant::now() + Duration::from_secs(2);
+    let mut fds1 = fd_count();
+    while fds1 != fds0 && Instant::now() < settle {
+        std::thread::sleep(Duration::from_millis(50));
+        fds1 = fd_count();
+    }
     let mut events = c.events;
     events.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
     Measured {
