@@ -52,6 +52,13 @@ fn chaos_soak_of_twelve_seconds_completes_everything_in_time() {
     }
     assert!(c["rss_kib"]["after_warmup"].as_u64().unwrap() > 0);
     assert!(c["rss_kib"]["end"].as_u64().unwrap() > 0);
-    assert_eq!(c["fds"]["start"], c["fds"]["end"]);
+    // No descriptor leaked. The start count can include descriptors of the warm-up that
+    // close during the window (seen on a loaded 2-core machine: 19 at the start, 10 at
+    // the end), so the end is bounded by the start rather than equal to it.
+    assert!(
+        c["fds"]["end"].as_u64().unwrap() <= c["fds"]["start"].as_u64().unwrap(),
+        "{}",
+        c["fds"]
+    );
     assert!(c["outcomes_unexplained"].as_object().unwrap().is_empty());
 }

@@ -15,22 +15,22 @@
 //! DURATION arguments use the window syntax of `--limit`: a whole number and a unit
 //! `ms`, `s`, `m` or `h` (`500ms`, `10s`, `1m`).
 //!
-//! Timeouts and limits (defaults in brackets):
-//! - `--header-timeout` [10s]: a connection that has not sent a whole request head
+//! Timeouts and limits:
+//! - `--header-timeout` (default 10s): a connection that has not sent a whole request head
 //!   within it is closed: counted from accept for the first request (a silent
 //!   connection too) and from the first byte of each later one.
-//! - `--idle-timeout` [60s]: a keep-alive connection with no traffic between requests
+//! - `--idle-timeout` (default 60s): a keep-alive connection with no traffic between requests
 //!   for it is closed.
-//! - `--upstream-timeout` [30s]: no response head from the upstream within it: the
+//! - `--upstream-timeout` (default 30s): no response head from the upstream within it: the
 //!   client gets `504 Gateway Timeout` (the upstream request is dropped).
-//! - `--max-connections` [10000]: client connections open at once. Beyond it a new
+//! - `--max-connections` (default 10000): client connections open at once. Beyond it a new
 //!   connection is accepted and closed at once (no response: the client sees the
 //!   connection closed), counted in `rl_proxy_connections_refused_total` and logged
 //!   as a warning at most once a second.
 //!
 //! A decision service: `--mode forward-auth` (no `--upstream`) answers any path for
 //! nginx `auth_request`, Traefik ForwardAuth, Caddy `forward_auth` or Envoy `ext_authz`
-//! (HTTP): `200` (empty body) when granted, `--deny-status` [429] with `Retry-After`
+//! (HTTP): `200` (empty body) when granted, `--deny-status` (default 429) with `Retry-After`
 //! when rejected, and the failure policy otherwise (`open`: 200, `closed`: 503). The
 //! request decided (route matching, `--key-by path`) is the original one, from
 //! `X-Original-URI` / `X-Forwarded-Uri` and `X-Original-Method` /
@@ -138,7 +138,7 @@ struct Cli {
     /// --mode forward-auth: the status of a rejection (nginx auth_request needs 403).
     #[arg(long, default_value_t = 429, value_parser = clap::value_parser!(u16).range(400..=599))]
     deny_status: u16,
-    /// Routes from a TOML file (upstream, limit, key_by, on_failure, [[route]] tables);
+    /// Routes from a TOML file (upstream, limit, key_by, on_failure, route tables);
     /// conflicts with --upstream, --limit, --key-by and --on-failure. SIGHUP reloads it.
     #[arg(long, conflicts_with_all = ["limit", "key_by", "on_failure"])]
     config: Option<PathBuf>,

@@ -135,7 +135,7 @@ fn control(ctx: &RunContext<'_>, cores: &[usize], rx: mpsc::Receiver<Arc<Phase>>
     // a leak never returns to the start count, a late close does within 2 s (bounded poll).
     let settle = Instant::now() + Duration::from_secs(2);
     let mut fds1 = fd_count();
-    while fds1 != fds0 && Instant::now() < settle {
+    while fds1 > fds0 && Instant::now() < settle {
         std::thread::sleep(Duration::from_millis(50));
         fds1 = fd_count();
     }
