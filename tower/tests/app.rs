@@ -13,14 +13,16 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use ratelimitly_tower::{
-    AdmissionLayer, ApiKey, CircuitBreaker, ClientAddr, Cores, Endpoint, EndpointProblem, Engine,
+    AdmissionLayer, ApiKey, CircuitBreaker, Cores, Endpoint, EndpointProblem, Engine,
     FailurePolicy, KeyBy, Limit, TrustedProxies, keyed, verify,
 };
 use rl_responder::{Faults, ResponderConfig, ResponderHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::{Layer, Service, ServiceExt};
+
+mod common;
+use common::listen;
 
 const NONE_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
 
@@ -175,40 +177,6 @@ async fn axum_connect_info_keying_retry_after_and_fields() {
     assert_eq!(metrics.outcome("rejected"), 1);
     assert_eq!(metrics.outcome("no_client_addr"), 0);
     r.stop();
-}
-
-/// Serves `svc` on a loopback listener, inserting the peer as `ClientAddr`.
-async fn listen<S, B>(svc: S) -> SocketAddr
-where
-    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, peer)) = listener.accept().await else {
-                return;
-            };
-            let svc = svc.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                    req.extensions_mut().insert(ClientAddr(peer));
-                    svc.clone().oneshot(req)
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    addr
 }
 
 async fn ok(_req: Request<Incoming>) -> Result<Response<Empty<Bytes>>, Infallible> {

@@ -11,14 +11,17 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use ratelimitly_engine::{ApiKey, Cores, Endpoint, Engine, LatencyTracker};
 use ratelimitly_tower::{
-    AdmissionLayer as RateLimitLayer, ClientAddr, Exporter, FailurePolicy, KeyBy, Limit, OnFailure,
-    RetryAfter, keyed,
+    AdmissionLayer as RateLimitLayer, Exporter, FailurePolicy, KeyBy, Limit, OnFailure, RetryAfter,
+    keyed,
 };
 use rl_responder::{Faults, ResponderConfig, ResponderHandle};
 use tower::{Layer, Service, ServiceExt};
+
+mod common;
+use common::listen;
 
 const NONE_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
 
@@ -56,40 +59,6 @@ async fn app(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     Ok(Response::new(Full::new(Bytes::from_static(b"ok"))))
-}
-
-/// Serves `svc` on a fresh loopback listener (the peer address goes in as ClientAddr).
-async fn listen<S, B>(svc: S) -> SocketAddr
-where
-    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, peer)) = listener.accept().await else {
-                return;
-            };
-            let svc = svc.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                    req.extensions_mut().insert(ClientAddr(peer));
-                    svc.clone().oneshot(req)
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    addr
 }
 
 fn client() -> Client<HttpConnector, Empty<Bytes>> {
