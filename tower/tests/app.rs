@@ -14,46 +14,16 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
 use hyper::body::Incoming;
 use ratelimitly_tower::{
-    AdmissionLayer, ApiKey, CircuitBreaker, Cores, Endpoint, EndpointProblem, Engine,
-    FailurePolicy, KeyBy, Limit, TrustedProxies, keyed, verify,
+    AdmissionLayer, CircuitBreaker, Endpoint, EndpointProblem, FailurePolicy, KeyBy, Limit,
+    TrustedProxies, keyed, verify,
 };
-use rl_responder::{Faults, ResponderConfig, ResponderHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::{Layer, Service, ServiceExt};
 
 mod common;
-use common::listen;
-
-const NONE_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
+use common::{engine, key, listen, responder_at};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn key() -> ApiKey {
-    NONE_KEY.parse().unwrap()
-}
-
-fn responder_at(server_id: u64, listen: Option<SocketAddr>) -> ResponderHandle {
-    let mut cfg = ResponderConfig::new(vec![key()]);
-    cfg.server_id = Some(server_id);
-    cfg.faults = Faults::default();
-    if let Some(l) = listen {
-        cfg.listen = l;
-    }
-    rl_responder::spawn(cfg).expect("responder starts")
-}
-
-fn engine(r: &ResponderHandle) -> Engine {
-    Engine::builder(key())
-        .cores(Cores::Count(1))
-        .endpoints(vec![Endpoint {
-            server_id: r.server_id(),
-            addr: r.addr(),
-        }])
-        .socket_buffers(1 << 20, 1 << 20)
-        .in_flight_per_core(1024)
-        .build()
-        .expect("engine builds")
-}
 
 /// A minimal HTTP/1.1 exchange from source address `from` (bounded by 10 s).
 struct Answer {

@@ -12,45 +12,19 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use ratelimitly_engine::{ApiKey, Cores, Endpoint, Engine, LatencyTracker};
+use ratelimitly_engine::LatencyTracker;
 use ratelimitly_tower::{
     AdmissionLayer as RateLimitLayer, Exporter, FailurePolicy, KeyBy, Limit, OnFailure, RetryAfter,
     keyed,
 };
-use rl_responder::{Faults, ResponderConfig, ResponderHandle};
+use rl_responder::Faults;
 use tower::{Layer, Service, ServiceExt};
 
 mod common;
-use common::listen;
-
-const NONE_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
+use common::{engine, listen, responder};
 
 /// One test at a time: each starts an engine core and a responder core.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn key() -> ApiKey {
-    NONE_KEY.parse().unwrap()
-}
-
-fn responder(server_id: u64, faults: Faults) -> ResponderHandle {
-    let mut cfg = ResponderConfig::new(vec![key()]);
-    cfg.server_id = Some(server_id);
-    cfg.faults = faults;
-    rl_responder::spawn(cfg).expect("responder starts")
-}
-
-fn engine(r: &ResponderHandle) -> Engine {
-    Engine::builder(key())
-        .cores(Cores::Count(1))
-        .endpoints(vec![Endpoint {
-            server_id: r.server_id(),
-            addr: r.addr(),
-        }])
-        .socket_buffers(1 << 20, 1 << 20)
-        .in_flight_per_core(1024)
-        .build()
-        .expect("engine builds")
-}
 
 /// The protected application: `200 ok`, after MS milliseconds for `/slow/MS`.
 async fn app(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
