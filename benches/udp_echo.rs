@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ratelimitly_engine::udp::{BackendChoice, IoConfig, IoEvent, IoStats, UdpDriver};
+use ratelimitly_engine::udp::{BackendChoice, IoConfig, IoEvent, IoStats, UdpIo};
 
 const LEN: usize = 200;
 
@@ -62,7 +62,7 @@ fn run(backend: BackendChoice, client_gso: bool, echo_gso: bool, window: usize, 
     let stop2 = stop.clone();
     let echo = std::thread::spawn(move || {
         pin(1);
-        let mut d = UdpDriver::new(&echo_cfg).expect("echo driver");
+        let mut d = UdpIo::new(&echo_cfg).expect("echo driver");
         let s = d.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         addr_tx.send((d.local_addr(s).unwrap(), d.waker())).unwrap();
         while !stop2.load(Ordering::Relaxed) {
@@ -78,7 +78,7 @@ fn run(backend: BackendChoice, client_gso: bool, echo_gso: bool, window: usize, 
     let (to, echo_waker) = addr_rx.recv().unwrap();
     let client = std::thread::spawn(move || {
         pin(0);
-        let mut d = UdpDriver::new(&cfg(client_gso)).expect("client driver");
+        let mut d = UdpIo::new(&cfg(client_gso)).expect("client driver");
         let s = d.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let payload = [7u8; LEN];
         for i in 0..window {
@@ -149,7 +149,7 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|---|");
     for backend in [BackendChoice::Uring, BackendChoice::Mmsg] {
         if backend == BackendChoice::Uring
-            && UdpDriver::new(&IoConfig {
+            && UdpIo::new(&IoConfig {
                 backend,
                 ..IoConfig::default()
             })

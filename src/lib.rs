@@ -28,7 +28,7 @@
 //!     │  EngineHandle::request().consume(..).guard(..).send() / .wait() / submit_batch()
 //!     ▼  crossbeam queue (lock-free) + udp::Waker (a syscall only if the core waits)
 //! ┌── one I/O shell per core: a pinned std thread (driver) or a Tokio task (hosted) ──────┐
-//! │  clock · udp::UdpDriver (io_uring or mmsg, GSO/GRO) · fault containment · stats       │
+//! │  clock · udp::UdpIo (io_uring or mmsg, GSO/GRO) · fault containment · stats       │
 //! └────────────┬──────────────────────────────────────────────▲──────────────────────────┘
 //!    submissions, datagrams, now: Instant           transmits, socket ops, completions, deadline
 //! ┌────────────▼──────── engine::state::CoreState (sans-IO) ──┴──────────────────────────┐

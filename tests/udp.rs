@@ -10,7 +10,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelimitly_engine::udp::{BackendChoice, BackendKind, IoConfig, IoEvent, SocketId, UdpDriver};
+use ratelimitly_engine::udp::{BackendChoice, BackendKind, IoConfig, IoEvent, SocketId, UdpIo};
 
 const BACKENDS: [BackendChoice; 2] = [BackendChoice::Uring, BackendChoice::Mmsg];
 
@@ -24,8 +24,8 @@ fn cfg(backend: BackendChoice, gso: bool, gro: bool) -> IoConfig {
 }
 
 /// A driver, or None where io_uring is refused on this host (then the test skips it).
-fn driver(c: &IoConfig) -> Option<UdpDriver> {
-    match UdpDriver::new(c) {
+fn driver(c: &IoConfig) -> Option<UdpIo> {
+    match UdpIo::new(c) {
         Ok(d) => {
             if c.backend == BackendChoice::Uring {
                 assert_eq!(d.kind(), BackendKind::Uring);
@@ -50,7 +50,7 @@ fn lo() -> SocketAddr {
 type Got = Vec<(SocketId, SocketAddr, Vec<u8>)>;
 
 /// Runs `d` until `want` datagrams arrived or about 2 s passed; echoes nothing.
-fn collect(d: &mut UdpDriver, want: usize) -> Got {
+fn collect(d: &mut UdpIo, want: usize) -> Got {
     let mut got = Vec::new();
     let t0 = Instant::now();
     while got.len() < want && t0.elapsed() < Duration::from_secs(2) {
@@ -487,10 +487,10 @@ fn gso_refused_by_the_kernel_falls_back_per_socket() {
 
 #[test]
 fn auto_prefers_io_uring_and_mmsg_can_be_forced() {
-    let d = UdpDriver::new(&cfg(BackendChoice::Auto, true, true)).unwrap();
-    let forced = UdpDriver::new(&cfg(BackendChoice::Mmsg, true, true)).unwrap();
+    let d = UdpIo::new(&cfg(BackendChoice::Auto, true, true)).unwrap();
+    let forced = UdpIo::new(&cfg(BackendChoice::Mmsg, true, true)).unwrap();
     assert_eq!(forced.kind(), BackendKind::Mmsg);
-    if UdpDriver::new(&cfg(BackendChoice::Uring, true, true)).is_ok() {
+    if UdpIo::new(&cfg(BackendChoice::Uring, true, true)).is_ok() {
         assert_eq!(d.kind(), BackendKind::Uring);
     } else {
         assert_eq!(d.kind(), BackendKind::Mmsg);

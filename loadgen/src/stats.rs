@@ -1,7 +1,7 @@
 //! Measurement: per-thread latency recorders and outcome counters.
 //!
 //! Owns the HdrHistograms (nanoseconds), the per-second series and the outcome
-//! taxonomy shared by every client driver; thread CPU time and pinning are `cpu.rs`.
+//! taxonomy shared by every client; thread CPU time and pinning are `cpu.rs`.
 //! Must not touch sockets or clients.
 
 use std::cell::RefCell;

@@ -1,5 +1,5 @@
 //! Thread-per-core runner: N std threads, each pinned to a CPU (core_affinity) and
-//! running one [`UdpDriver`] of the engine's UDP I/O layer (`ratelimitly_engine::udp`)
+//! running one [`UdpIo`] of the engine's UDP I/O layer (`ratelimitly_engine::udp`)
 //! with one `SO_REUSEPORT` socket on the shared port. Receives use UDP GRO; replies are
 //! queued per datagram and sent once per loop, grouped per client address into UDP GSO
 //! super-buffers when `reply_batch` is on (on loopback this stands in for the NIC's GRO
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use ratelimitly_engine::proto::key::ApiKey;
 use ratelimitly_engine::udp::{
     BackendChoice, BackendKind, BindOptions, IoConfig, IoEvent, IoStats, SendQueue, SocketId,
-    UdpDriver, Waker,
+    UdpIo, Waker,
 };
 
 use crate::decide::{
@@ -184,7 +184,7 @@ pub fn spawn(cfg: ResponderConfig) -> Result<ResponderHandle, ResponderError> {
     let mut drivers = Vec::with_capacity(cores);
     let mut addr = cfg.listen;
     for i in 0..cores {
-        let mut d = UdpDriver::new(&io_cfg).map_err(|source| ResponderError::Driver {
+        let mut d = UdpIo::new(&io_cfg).map_err(|source| ResponderError::Driver {
             backend: cfg.io,
             source,
         })?;
@@ -409,7 +409,7 @@ impl Delayed {
 /// One core: its driver and socket, decision logic and faults.
 struct Core {
     index: usize,
-    driver: UdpDriver,
+    driver: UdpIo,
     sock: SocketId,
     responder: Responder,
     control: Arc<Control>,
@@ -417,7 +417,7 @@ struct Core {
 }
 
 /// Queues `data` for `to`, flushing the driver's queue once when it is full.
-fn queue_now(d: &mut UdpDriver, sock: SocketId, data: &[u8], to: SocketAddr, c: &CounterSet) {
+fn queue_now(d: &mut UdpIo, sock: SocketId, data: &[u8], to: SocketAddr, c: &CounterSet) {
     if d.queue_send(sock, to, data, 0) {
         return;
     }

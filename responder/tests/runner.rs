@@ -219,7 +219,7 @@ fn every_response_has_a_fresh_nonce() {
 /// coalesced buffers; with it off, one datagram per send.
 #[test]
 fn reply_batching_on_and_off_every_answer_arrives() {
-    use ratelimitly_engine::udp::{BackendChoice, IoConfig, IoEvent, UdpDriver};
+    use ratelimitly_engine::udp::{BackendChoice, IoConfig, IoEvent, UdpIo};
     use std::collections::HashSet;
     for io in [BackendChoice::Uring, BackendChoice::Mmsg] {
         for reply_batch in [true, false] {
@@ -235,7 +235,7 @@ fn reply_batching_on_and_off_every_answer_arrives() {
                 }
                 Err(e) => panic!("{e}"),
             };
-            let mut d = UdpDriver::new(&IoConfig::default()).unwrap();
+            let mut d = UdpIo::new(&IoConfig::default()).unwrap();
             let sock = d.bind("127.0.0.1:0".parse().unwrap()).unwrap();
             let big = R {
                 rate: 1_000_000,

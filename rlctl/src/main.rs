@@ -2,7 +2,7 @@
 //!
 //! Layout (one responsibility per file): `cli.rs` (the clap definitions and help),
 //! `cmd/` (one file per command), `args.rs` (bucket and tracker specs), `servers.rs`
-//! (static endpoints or DNS), `driver.rs` (the one-shot engine), `output.rs` (exit codes,
+//! (static endpoints or DNS), `send.rs` (the one-shot engine), `output.rs` (exit codes,
 //! JSON and error printing), `utc.rs` (start-time text).
 //!
 //! Must not touch: the wire format, request policy rules or selection (they live in the
@@ -20,8 +20,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod args;
 mod cli;
 mod cmd;
-mod driver;
 mod output;
+mod send;
 mod servers;
 mod utc;
 

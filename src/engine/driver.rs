@@ -1,6 +1,6 @@
 //! The I/O driver of one engine core: a thin shell around [`CoreState`].
 //!
-//! Owns: the core's thread (pinned with `core_affinity`), its [`UdpDriver`] (io_uring
+//! Owns: the core's thread (pinned with `core_affinity`), its [`UdpIo`] (io_uring
 //! or mmsg backend, GSO/GRO, the sockets), the clock, and fault containment: a panic
 //! inside the core fails every request it holds or is queued to it with
 //! [`Failure::CoreFailed`], marks the core dead (submitters then fail at once), and keeps
@@ -33,7 +33,7 @@ use super::sockets::{SockId, SocketOp};
 use super::state::{CoreState, TransmitSink, os_entropy};
 use super::submit::Msg;
 use crate::proto::outcome::Failure;
-use crate::udp::{IoConfig, IoEvent, SendQueue, SocketId, UdpDriver};
+use crate::udp::{IoConfig, IoEvent, SendQueue, SocketId, UdpIo};
 
 /// Ports tried per steering rebind (each a bind(2)); never an unbounded scan.
 pub(crate) const REBIND_TRIES: u16 = 32;
@@ -113,7 +113,7 @@ impl TransmitSink for QueueSink<'_> {
 
 /// Transmits queued on the I/O layer between `run_once` calls (flushes when full).
 struct DriverSink<'a> {
-    io: &'a mut UdpDriver,
+    io: &'a mut UdpIo,
     map: &'a SockMap,
     failed: &'a mut Vec<u64>,
 }
@@ -141,7 +141,7 @@ impl TransmitSink for DriverSink<'_> {
 /// One engine core: its state and its I/O.
 pub(crate) struct Driver {
     state: CoreState,
-    io: UdpDriver,
+    io: UdpIo,
     map: SockMap,
     failed: Vec<u64>,
     v6: bool,
@@ -169,7 +169,7 @@ impl Driver {
             send_capacity: SEND_CAPACITY,
             max_datagram: 2048,
         };
-        let mut io = UdpDriver::new(&cfg).map_err(|e| BuildError::IoBackend {
+        let mut io = UdpIo::new(&cfg).map_err(|e| BuildError::IoBackend {
             core: index,
             backend: shared.io_backend,
             kind: e.kind(),
@@ -373,7 +373,7 @@ impl Driver {
     }
 
     /// The I/O layer.
-    pub(crate) fn io(&mut self) -> &mut UdpDriver {
+    pub(crate) fn io(&mut self) -> &mut UdpIo {
         &mut self.io
     }
 

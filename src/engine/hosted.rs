@@ -17,7 +17,7 @@
 //! `sendmmsg`).
 //!
 //! A turn is a pinned core's turn (`Driver::prelude`, then the I/O layer without a
-//! wait: `UdpDriver::run_nowait`). While more work is certain (a receive filled its
+//! wait: `UdpIo::run_nowait`). While more work is certain (a receive filled its
 //! buffers, submissions are queued, a deadline has passed) the task re-queues itself
 //! behind the tasks that are ready, so the callers it completed run before its next
 //! turn. Otherwise it parks: it waits until a socket is readable (or writable while

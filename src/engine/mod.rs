@@ -16,8 +16,8 @@
 //!  EngineHandle::report()  ───────────────┘       │ driver: drain ≤256/turn into CoreState
 //!        ▲                                        ▼
 //!        │  Completion: pooled one-shot   state: in-flight slab, timer wheel, sockets
-//!        │  slot, atomic state + waker    (sans-IO) ─▶ transmits ─▶ UdpDriver (GSO)
-//!        └── woken once per turn ◀─────── UdpDriver::run_once (GRO) ─▶ state.handle_datagram
+//!        │  slot, atomic state + waker    (sans-IO) ─▶ transmits ─▶ UdpIo (GSO)
+//!        └── woken once per turn ◀─────── UdpIo::run_once (GRO) ─▶ state.handle_datagram
 //!  rl-discovery thread: DNS every ≤300 s ─▶ ArcSwap<Snapshot> ◀─ each request clones Arc
 //! ```
 

@@ -43,7 +43,7 @@ pub(crate) struct Group {
 
 /// What became of a group handed to the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub(crate) enum GroupResult {
     /// Sent.
     Sent,
     /// Not sent; queue its datagrams again. `eagain`: the socket buffer was full (they
@@ -61,7 +61,7 @@ pub(crate) struct SockInfo {
 }
 
 /// The queue of datagrams waiting to be sent (see the `udp` module docs for its bound).
-/// Handed to `UdpDriver::run_once`'s callback so replies can be queued while events are
+/// Handed to `UdpIo::run_once`'s callback so replies can be queued while events are
 /// being handled.
 pub struct SendQueue {
     slot_size: usize,
@@ -128,7 +128,7 @@ impl SendQueue {
         }
     }
 
-    /// Queues a copy of `bytes` for `to` on `sock` (see `UdpDriver::queue_send`).
+    /// Queues a copy of `bytes` for `to` on `sock` (see `UdpIo::queue_send`).
     pub fn push(&mut self, sock: SocketId, to: SocketAddr, bytes: &[u8], tag: u64) -> bool {
         if bytes.len() > self.slot_size {
             return false;
@@ -369,18 +369,18 @@ impl SendQueue {
     }
 
     /// Records what became of group `g`.
-    pub(crate) fn finish(&mut self, g: usize, outcome: Outcome) {
+    pub(crate) fn finish(&mut self, g: usize, outcome: GroupResult) {
         let grp = self.groups[g];
         let slots = grp.start as usize..(grp.start + grp.count) as usize;
         for i in slots {
             let slot = self.group_slots[i];
             match outcome {
-                Outcome::Sent => self.free.push(slot),
-                Outcome::Retry { eagain } => {
+                GroupResult::Sent => self.free.push(slot),
+                GroupResult::Retry { eagain } => {
                     self.retried[slot as usize] |= eagain;
                     self.pending.push(slot);
                 }
-                Outcome::Failed(kind) => {
+                GroupResult::Failed(kind) => {
                     self.failures.push_back((self.tags[slot as usize], kind));
                     self.free.push(slot);
                 }
@@ -445,7 +445,7 @@ mod tests {
             ]
         );
         for g in 0..n {
-            q.finish(g, Outcome::Sent);
+            q.finish(g, GroupResult::Sent);
         }
         q.clear_groups();
         assert!(q.is_empty());
@@ -510,7 +510,7 @@ mod tests {
         assert!(!q.push(SocketId(0), a(1), &[0; 65], 9), "too long");
         let n = q.build(info);
         assert_eq!(n, 1);
-        q.finish(0, Outcome::Retry { eagain: true });
+        q.finish(0, GroupResult::Retry { eagain: true });
         q.clear_groups();
         assert_eq!(q.len(), 4);
         assert!(q.push(SocketId(0), a(1), &[0; 10], 10));

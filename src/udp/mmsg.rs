@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::gro::{self, CONTROL_LEN};
-use super::gso::Outcome;
+use super::gso::GroupResult;
 use super::socket::from_c;
 use super::wake::Waker;
 use super::{Common, GRO_BUFFER, IoConfig, IoEvent, SendQueue, sock_info};
@@ -435,7 +435,7 @@ impl Mmsg {
                 let Some(fd) = c.entry(sock).map(|e| e.sock.as_raw_fd()) else {
                     for k in g..h {
                         c.sendq
-                            .finish(k, Outcome::Failed(io::ErrorKind::NotConnected));
+                            .finish(k, GroupResult::Failed(io::ErrorKind::NotConnected));
                     }
                     g = h;
                     continue;
@@ -461,7 +461,7 @@ impl Mmsg {
                     if r > 0 {
                         for k in at..at + r as usize {
                             c.stats.count_send_op(c.sendq.group(k).count as usize);
-                            c.sendq.finish(k, Outcome::Sent);
+                            c.sendq.finish(k, GroupResult::Sent);
                         }
                         at += r as usize;
                         continue;
@@ -477,7 +477,7 @@ impl Mmsg {
                         Some(libc::EAGAIN) => {
                             c.stats.eagain_waits += 1;
                             for k in at..h {
-                                c.sendq.finish(k, Outcome::Retry { eagain: true });
+                                c.sendq.finish(k, GroupResult::Retry { eagain: true });
                             }
                             if let Some(e) = c.entry_mut(sock) {
                                 e.want_write = true;
@@ -486,12 +486,12 @@ impl Mmsg {
                         }
                         Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE) if grp.count > 1 => {
                             c.gso_refused(sock);
-                            c.sendq.finish(at, Outcome::Retry { eagain: false });
+                            c.sendq.finish(at, GroupResult::Retry { eagain: false });
                             again = true;
                             at += 1;
                         }
                         _ => {
-                            c.sendq.finish(at, Outcome::Failed(err.kind()));
+                            c.sendq.finish(at, GroupResult::Failed(err.kind()));
                             at += 1;
                         }
                     }

@@ -4,7 +4,7 @@
 //!
 //! - **io_uring** ([`BackendKind::Uring`], the `io-uring` crate): one multishot
 //!   `IORING_OP_RECVMSG` per socket into a provided-buffer ring, and each
-//!   [`UdpDriver::run_once`] does one `io_uring_enter` that carries the loop's sends and
+//!   [`UdpIo::run_once`] does one `io_uring_enter` that carries the loop's sends and
 //!   waits until a completion arrives or the timeout passes (the timeout travels as the
 //!   enter's extended argument, so no timeout SQE has to be reaped or cancelled).
 //!   Cross-thread wake-ups arrive as the completion of a read on an eventfd.
@@ -33,10 +33,10 @@
 //! becomes writable). The queue is bounded ([`IoConfig::send_capacity`]); when it is
 //! full, the oldest datagram that already met `EAGAIN` is dropped and reported as
 //! [`IoEvent::SendFailed`] with [`io::ErrorKind::WouldBlock`]; when every queued datagram
-//! is fresh, [`UdpDriver::queue_send`] returns `false` and the caller decides.
+//! is fresh, [`UdpIo::queue_send`] returns `false` and the caller decides.
 //!
 //! Threading: a driver is used by one thread. With io_uring it binds itself to the
-//! first thread that calls [`UdpDriver::run_once`] (`IORING_SETUP_SINGLE_ISSUER`); it may
+//! first thread that calls [`UdpIo::run_once`] (`IORING_SETUP_SINGLE_ISSUER`); it may
 //! be created on another thread and moved before that. Other threads reach it only
 //! through its [`Waker`].
 
@@ -100,7 +100,7 @@ pub enum BackendChoice {
     /// locked-memory limits).
     #[default]
     Auto,
-    /// io_uring only ([`UdpDriver::new`] fails where it is refused).
+    /// io_uring only ([`UdpIo::new`] fails where it is refused).
     Uring,
     /// mmsg only.
     Mmsg,
@@ -140,7 +140,7 @@ impl FromStr for BackendChoice {
     }
 }
 
-/// Configuration of one [`UdpDriver`].
+/// Configuration of one [`UdpIo`].
 #[derive(Clone, Debug)]
 pub struct IoConfig {
     /// Backend (default [`BackendChoice::Auto`]).
@@ -153,9 +153,9 @@ pub struct IoConfig {
     pub recv_buf: usize,
     /// `SO_SNDBUF` of every socket in bytes (0 keeps the system default; default 4 MiB).
     pub send_buf: usize,
-    /// Most sockets open at once ([`UdpDriver::bind`] refuses more; default 64).
+    /// Most sockets open at once ([`UdpIo::bind`] refuses more; default 64).
     pub max_sockets: usize,
-    /// Datagrams handed to the caller per [`UdpDriver::run_once`] at most (a GRO buffer
+    /// Datagrams handed to the caller per [`UdpIo::run_once`] at most (a GRO buffer
     /// is never split across two calls, so one call may exceed it by up to 63);
     /// also sizes the receive batch (default 256).
     pub batch: usize,
@@ -206,7 +206,7 @@ impl SocketId {
     }
 }
 
-/// What [`UdpDriver::run_once`] reports.
+/// What [`UdpIo::run_once`] reports.
 #[derive(Debug)]
 pub enum IoEvent<'a> {
     /// One datagram (a GRO buffer arrives as one event per segment). `data` is mutable
@@ -256,7 +256,7 @@ pub struct SendErrors {
     pub other: u64,
 }
 
-/// Counters of one driver (single writer; read with [`UdpDriver::stats`]).
+/// Counters of one driver (single writer; read with [`UdpIo::stats`]).
 #[derive(Clone, Debug)]
 pub struct IoStats {
     /// The backend in use.
@@ -547,7 +547,7 @@ enum Backend {
 
 /// One thread's UDP driver: owns its sockets, its io_uring or poll set, its send arena
 /// and receive buffers. See the module docs.
-pub struct UdpDriver {
+pub struct UdpIo {
     // the backend drops first: io_uring cancels its requests before the sockets close
     backend: Backend,
     common: Common,
@@ -556,7 +556,7 @@ pub struct UdpDriver {
 // SAFETY: the raw pointers inside (io_uring's mapped rings, the buffer ring, message
 // headers pointing into the driver's own boxes) all point into memory the driver owns;
 // nothing is shared with another thread except the `Arc<Waker>`, which is Sync.
-unsafe impl Send for UdpDriver {}
+unsafe impl Send for UdpIo {}
 
 /// True for the errors with which a kernel or sandbox refuses io_uring.
 fn uring_refused(e: &io::Error) -> bool {
@@ -573,10 +573,10 @@ fn uring_refused(e: &io::Error) -> bool {
     )
 }
 
-impl UdpDriver {
+impl UdpIo {
     /// A driver with no sockets yet. Fails only when the chosen backend cannot start
     /// (with `Auto`, only when mmsg cannot either: no eventfd).
-    pub fn new(cfg: &IoConfig) -> io::Result<UdpDriver> {
+    pub fn new(cfg: &IoConfig) -> io::Result<UdpIo> {
         let mut cfg = cfg.clone();
         cfg.batch = cfg.batch.clamp(1, 4096);
         cfg.max_sockets = cfg.max_sockets.clamp(1, 0xFFFF);
@@ -605,7 +605,7 @@ impl UdpDriver {
             Backend::Mmsg(_) => BackendKind::Mmsg,
         };
         let max = cfg.max_sockets;
-        Ok(UdpDriver {
+        Ok(UdpIo {
             common: Common {
                 sendq: SendQueue::new(cfg.send_capacity, cfg.max_datagram),
                 socks: (0..max).map(|_| None).collect(),
@@ -842,9 +842,9 @@ impl UdpDriver {
     }
 }
 
-impl fmt::Debug for UdpDriver {
+impl fmt::Debug for UdpIo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("UdpDriver")
+        f.debug_struct("UdpIo")
             .field("backend", &self.kind())
             .field("sockets", &self.common.open)
             .field("queued", &self.common.sendq.len())
@@ -856,23 +856,20 @@ impl fmt::Debug for UdpDriver {
 mod tests {
     use super::*;
 
-    fn drivers(
-        backend: BackendChoice,
-        batch: usize,
-    ) -> Option<(UdpDriver, SocketId, UdpDriver, SocketId)> {
+    fn drivers(backend: BackendChoice, batch: usize) -> Option<(UdpIo, SocketId, UdpIo, SocketId)> {
         let cfg = IoConfig {
             backend,
             batch,
             ..IoConfig::default()
         };
-        let mut a = UdpDriver::new(&cfg).ok()?;
-        let mut b = UdpDriver::new(&cfg).ok()?;
+        let mut a = UdpIo::new(&cfg).ok()?;
+        let mut b = UdpIo::new(&cfg).ok()?;
         let sa = a.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let sb = b.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         Some((a, sa, b, sb))
     }
 
-    fn drain(d: &mut UdpDriver, want: usize) -> usize {
+    fn drain(d: &mut UdpIo, want: usize) -> usize {
         let mut n = 0;
         for _ in 0..100 {
             d.run_once(Some(Duration::from_millis(10)), &mut |_, ev| {

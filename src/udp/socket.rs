@@ -19,7 +19,7 @@ pub const STEER_PORT_FIRST: u16 = 49152;
 /// Last port of the steering range.
 pub const STEER_PORT_LAST: u16 = 65535;
 
-/// Options of `UdpDriver::bind_with`.
+/// Options of `UdpIo::bind_with`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BindOptions {
     /// Set `SO_REUSEPORT` (several sockets, e.g. one per core, share one port).

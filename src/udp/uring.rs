@@ -35,7 +35,7 @@ use io_uring::types::{BufRingEntry, CancelBuilder, Fd, SubmitArgs, Timespec};
 use io_uring::{IoUring, cqueue, opcode, squeue};
 
 use super::gro::{self, CONTROL_LEN};
-use super::gso::Outcome;
+use super::gso::GroupResult;
 use super::socket::from_c_bytes;
 use super::wake::Waker;
 use super::{Common, GRO_BUFFER, IoConfig, IoEvent, SendQueue, SocketId, sock_info};
@@ -278,7 +278,7 @@ impl Uring {
             let grp = c.sendq.group(g);
             if c.fake_eagain() {
                 c.stats.eagain_waits += 1;
-                c.sendq.finish(g, Outcome::Retry { eagain: true });
+                c.sendq.finish(g, GroupResult::Retry { eagain: true });
                 if let Some(e) = c.entry_mut(grp.sock) {
                     e.want_write = true;
                     self.need_arm = true;
@@ -559,7 +559,7 @@ impl Uring {
                             let grp = c.sendq.group(g);
                             let outcome = if res >= 0 {
                                 c.stats.count_send_op(grp.count as usize);
-                                Outcome::Sent
+                                GroupResult::Sent
                             } else {
                                 match -res {
                                     libc::EAGAIN => {
@@ -568,13 +568,15 @@ impl Uring {
                                             e.want_write = true;
                                             *need_arm = true;
                                         }
-                                        Outcome::Retry { eagain: true }
+                                        GroupResult::Retry { eagain: true }
                                     }
                                     libc::EIO | libc::EINVAL | libc::EMSGSIZE if grp.count > 1 => {
                                         c.gso_refused(grp.sock);
-                                        Outcome::Retry { eagain: false }
+                                        GroupResult::Retry { eagain: false }
                                     }
-                                    e => Outcome::Failed(io::Error::from_raw_os_error(e).kind()),
+                                    e => {
+                                        GroupResult::Failed(io::Error::from_raw_os_error(e).kind())
+                                    }
                                 }
                             };
                             c.sendq.finish(g, outcome);

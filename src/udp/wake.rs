@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 
 use crate::sync::{AtomicBool, AtomicWaker};
 
-/// Ends a driver's wait from any thread. Obtained from `UdpDriver::waker`.
+/// Ends a driver's wait from any thread. Obtained from `UdpIo::waker`.
 #[derive(Debug)]
 pub struct Waker {
     fd: OwnedFd,

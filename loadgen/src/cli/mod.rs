@@ -196,11 +196,11 @@ pub struct Args {
     /// Open loop at a fixed rate (requests/s, > 0); latency from intended send times.
     #[arg(long, value_parser = positive_rate)]
     pub rate: Option<f64>,
-    /// Receive batch of the raw client's I/O driver (1..=1024).
+    /// Receive batch of the raw client's I/O layer (1..=1024).
     #[arg(long, default_value_t = 32,
           value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub batch: usize,
-    /// Raw client, closed loop: wait in its I/O driver instead of busy-polling (by
+    /// Raw client, closed loop: wait in its I/O layer instead of busy-polling (by
     /// default it busy-polls closed loop; open loop it always waits until work is due).
     #[arg(long)]
     pub raw_sleep: bool,

@@ -4,7 +4,7 @@
 //! request (or latency report) and its outcome to a kind.
 //!
 //! At shutdown it leaves the engine's I/O counters and latency breakdown in the phase's
-//! [`ExtraSlot`]. Must not set up servers or measure; `tokio_driver` shapes the load.
+//! [`ExtraSlot`]. Must not set up servers or measure; `tokio_load` shapes the load.
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use ratelimitly_engine::proto::ids::{LatencyTracker, Resource};
 
 use ratelimitly_engine::proto::outcome::{Decision, FailureCategory, Outcome};
 
-use super::tokio_driver::{self, AsyncClient};
+use super::tokio_load::{self, AsyncClient};
 use super::{PhaseSpec, Ready, RunContext, Target};
 use crate::cli::EngineCore;
 use crate::extra::{ExtraSlot, Stage};
@@ -73,7 +73,7 @@ impl Target for EngineTarget {
             prepared,
         } = *self;
         let extra = spec.extra.clone();
-        tokio_driver::run_phase(spec, ready, move || async move {
+        tokio_load::run_phase(spec, ready, move || async move {
             let b = if hosted {
                 builder.runtime(tokio::runtime::Handle::current())
             } else {

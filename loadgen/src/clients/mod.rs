@@ -1,7 +1,7 @@
 //! The clients loadgen drives, behind one [`Target`] abstraction: our engine
 //! ([`engine`]), the official `ratelimitly` 0.1.0 client ([`official`]) and the raw-UDP
 //! ceiling ([`raw`]). The engine and the official client are future-based and share one
-//! Tokio load driver (`tokio_driver`); the raw client runs its own threads
+//! Tokio load driver (`tokio_load`); the raw client runs its own threads
 //! (`raw_thread`).
 //!
 //! Owns: building a client for a run and running it for one phase on its own threads.
@@ -14,7 +14,7 @@ pub mod raw;
 mod raw_config;
 mod raw_flight;
 mod raw_thread;
-mod tokio_driver;
+mod tokio_load;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};

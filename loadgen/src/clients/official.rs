@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ratelimitly_engine::proto::policy::Schedule;
 
-use super::tokio_driver::{self, AsyncClient};
+use super::tokio_load::{self, AsyncClient};
 use super::{PhaseSpec, Ready, RunContext, Target};
 use crate::cli::Args;
 use crate::stats::Kind;
@@ -83,7 +83,7 @@ impl OfficialTarget {
 
 impl Target for OfficialTarget {
     fn run(self: Box<Self>, spec: PhaseSpec, ready: Ready) {
-        tokio_driver::run_phase(spec, ready, move || self.connect());
+        tokio_load::run_phase(spec, ready, move || self.connect());
     }
 }
 

@@ -3,7 +3,7 @@
 //! fresh unique id and nonce), sends it to every server, opens the deciding answer (the
 //! oldest live server's), resends once to each server that had not answered by then (as
 //! completion delivery does) and receives and discards every other answer; all on one
-//! `udp::UdpDriver` per thread with the engine's backend and GSO/GRO setting. No policy
+//! `udp::UdpIo` per thread with the engine's backend and GSO/GRO setting. No policy
 //! machine, slab, wheel or cross-thread hand-off; a lost answer is a timeout after the
 //! horizon.
 //!

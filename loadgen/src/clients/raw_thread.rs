@@ -1,9 +1,9 @@
-//! One raw client thread (see `raw`): its `UdpDriver` and socket, sealing requests,
+//! One raw client thread (see `raw`): its `UdpIo` and socket, sealing requests,
 //! the answers (the decider's opened, the others discarded after a look at their clear
 //! tenant header), the completion resends, the one replay when the decider stays silent
 //! (only under loss), the timeouts and the loop.
 //!
-//! Owns the thread's driver and state. Must not touch the engine's request machine.
+//! Owns the thread's I/O layer and state. Must not touch the engine's request machine.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratelimitly_engine::proto::wire::{self, TenantView};
-use ratelimitly_engine::udp::{IoConfig, IoEvent, SendQueue, SocketId, UdpDriver};
+use ratelimitly_engine::udp::{IoConfig, IoEvent, SendQueue, SocketId, UdpIo};
 
 use super::raw_config::RawConfig;
 use super::raw_flight::{Flight, Random};
@@ -25,7 +25,7 @@ pub enum RawLoad {
     Open { rate: f64, max_outstanding: usize },
 }
 
-/// Everything but the driver (what the driver's event callback works on).
+/// Everything but the I/O layer (what its event callback works on).
 struct State {
     cfg: Arc<RawConfig>,
     sock: SocketId,
@@ -190,7 +190,7 @@ fn wall_ms() -> u64 {
 
 /// One raw client thread.
 struct RawThread {
-    driver: UdpDriver,
+    io: UdpIo,
     st: State,
 }
 
@@ -212,8 +212,8 @@ impl RawThread {
             batch: cfg.io.batch,
             ..IoConfig::default()
         };
-        let mut driver = UdpDriver::new(&io)?;
-        let sock = driver.bind(bind)?;
+        let mut io = UdpIo::new(&io)?;
+        let sock = io.bind(bind)?;
         let r = wire::new_unique_id().map_err(|e| std::io::Error::other(format!("{e:?}")))?;
         let mut prefix = [0u8; 9];
         prefix.copy_from_slice(&r[..9]);
@@ -230,7 +230,7 @@ impl RawThread {
             completing: Vec::with_capacity(capacity),
             cfg,
         };
-        Ok(RawThread { driver, st })
+        Ok(RawThread { io, st })
     }
 
     /// Queues what `load` asks for at `now` (flushing when the queue is full); returns
@@ -266,12 +266,12 @@ impl RawThread {
     /// Prepares one request, flushing the send queue first when it lacks room.
     fn prepare_one(&mut self, intended: Instant, now: Instant, ms: u64) -> bool {
         let need = self.st.cfg.targets.len();
-        let q = self.driver.send_queue();
+        let q = self.io.send_queue();
         if q.capacity() - q.len() < need {
             let st = &mut self.st;
-            let _ = self.driver.flush(&mut |_, ev| st.on_event(ev));
+            let _ = self.io.flush(&mut |_, ev| st.on_event(ev));
         }
-        let q = self.driver.send_queue();
+        let q = self.io.send_queue();
         self.st.prepare(q, intended, now, ms)
     }
 }
@@ -319,19 +319,19 @@ pub fn run_thread(
                 .saturating_duration_since(now)
                 .min(Duration::from_millis(1))
         };
-        let RawThread { driver, st } = &mut t;
-        if let Err(e) = driver.run_once(Some(wait), &mut |_, ev| st.on_event(ev)) {
+        let RawThread { io, st } = &mut t;
+        if let Err(e) = io.run_once(Some(wait), &mut |_, ev| st.on_event(ev)) {
             result = Err(e);
             break;
         }
-        let RawThread { driver, st } = &mut t;
-        st.flush_completing(driver.send_queue());
-        st.expire(driver.send_queue(), Instant::now());
+        let RawThread { io, st } = &mut t;
+        st.flush_completing(io.send_queue());
+        st.expire(io.send_queue(), Instant::now());
     }
     // Anything still outstanding past the drain limit is a timeout.
     while let Some((seq, _)) = t.st.timeouts.pop_front() {
         t.st.flight.complete(seq, Instant::now(), Kind::Timeout);
     }
-    extra::add_io(extra, t.driver.stats());
+    extra::add_io(extra, t.io.stats());
     result
 }

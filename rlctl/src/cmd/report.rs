@@ -11,8 +11,8 @@ use ratelimitly_engine::proto::outcome::FailureCategory;
 
 use super::request::start_failure;
 use crate::cli::ReportCmd;
-use crate::driver::{self, ReportError};
 use crate::output::{EXIT_COMM, EXIT_CONFIG, EXIT_OK, print_json};
+use crate::send::{self, ReportError};
 use crate::servers::endpoints_for;
 
 /// What the run did: datagrams, endpoints, the error, the exit status.
@@ -58,7 +58,7 @@ fn execute(r: &ReportCmd) -> ReportSummary {
         Ok(e) => e,
         Err(e) => return fail(format!("discovery failed: {e}"), EXIT_COMM),
     };
-    match driver::report(&key, &endpoints, &entries) {
+    match send::report(&key, &endpoints, &entries) {
         Ok(run) => ReportSummary {
             datagrams: run.datagrams,
             endpoints: run.endpoints,

@@ -18,8 +18,8 @@ use ratelimitly_engine::proto::policy::{PolicyError, RequestPolicy};
 
 use super::request_view::RequestSummary;
 use crate::cli::RequestCmd;
-use crate::driver::{self, RequestRun};
 use crate::output::{EXIT_COMM, EXIT_CONFIG, EXIT_OK, EXIT_REJECTED, EXIT_TIMEOUT, print_json};
+use crate::send::{self, RequestRun};
 use crate::servers::endpoints_for;
 
 /// A failure found before anything was sent.
@@ -167,12 +167,12 @@ fn execute(r: &RequestCmd) -> RequestSummary {
         Ok(e) => e,
         Err(e) => return failure_summary(&Failure::Discovery(e), horizon_ms),
     };
-    let parts = driver::RequestParts {
+    let parts = send::RequestParts {
         resources: &p.resources,
         guards: &p.guards,
         label: r.label.as_deref().unwrap_or(""),
     };
-    match driver::request(&p.key, &p.policy, endpoints, &parts) {
+    match send::request(&p.key, &p.policy, endpoints, &parts) {
         Ok(run) => summarize(run, &p.policy),
         Err(e) => RequestSummary::failed(
             "configuration",
