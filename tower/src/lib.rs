@@ -132,6 +132,8 @@
 mod admission;
 mod breaker;
 mod consumption;
+#[cfg(feature = "prometheus")]
+mod exporter;
 pub mod failure;
 pub mod fields;
 pub mod forwarded;
@@ -146,10 +148,12 @@ pub use crate::breaker::{CircuitBreaker, FAILURE_LOG_INTERVAL};
 pub use crate::consumption::{
     Classify, ClientAddr, Consumption, KeyBy, Keyed, Limit, LimitError, keyed, peer_addr,
 };
+#[cfg(feature = "prometheus")]
+pub use crate::exporter::{CONTENT_TYPE, Exporter};
 pub use crate::failure::{FailureKind, FailurePolicy, OnFailure};
 pub use crate::fields::PolicyState;
 pub use crate::forwarded::TrustedProxies;
-pub use crate::metrics::{CONTENT_TYPE, Exporter, LATENCY_BUCKETS, LayerMetrics, OUTCOMES};
+pub use crate::metrics::{LATENCY_BUCKETS, LayerMetrics, OUTCOMES};
 pub use crate::service::{
     AdmissionLayer, AdmissionService, DEFAULT_MAX_PENDING, Rejection, RejectionHook, ResponseBody,
     ResponseFuture, RetryAfter, retry_after_secs, too_many_requests,
@@ -160,12 +164,14 @@ pub use crate::verify::{EndpointCheck, EndpointProblem, verify};
 
 /// The engine crate, for what this crate does not re-export.
 pub use ratelimitly_engine as engine;
+#[cfg(feature = "dns")]
+pub use ratelimitly_engine::DnsConfig;
 /// Loading the API key from `RATELIMITLY_API_KEY` (or a file).
 pub use ratelimitly_engine::key_source;
 pub use ratelimitly_engine::key_source::{KEY_ENV, KeyLoadError};
 pub use ratelimitly_engine::{
-    ApiKey, BuildError, Cores, DnsConfig, Endpoint, EndpointParseError, Engine, EngineBuilder,
-    EngineHandle, LatencyTracker, RequestPolicy, Resource,
+    ApiKey, BuildError, Cores, Endpoint, EndpointParseError, Engine, EngineBuilder, EngineHandle,
+    LatencyTracker, RequestPolicy, Resource,
 };
 
 /// The API key from the environment variable [`KEY_ENV`] (`RATELIMITLY_API_KEY`);

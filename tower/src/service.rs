@@ -215,7 +215,7 @@ impl<A, C> AdmissionLayer<A, C> {
         self
     }
 
-    /// The layer's counters (for [`crate::Exporter`]).
+    /// The layer's counters (what the `Exporter` of feature `prometheus` renders).
     pub fn metrics(&self) -> Arc<LayerMetrics> {
         self.metrics.clone()
     }

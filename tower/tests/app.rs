@@ -14,8 +14,8 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
 use hyper::body::Incoming;
 use ratelimitly_tower::{
-    AdmissionLayer, CircuitBreaker, Endpoint, EndpointProblem, FailurePolicy, KeyBy, Limit,
-    TrustedProxies, keyed, verify,
+    AdmissionLayer, CircuitBreaker, Endpoint, EndpointProblem, FailurePolicy, KeyBy, LayerMetrics,
+    Limit, TrustedProxies, keyed, verify,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::{Layer, Service, ServiceExt};
@@ -291,6 +291,22 @@ async fn a_request_without_an_address_warns_and_gets_the_failure_policy() {
     r.stop();
 }
 
+/// The breaker's state and one transition `to` in the counters and, with the exporter
+/// (feature `prometheus`), in the `/metrics` text.
+fn assert_breaker(metrics: &Arc<LayerMetrics>, open: bool, to: &str) {
+    assert_eq!(metrics.breaker_is_open(), open);
+    let (opened, closed) = metrics.breaker_transitions();
+    assert_eq!(if to == "open" { opened } else { closed }, 1);
+    #[cfg(feature = "prometheus")]
+    {
+        let text = ratelimitly_tower::Exporter::new(metrics.clone()).encode();
+        let gauge = format!("ratelimitly_breaker_open {}", u8::from(open));
+        assert!(text.contains(&gauge), "{text}");
+        let series = format!("ratelimitly_breaker_transitions_total{{to=\"{to}\"}} 1");
+        assert!(text.contains(&series), "{text}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn circuit_breaker_opens_and_closes() {
     let _s = SERIAL.lock().await;
@@ -313,7 +329,6 @@ async fn circuit_breaker_opens_and_closes() {
     )
     .circuit_breaker(CircuitBreaker::new(3, Duration::from_millis(200)));
     let metrics = layer.metrics();
-    let exporter = ratelimitly_tower::Exporter::new(metrics.clone());
     let addr = listen(layer.layer(tower::service_fn(ok))).await;
     assert_eq!(raw_get(LOCAL1, addr, "/a", &[]).await.status, 200);
     r.stop();
@@ -329,12 +344,7 @@ async fn circuit_breaker_opens_and_closes() {
     assert_eq!(raw_get(LOCAL1, addr, "/b", &[]).await.status, 200);
     assert!(t0.elapsed() < Duration::from_secs(5));
     assert_eq!(metrics.short_circuits(), before + 1);
-    let text = exporter.encode();
-    assert!(text.contains("ratelimitly_breaker_open 1"), "{text}");
-    assert!(
-        text.contains("ratelimitly_breaker_transitions_total{to=\"open\"} 1"),
-        "{text}"
-    );
+    assert_breaker(&metrics, true, "open");
     if global {
         // The first timeout is logged at warn!, the next ones (within 10 s) are not; the
         // breaker's opening is logged.
@@ -365,12 +375,7 @@ async fn circuit_breaker_opens_and_closes() {
     assert_eq!(raw_get(LOCAL1, addr, "/c", &[]).await.status, 200);
     assert_eq!(raw_get(LOCAL1, addr, "/c", &[]).await.status, 200);
     assert_eq!(raw_get(LOCAL1, addr, "/c", &[]).await.status, 429);
-    let text = exporter.encode();
-    assert!(text.contains("ratelimitly_breaker_open 0"), "{text}");
-    assert!(
-        text.contains("ratelimitly_breaker_transitions_total{to=\"closed\"} 1"),
-        "{text}"
-    );
+    assert_breaker(&metrics, false, "closed");
     r.stop();
 }
 
