@@ -141,7 +141,6 @@ pub fn parse_resolv_conf(text: &str) -> Option<SocketAddr> {
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
 
     #[test]
