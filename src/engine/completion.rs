@@ -444,6 +444,45 @@ pub(crate) fn thread_waker() -> Waker {
     Waker::from(Arc::new(ThreadWaker(thread::current())))
 }
 
+// ---------------------------------------------------------------- oneshot
+
+/// A one-shot channel whose receiver is a future (no runtime needed).
+pub(crate) fn futures_oneshot<T: Send + 'static>() -> (OneshotTx<T>, OneshotRx<T>) {
+    let inner = Arc::new(OneshotInner {
+        value: std::sync::Mutex::new(None),
+        waker: atomic_waker::AtomicWaker::new(),
+    });
+    (OneshotTx(inner.clone()), OneshotRx(inner))
+}
+
+struct OneshotInner<T> {
+    value: std::sync::Mutex<Option<T>>,
+    waker: atomic_waker::AtomicWaker,
+}
+
+pub(crate) struct OneshotTx<T>(Arc<OneshotInner<T>>);
+pub(crate) struct OneshotRx<T>(Arc<OneshotInner<T>>);
+
+impl<T> OneshotTx<T> {
+    pub(crate) fn send(self, v: T) {
+        if let Ok(mut g) = self.0.value.lock() {
+            *g = Some(v);
+        }
+        self.0.waker.wake();
+    }
+}
+
+impl<T> std::future::Future for OneshotRx<T> {
+    type Output = T;
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<T> {
+        self.0.waker.register(cx.waker());
+        match self.0.value.lock().ok().and_then(|mut g| g.take()) {
+            Some(v) => std::task::Poll::Ready(v),
+            None => std::task::Poll::Pending,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

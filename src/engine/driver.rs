@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::Shared;
 use super::config::BuildError;
+use super::shared::Shared;
 use super::sockets::{SockId, SocketOp};
 use super::state::{CoreState, TransmitSink, os_entropy};
 use super::submit::Msg;

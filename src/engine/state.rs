@@ -29,9 +29,9 @@ use chacha20::ChaCha20Rng;
 use rand_core::{Rng, SeedableRng};
 use zeroize::Zeroize;
 
-use super::Shared;
 use super::inflight::{Entry, InFlight, Key};
 use super::reports::Reports;
+use super::shared::Shared;
 use super::sockets::{SockId, SocketOp, SocketTable};
 use super::stats::{ROUND_BUCKETS, Stats};
 use super::submit::{Msg, PduBuf};

@@ -1,0 +1,162 @@
+//! The running engine: started pinned or hosted (by the builder), drained, shut down.
+//!
+//! Owns: [`Engine`] (the cores' threads or tasks, the discovery thread), graceful and
+//! immediate shutdown, and `Drop`. Must not touch: the cores' turn, submissions.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::builder::EngineBuilder;
+use super::completion::futures_oneshot;
+use super::driver;
+use super::handle::EngineHandle;
+use super::shared::Shared;
+use crate::proto::key::ApiKey;
+use crate::proto::outcome::Failure;
+
+/// The running engine. Dropping it shuts it down.
+pub struct Engine {
+    pub(super) shared: Arc<Shared>,
+    pub(super) threads: Vec<JoinHandle<()>>,
+    /// Hosted cores' tasks.
+    pub(super) tasks: Vec<tokio::task::JoinHandle<()>>,
+    pub(super) local_addrs: Vec<SocketAddr>,
+    pub(super) discovery: Option<JoinHandle<()>>,
+    pub(super) stopped: bool,
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine")
+            .field("cores", &self.shared.queues.len())
+            .field("hosted", &self.shared.hosted)
+            .field("local_addrs", &self.local_addrs)
+            .field("stopped", &self.stopped)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Starts building an engine for `key`.
+    pub fn builder(key: ApiKey) -> EngineBuilder {
+        EngineBuilder::new(key)
+    }
+
+    /// A handle for submitting requests (Clone + Send + Sync).
+    pub fn handle(&self) -> EngineHandle {
+        EngineHandle {
+            inner: self.shared.clone(),
+        }
+    }
+
+    /// Number of cores.
+    pub fn cores(&self) -> usize {
+        self.shared.queues.len()
+    }
+
+    /// Local address of each core's first socket (port 0 = ephemeral at start).
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.local_addrs
+    }
+
+    /// Shuts down gracefully: from the call on, new submissions fail with
+    /// `Failure::Shutdown`; every request already submitted finishes as it would have
+    /// (decided, or failed at the latest at its horizon H = the policy's dedup window);
+    /// then the engine stops as [`shutdown`](Self::shutdown) does. The returned future
+    /// completes once it has stopped; it needs no runtime (a helper thread waits), and
+    /// the engine stops even if the future is dropped. At most H plus 100 ms pass before
+    /// whatever is still undecided is completed with `Failure::Shutdown`.
+    pub fn shutdown_graceful(mut self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (tx, rx) = futures_oneshot();
+        let spawned = std::thread::Builder::new()
+            .name("rl-shutdown".into())
+            .spawn(move || {
+                self.drain();
+                self.shutdown_inner();
+                tx.send(());
+            });
+        if let Err(e) = spawned {
+            // no thread: the engine (moved into the closure) was dropped, which shuts it down
+            tracing::warn!(error = %e, "graceful shutdown thread failed to start; stopped at once");
+        }
+        rx
+    }
+
+    /// Refuses new submissions, then waits until every core has no request in flight and
+    /// none queued, for at most the horizon plus 100 ms.
+    fn drain(&mut self) {
+        let sh = self.shared.clone();
+        sh.close_to_submitters();
+        let t0 = Instant::now();
+        let until =
+            t0 + Duration::from_millis(u64::from(sh.horizon_ms)) + Duration::from_millis(100);
+        let handle = EngineHandle { inner: sh.clone() };
+        while Instant::now() < until {
+            let queued: usize = sh.queues.iter().map(|q| q.rx.len()).sum();
+            let in_flight: u64 = handle
+                .core_stats()
+                .iter()
+                .zip(sh.queues.iter())
+                .filter(|(_, q)| !q.dead.load(Ordering::Relaxed))
+                .map(|(s, _)| s.in_flight)
+                .sum();
+            if queued == 0 && in_flight == 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Completes every in-flight and queued request exactly once (`Failure::Shutdown`
+    /// when undecided), stops the cores and discovery, and joins them. Hosted cores stop
+    /// on their runtime: called outside it, this waits for them (at most 2 s); called
+    /// on it, it returns at once and they stop at their next turn.
+    pub fn shutdown(mut self) {
+        self.shutdown_inner();
+    }
+
+    pub(super) fn shutdown_inner(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.stopped = true;
+        let sh = &self.shared;
+        sh.close_to_submitters();
+        for q in sh.queues.iter() {
+            q.stop.store(true, Ordering::SeqCst);
+            q.wake();
+        }
+        for h in self.threads.drain(..) {
+            let _ = h.join();
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            let t0 = Instant::now();
+            while !self.tasks.iter().all(|t| t.is_finished())
+                && t0.elapsed() < Duration::from_secs(2)
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        self.tasks.clear();
+        // anything a core could not take (it never started)
+        for q in sh.queues.iter() {
+            while let Ok(m) = q.rx.try_recv() {
+                driver::fail_msg(sh, m, &Failure::Shutdown);
+            }
+        }
+        sh.membership.stop();
+        if let Some(h) = self.discovery.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown_inner();
+    }
+}
