@@ -17,68 +17,12 @@ use ratelimitly_tower::{
     AdmissionLayer, CircuitBreaker, Endpoint, EndpointProblem, FailurePolicy, KeyBy, LayerMetrics,
     Limit, TrustedProxies, keyed, verify,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::{Layer, Service, ServiceExt};
 
 mod common;
-use common::{engine, key, listen, responder_at};
+use common::{engine, key, listen, raw_get, responder_at};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// A minimal HTTP/1.1 exchange from source address `from` (bounded by 10 s).
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-async fn raw_get(from: IpAddr, to: SocketAddr, path: &str, extra: &[(&str, &str)]) -> Answer {
-    let fut = async {
-        let sock = tokio::net::TcpSocket::new_v4().unwrap();
-        sock.bind(SocketAddr::new(from, 0)).unwrap();
-        let mut s = sock.connect(to).await.unwrap();
-        let mut req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
-        for (k, v) in extra {
-            req.push_str(&format!("{k}: {v}\r\n"));
-        }
-        req.push_str("\r\n");
-        s.write_all(req.as_bytes()).await.unwrap();
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await.unwrap();
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let mut lines = head.lines();
-        let status: u16 = lines
-            .next()
-            .unwrap()
-            .split(' ')
-            .nth(1)
-            .unwrap()
-            .parse()
-            .unwrap();
-        let headers = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-            .collect();
-        Answer {
-            status,
-            headers,
-            body: body.to_owned(),
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), fut)
-        .await
-        .expect("answer within 10 s")
-}
 
 const LOCAL1: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 1));
 const LOCAL2: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
