@@ -342,6 +342,52 @@ async fn the_layer_keeps_its_engine_alive() {
     r.stop();
 }
 
+/// The other half of the engine kept alive: a bare handle does not keep it, and a
+/// stopped engine is logged at `error!` (not a silent fail-open).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_engine_is_logged_at_error() {
+    use tracing::instrument::WithSubscriber as _;
+    let _s = SERIAL.lock().await;
+    let r = responder_at(308, None);
+    let e = engine(&r);
+    let layer = AdmissionLayer::new(
+        e.handle(),
+        keyed(Limit::new(1, Duration::from_secs(60)).unwrap(), KeyBy::Path),
+    );
+    assert!(!layer.admission().owns_engine());
+    let metrics = layer.metrics();
+    e.shutdown();
+    let cap = Capture::default();
+    let sub = tracing_subscriber::fmt()
+        .with_writer({
+            let cap = cap.clone();
+            move || cap.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    let dispatch = tracing::Dispatch::new(sub);
+    let svc = layer.layer(tower::service_fn(|_req: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    }));
+    for _ in 0..2 {
+        let resp = svc
+            .clone()
+            .oneshot(Request::get("/s").body(()).unwrap())
+            .with_subscriber(dispatch.clone())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "fail-open by default");
+    }
+    assert_eq!(metrics.outcome("stopped"), 2);
+    let text = cap.text();
+    let errors = text
+        .lines()
+        .filter(|l| l.contains("ERROR") && l.contains("engine stopped"))
+        .count();
+    assert_eq!(errors, 1, "logged once (rate-limited): {text}");
+    r.stop();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rejection_hook_shapes_the_429() {
     let _s = SERIAL.lock().await;
