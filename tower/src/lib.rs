@@ -8,6 +8,16 @@
 //!
 //! ## Quick start (axum)
 //!
+//! Outside this repository an app needs three dependencies (the defaults of this crate
+//! include axum's `ConnectInfo` keying and the Prometheus exporter, see "Features"):
+//!
+//! ```toml
+//! [dependencies]
+//! ratelimitly-tower = "0.1"
+//! axum = "0.8"
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread", "net"] }
+//! ```
+//!
 //! ```no_run
 //! # #[cfg(all(feature = "axum", feature = "prometheus"))]
 //! # mod app {
@@ -27,7 +37,9 @@
 //! let endpoints = parse_endpoints(&std::env::var("RATELIMITLY_ENDPOINTS")?)?;
 //! // Optional startup check: logs each endpoint that does not answer validly.
 //! verify(&key, &endpoints).await;
-//! // build_async: does not block the runtime while the engine starts.
+//! // build_async: does not block the runtime while the engine starts. Pinned (the
+//! // default): the engine's cores run on threads of their own; add
+//! // `.runtime(tokio::runtime::Handle::current())` to host them on this runtime instead.
 //! let engine = Arc::new(Engine::builder(key).endpoints(endpoints).build_async().await?);
 //!
 //! // 5 requests per 10 s per client IP (axum's ConnectInfo, see below).
