@@ -5,7 +5,7 @@
 
 use std::convert::Infallible;
 use std::io::Write as _;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,10 +25,15 @@ use common::{engine, key, listen, raw_get, responder_at};
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const LOCAL1: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 1));
+#[cfg(feature = "axum")]
 const LOCAL2: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
 
-/// An axum app: `/api` behind `layer`, `/health` unlimited, with ConnectInfo.
-async fn axum_app<C>(layer: AdmissionLayer<ratelimitly_tower::EngineAdmission, C>) -> SocketAddr
+/// An axum app: `/api` behind `layer`, `/health` unlimited, with ConnectInfo (read by
+/// the layer with feature `axum` only).
+#[cfg(feature = "axum")]
+async fn axum_app<C>(
+    layer: AdmissionLayer<ratelimitly_tower::EngineAdmission, C>,
+) -> std::net::SocketAddr
 where
     C: ratelimitly_tower::Classify<axum::body::Body>,
 {
@@ -40,13 +45,14 @@ where
     tokio::spawn(async move {
         let _ = axum::serve(
             listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
+            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
         )
         .await;
     });
     addr
 }
 
+#[cfg(feature = "axum")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn axum_connect_info_keying_retry_after_and_fields() {
     let _s = SERIAL.lock().await;
