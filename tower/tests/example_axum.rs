@@ -24,8 +24,11 @@ fn build_example() -> PathBuf {
         .parent()
         .and_then(|deps| deps.parent())
         .expect("target/<profile>/deps");
+    let target_dir = profile_dir.parent().expect("target/<profile>");
     let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "-p", "ratelimitly-tower", "--example", "axum"]);
+    cmd.args(["build", "-p", "ratelimitly-tower", "--example", "axum"])
+        .arg("--target-dir")
+        .arg(target_dir);
     if profile_dir.file_name().is_some_and(|n| n == "release") {
         cmd.arg("--release");
     }
