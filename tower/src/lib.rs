@@ -213,14 +213,12 @@ pub use crate::verify::{EndpointCheck, EndpointProblem, verify};
 
 /// The engine crate, for what this crate does not re-export.
 pub use ratelimitly_engine as engine;
-#[cfg(feature = "dns")]
-pub use ratelimitly_engine::DnsConfig;
 /// Loading the API key from `RATELIMITLY_API_KEY` (or a file).
 pub use ratelimitly_engine::key_source;
 pub use ratelimitly_engine::key_source::{KEY_ENV, KeyLoadError};
 pub use ratelimitly_engine::{
-    ApiKey, BuildError, Cores, Endpoint, EndpointParseError, Engine, EngineBuilder, EngineHandle,
-    LatencyTracker, RequestPolicy, Resource,
+    ApiKey, BuildError, Cores, DnsConfig, Endpoint, EndpointParseError, Engine, EngineBuilder,
+    EngineHandle, LatencyTracker, RequestPolicy, Resource,
 };
 
 /// The API key from the environment variable [`KEY_ENV`] (`RATELIMITLY_API_KEY`);
