@@ -274,7 +274,7 @@ mod tests {
     use super::*;
 
     /// Every key of the JSON report's `parameters`.
-    const PARAMETER_KEYS: [&str; 37] = [
+    const PARAMETER_KEYS: [&str; 38] = [
         "servers",
         "embedded",
         "auth",
@@ -305,6 +305,7 @@ mod tests {
         "batch",
         "socket_buffer",
         "raw_sleep",
+        "raw_wait",
         "compare",
         "client",
         "io",
@@ -385,6 +386,8 @@ mod tests {
         assert_eq!(doc["parameters"]["completion_delivery"], true);
         assert_eq!(doc["parameters"]["client"], "engine");
         assert_eq!(doc["parameters"]["duration_s"], 0.4);
+        assert_eq!(doc["parameters"]["raw_wait"], "sleep");
+        assert_eq!(doc["parameters"]["raw_sleep"], true);
         assert!(dir.join("p.svg").exists());
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -87,3 +87,16 @@ fn compare_open_loop() {
         assert!(r["client_cpu_us_per_decision"].as_f64().is_some());
     }
 }
+
+/// `--raw-busy-poll`: the raw client polls closed loop, and the JSON says so (the
+/// parameters and the raw result; `--compare` waits by default, `compare_smoke_on_loopback`).
+#[test]
+fn raw_busy_poll_is_recorded() {
+    let doc = run_json(&["--client", "raw", "--raw-busy-poll"], "busy");
+    assert_eq!(doc["parameters"]["raw_wait"], "busy-poll");
+    assert_eq!(doc["parameters"]["raw_sleep"], false);
+    let r = &doc["results"][0];
+    assert_eq!(r["client"], "raw");
+    assert_eq!(r["raw_wait"], "busy-poll");
+    assert_eq!(r["balanced"], true);
+}
