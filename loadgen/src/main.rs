@@ -41,7 +41,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     memory::settle();
-    let args = Args::parse();
+    let args = Args::parse().settled();
     match run(&args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {

@@ -276,6 +276,38 @@ pub fn plan(seed: u64, duration: Duration, unit: Duration, servers: usize) -> Pl
     p.plan
 }
 
+/// Load after the warm-up's last restart before the window starts ([`rehearsal`]).
+const SETTLE_AFTER_REHEARSAL: Duration = Duration::from_secs(2);
+
+/// The warm-up's rehearsal: base server `i` stopped at 0.5 + `i` s for 0.5 s and
+/// restarted, for every server whose restart leaves 2 s of load before `warmup` ends
+/// (one at a time, so another is always up). A server restarted under load holds more
+/// memory than it did at the start; after the rehearsal the memory sampled when the
+/// window starts is that steady state, not the fresh one.
+pub fn rehearsal(servers: usize, warmup: Duration) -> Plan {
+    let mut plan = Plan {
+        events: Vec::new(),
+        ops: Vec::new(),
+        added: 0,
+    };
+    let down = Duration::from_millis(500);
+    for server in 0..servers.max(1) {
+        let at = Duration::from_millis(500) + Duration::from_secs(server as u64);
+        if servers < 2 || at + down + SETTLE_AFTER_REHEARSAL > warmup {
+            break;
+        }
+        let event = plan.events.len();
+        plan.events.push(Planned {
+            at,
+            until: at + down,
+            kind: FaultKind::ServerRestart,
+        });
+        plan.ops.push((at, Op::Stop { event, server }));
+        plan.ops.push((at + down, Op::Restart { event, server }));
+    }
+    plan
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,5 +334,20 @@ mod tests {
         // never both base servers down at once
         let short = plan(7, Duration::from_secs(12), Duration::from_millis(20), 2);
         assert!(short.events.len() >= 5);
+    }
+
+    #[test]
+    fn the_rehearsal_restarts_each_server_once_in_turn_within_the_warm_up() {
+        let r = rehearsal(2, Duration::from_secs_f64(4.5));
+        assert_eq!(r.events.len(), 2);
+        assert!(r.events.iter().all(|e| e.kind == FaultKind::ServerRestart));
+        assert!(
+            r.events[0].until <= r.events[1].at,
+            "one server down at a time"
+        );
+        assert_eq!(r.ops.len(), 4);
+        assert_eq!(rehearsal(3, Duration::from_secs_f64(4.5)).events.len(), 2);
+        assert!(rehearsal(1, Duration::from_secs(10)).events.is_empty());
+        assert!(rehearsal(2, Duration::from_secs(1)).events.is_empty());
     }
 }

@@ -145,7 +145,7 @@ pub struct Args {
     #[arg(long, default_value_t = 10.0, value_parser = positive_seconds)]
     #[serde(rename = "duration_s")]
     pub duration: f64,
-    /// Warm-up before measuring, in seconds (per client, >= 0).
+    /// Warm-up before measuring, in seconds (per client, >= 0; with --chaos at least 3).
     #[arg(long, default_value_t = 1.0, value_parser = seconds)]
     #[serde(rename = "warmup_s")]
     pub warmup: f64,
@@ -238,6 +238,15 @@ impl Args {
             (EngineCore::Auto, _) => EngineCore::Pinned,
             (chosen, _) => chosen,
         }
+    }
+
+    /// The options as the run uses them: `--chaos` raises a warm-up shorter than
+    /// [`crate::chaos::MIN_WARMUP_S`] to it (the JSON's `warmup_s` is the one used).
+    pub fn settled(mut self) -> Self {
+        if self.chaos && self.warmup < crate::chaos::MIN_WARMUP_S {
+            self.warmup = crate::chaos::MIN_WARMUP_S;
+        }
+        self
     }
 
     /// How the raw client waits: busy-polls only closed loop with `--raw-busy-poll`; it
