@@ -145,7 +145,7 @@ pub struct Args {
     #[arg(long, default_value_t = 10.0, value_parser = positive_seconds)]
     #[serde(rename = "duration_s")]
     pub duration: f64,
-    /// Warm-up before measuring, in seconds (per client, >= 0; with --chaos at least 3).
+    /// Warm-up before measuring, in seconds (per client, >= 0; with --chaos at least 7.5).
     #[arg(long, default_value_t = 1.0, value_parser = seconds)]
     #[serde(rename = "warmup_s")]
     pub warmup: f64,
