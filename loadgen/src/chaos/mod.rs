@@ -1,7 +1,7 @@
 //! `loadgen --chaos`: the engine, closed loop, against the embedded responders while a
 //! seeded schedule of faults ([`schedule`], from `--seed`) runs over the measured window
 //! (`--duration`; the warm-up before it, at least [`MIN_WARMUP_S`], runs the fixed
-//! [`schedule::rehearsal`] so that the window starts from the faults' steady state). The
+//! [`rehearsal::rehearsal`] so that the window starts from the faults' steady state). The
 //! engine discovers the servers
 //! through the embedded DNS responder (1 s TTL), so membership changes reach it the way
 //! they reach a deployment.
@@ -40,9 +40,10 @@
 //! client starts and after it has shut down with every fault undone.
 //!
 //! Owns the chaos run and its report (`chaos` in the result). Must not touch the
-//! responders directly (`control.rs`) or plan (`schedule.rs`).
+//! responders directly (`control.rs`) or plan (`schedule.rs`, `rehearsal.rs`).
 
 mod control;
+mod rehearsal;
 pub mod schedule;
 
 use std::collections::BTreeMap;
@@ -67,7 +68,7 @@ pub const SLACK: Duration = Duration::from_millis(250);
 #[derive(Clone, Debug)]
 pub struct ChaosReport {
     seed: u64,
-    /// The warm-up's rehearsal (restarts before the window; `at_s` negative).
+    /// The warm-up's rehearsal (faults before the window; `at_s` negative).
     warmup_events: Vec<Event>,
     events: Vec<Event>,
     late: u64,
@@ -85,7 +86,7 @@ pub struct ChaosReport {
 }
 
 /// Shortest warm-up of a chaos run (s; a shorter `--warmup` is raised to it): long
-/// enough for the whole [`schedule::rehearsal`] with the two default servers (both
+/// enough for the whole [`rehearsal::rehearsal`] with the two default servers (both
 /// restarted, then a duplicate, a delay and a steering burst) and 1.5 s of load after it.
 /// Measured on 60 s soaks: a server restarted under load and then taken through the
 /// bursts settles several MiB above its fresh start and stays flat after, so without the
@@ -141,8 +142,8 @@ fn control(ctx: &RunContext<'_>, cores: &[usize], rx: mpsc::Receiver<Arc<Phase>>
         };
     };
     let warmup = phase.window_start - phase.start;
-    let rehearsal = schedule::rehearsal(c.base_servers(), warmup, unit);
-    c.execute(&rehearsal, phase.start);
+    let warm_plan = rehearsal::rehearsal(c.base_servers(), warmup, unit);
+    c.execute(&warm_plan, phase.start);
     let mut warmup_events = std::mem::take(&mut c.events);
     for e in &mut warmup_events {
         let shift = |t: f64| round3(t - warmup.as_secs_f64());
