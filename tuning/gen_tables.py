@@ -30,6 +30,16 @@ def num(x, digits=0):
     return f"{x:,.{digits}f}"
 
 
+def client_name(result, params):
+    """The row's client; the raw ceiling says how it waited when the report records it
+    (`raw_wait`, from loadgen's --raw-busy-poll change on; older reports polled)."""
+    name = NAMES.get(result["client"], result["client"])
+    wait = result.get("raw_wait") or params.get("raw_wait")
+    if result["client"] == "raw" and wait:
+        name += " (waits)" if wait == "sleep" else " (busy-polls)"
+    return name
+
+
 def table(name):
     doc = json.loads((RESULTS / f"{name}.json").read_text())
     lines = [
@@ -40,7 +50,7 @@ def table(name):
     for r in doc["results"]:
         lat = r["latency_us"]
         lines.append(
-            f"| {NAMES.get(r['client'], r['client'])} | {num(r['decisions_per_s'])} "
+            f"| {client_name(r, doc['parameters'])} | {num(r['decisions_per_s'])} "
             f"| {num(lat['p50'])} / {num(lat['p99'])} / {num(lat['p99.9'])} "
             f"| {r['datagrams_per_decision']:.2f} | {r['client_cpu_us_per_decision']:.2f} "
             f"| {r['client_cores_used']:.2f} |"

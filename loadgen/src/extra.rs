@@ -4,7 +4,7 @@
 //! breakdown (queue wait, wire, decision, completion wake), and the embedded responders'
 //! I/O counters.
 //!
-//! Owns these figures' JSON keys (`io`, `responder_io`, `breakdown_us`) and their summary
+//! Owns these figures' JSON keys (`io`, `responder_io`, `breakdown_us`, `raw_wait`) and their summary
 //! lines. Must not touch clients, sockets or the measurement window.
 
 use std::io::Write;
@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex};
 use ratelimitly_engine::LatencyHistogram;
 use ratelimitly_engine::udp::IoStats;
 use serde_json::{Map, Value, json};
+
+use crate::cli::RawWait;
 
 /// One stage of the engine's per-decision latency breakdown (µs).
 #[derive(Clone, Debug)]
@@ -44,6 +46,8 @@ pub struct ClientExtra {
     pub responder_io: Option<IoStats>,
     /// The engine's latency breakdown over the whole phase (warm-up included).
     pub breakdown: Vec<Stage>,
+    /// The raw client: how it waited for answers (`raw_wait`).
+    pub raw_wait: Option<RawWait>,
     /// `--chaos`: the schedule that ran and its verdict.
     pub chaos: Option<crate::chaos::ChaosReport>,
 }
@@ -100,6 +104,9 @@ impl ClientExtra {
                 .collect();
             out.insert("breakdown_us".into(), Value::Object(b));
         }
+        if let Some(w) = self.raw_wait {
+            out.insert("raw_wait".into(), json!(w.name()));
+        }
         if let Some(c) = &self.chaos {
             out.insert("chaos".into(), c.to_json());
         }
@@ -107,6 +114,17 @@ impl ClientExtra {
 
     /// The summary lines (nothing when nothing is known).
     pub fn print(&self, out: &mut impl Write) -> std::io::Result<()> {
+        match self.raw_wait {
+            Some(RawWait::Sleep) => writeln!(
+                out,
+                "  raw wait: sleep (waits in its I/O layer until an answer arrives or work is due)"
+            )?,
+            Some(RawWait::BusyPoll) => writeln!(
+                out,
+                "  raw wait: busy-poll (--raw-busy-poll: its CPU per decision includes the polling)"
+            )?,
+            None => {}
+        }
         for (who, io) in [("client", &self.io), ("responders", &self.responder_io)] {
             if let Some(io) = io {
                 writeln!(

@@ -45,6 +45,18 @@ pub fn purge_freed_memory() {
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 10) };
 }
 
+/// Returns the memory freed so far to the kernel at once, for `--chaos` after a responder
+/// stopped: its state was allocated on the controller's thread (which spawned it) and
+/// freed on the responder's own threads, so the pages stay with the controller's heap
+/// until that heap collects, and the controller seldom allocates. Measured on a 30 s soak:
+/// resident memory after a server stop fell to the footprint of the servers left only
+/// with this call.
+pub fn release_freed_memory() {
+    // SAFETY: mi_collect may be called from any thread at any time; it frees nothing that
+    // is in use (it returns empty pages of this thread's heap and purges free ones).
+    unsafe { libmimalloc_sys::mi_collect(true) };
+}
+
 /// Turns transparent huge pages off for this process (`PR_SET_THP_DISABLE`: the kernel
 /// then faults 4 KiB pages even where mimalloc asked for huge ones). A kernel that
 /// refuses it (before 3.15) leaves loadgen as it was.

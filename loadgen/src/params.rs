@@ -7,7 +7,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cli::{Args, EngineCore};
+use crate::cli::{Args, EngineCore, RawWait};
 use crate::clients::RunContext;
 
 /// `parameters` of the JSON report.
@@ -28,6 +28,10 @@ struct RunParams<'a> {
     engine_core: EngineCore,
     /// Open loop: the most requests a client keeps outstanding (null in closed loop).
     max_outstanding: Option<usize>,
+    /// True when the raw client waits (`--raw-sleep`, the default) rather than polls.
+    raw_sleep: bool,
+    /// How the raw client waits, `sleep` or `busy-poll` ([`Args::raw_wait`]).
+    raw_wait: RawWait,
     #[serde(flatten)]
     args: &'a Args,
 }
@@ -44,6 +48,8 @@ pub fn params_json(ctx: &RunContext<'_>, responder_cores: &[usize]) -> Value {
         responder_cores,
         engine_core: ctx.args.placement(),
         max_outstanding: ctx.load().max_outstanding(),
+        raw_sleep: ctx.args.raw_wait() == RawWait::Sleep,
+        raw_wait: ctx.args.raw_wait(),
         args: ctx.args,
     };
     serde_json::to_value(&p).unwrap_or(Value::Null)

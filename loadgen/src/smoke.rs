@@ -1,7 +1,134 @@
-//! Smoke tests of the I/O options: a short loopback run per client with the mmsg
-//! backend, GSO off and reply batching off, and a short open-loop `--compare`.
+//! Tests of the run (`main.rs`): core choice, the `parameters` keys, an end-to-end
+//! `--compare` on loopback, and smoke tests of the I/O options: a short loopback run per
+//! client with the mmsg backend, GSO off and reply batching off, a short open-loop
+//! `--compare`, and `--raw-busy-poll`.
 
 use super::*;
+
+/// Every key of the JSON report's `parameters`.
+const PARAMETER_KEYS: [&str; 38] = [
+    "servers",
+    "embedded",
+    "auth",
+    "key_id",
+    "unit_ms",
+    "replays",
+    "schedule",
+    "final_units",
+    "completion_delivery",
+    "horizon_ms",
+    "resources",
+    "guards",
+    "label",
+    "report_share",
+    "buckets",
+    "rate_limit",
+    "window_ms",
+    "loss",
+    "delay_ms",
+    "jitter_ms",
+    "dead_oldest",
+    "client_cores",
+    "responder_cores",
+    "duration_s",
+    "warmup_s",
+    "in_flight",
+    "rate",
+    "batch",
+    "socket_buffer",
+    "raw_sleep",
+    "raw_wait",
+    "compare",
+    "client",
+    "io",
+    "gso",
+    "reply_batch",
+    "engine_core",
+    "max_outstanding",
+];
+
+#[test]
+fn cores_default_to_client_0_responders_1() {
+    let a = Args::try_parse_from(["loadgen"]).unwrap();
+    assert_eq!(choose_cores(&a, 2), (vec![0], vec![1]));
+    assert_eq!(choose_cores(&a, 1), (vec![0], vec![0]));
+    let a = Args::try_parse_from(["loadgen", "--client-cores", "0-2"]).unwrap();
+    assert_eq!(choose_cores(&a, 8), (vec![0, 1, 2], vec![3]));
+}
+
+/// End to end on loopback: every client for a fraction of a second, with guards,
+/// a label and latency reports; every submitted operation must complete.
+#[test]
+fn compare_smoke_on_loopback() {
+    let dir = std::env::temp_dir().join(format!("loadgen-smoke-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.json");
+    let a = Args::try_parse_from([
+        "loadgen",
+        "--compare",
+        "--duration",
+        "0.4",
+        "--warmup",
+        "0.2",
+        "--quiet",
+        "--in-flight",
+        "8",
+        "--guards",
+        "1",
+        "--label",
+        "api",
+        "--report-share",
+        "0.1",
+        "--json",
+        json.to_str().unwrap(),
+        "--hgrm",
+        dir.join("h.hgrm").to_str().unwrap(),
+        "--svg",
+        dir.join("p.svg").to_str().unwrap(),
+    ])
+    .unwrap();
+    assert_eq!(run(&a), Ok(true));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let results = doc["results"].as_array().unwrap();
+    let names: Vec<&str> = results
+        .iter()
+        .filter_map(|r| r["client"].as_str())
+        .collect();
+    assert_eq!(names, ["engine", "official", "raw"]);
+    assert!(doc["ratios"]["engine_vs_official"].as_f64().is_some());
+    assert!(doc["ratios"]["engine_vs_raw"].as_f64().is_some());
+    for r in results {
+        assert_eq!(r["balanced"], true);
+        assert!(r["decisions"].as_u64().unwrap() > 0, "{}", r["client"]);
+    }
+    assert!(doc["machine"]["cores"].as_u64().unwrap() >= 1);
+    // The parameters' keys are a contract (derived with serde from Args).
+    let mut keys: Vec<&str> = doc["parameters"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    let mut expected = PARAMETER_KEYS.to_vec();
+    expected.sort_unstable();
+    assert_eq!(keys, expected);
+    assert_eq!(doc["parameters"]["schedule"], "fixed:1");
+    assert_eq!(doc["parameters"]["completion_delivery"], true);
+    assert_eq!(doc["parameters"]["client"], "engine");
+    assert_eq!(doc["parameters"]["duration_s"], 0.4);
+    assert_eq!(doc["parameters"]["raw_wait"], "sleep");
+    assert_eq!(doc["parameters"]["raw_sleep"], true);
+    assert!(dir.join("p.svg").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn hgrm_suffix() {
+    let p = suffixed(Path::new("/tmp/x.hgrm"), "raw");
+    assert_eq!(p, PathBuf::from("/tmp/x-raw.hgrm"));
+}
 
 fn run_json(extra: &[&str], tag: &str) -> serde_json::Value {
     let dir = std::env::temp_dir().join(format!("loadgen-io-{tag}-{}", std::process::id()));
@@ -86,4 +213,17 @@ fn compare_open_loop() {
         assert!(r["latency_us"]["p99"].as_f64().is_some());
         assert!(r["client_cpu_us_per_decision"].as_f64().is_some());
     }
+}
+
+/// `--raw-busy-poll`: the raw client polls closed loop, and the JSON says so (the
+/// parameters and the raw result; `--compare` waits by default, `compare_smoke_on_loopback`).
+#[test]
+fn raw_busy_poll_is_recorded() {
+    let doc = run_json(&["--client", "raw", "--raw-busy-poll"], "busy");
+    assert_eq!(doc["parameters"]["raw_wait"], "busy-poll");
+    assert_eq!(doc["parameters"]["raw_sleep"], false);
+    let r = &doc["results"][0];
+    assert_eq!(r["client"], "raw");
+    assert_eq!(r["raw_wait"], "busy-poll");
+    assert_eq!(r["balanced"], true);
 }

@@ -61,7 +61,12 @@ impl<'a> Controller<'a> {
         }
     }
 
-    /// Runs every step of `plan` at its time after `t0`.
+    /// The number of base servers (the ones a plan's `server` indexes).
+    pub fn base_servers(&self) -> usize {
+        self.base.len()
+    }
+
+    /// Runs every step of `plan` at its time after `t0`; its events replace `events`.
     pub fn execute(&mut self, plan: &Plan, t0: Instant) {
         self.added = vec![None; plan.added];
         self.events = plan
@@ -108,7 +113,7 @@ impl<'a> Controller<'a> {
                 self.detail(event, "server_id", json!(id));
                 self.detail(event, "addr", json!(addr.to_string()));
                 if let Some(h) = self.take(id) {
-                    h.stop();
+                    stop(h);
                 }
             }
             Op::Restart { event, server } => self.restart(event, server),
@@ -142,7 +147,7 @@ impl<'a> Controller<'a> {
                 if let Some((id, _, _)) = self.added.get_mut(slot).and_then(Option::take)
                     && let Some(h) = self.take(id)
                 {
-                    h.stop();
+                    stop(h);
                 }
             }
         }
@@ -251,6 +256,13 @@ impl<'a> Controller<'a> {
             r.set_faults(self.faults_for(r.server_id()));
         }
     }
+}
+
+/// Stops a responder (its sockets are closed and its threads joined when this returns)
+/// and hands the memory it freed back to the kernel ([`crate::memory::release_freed_memory`]).
+fn stop(h: ResponderHandle) {
+    h.stop();
+    crate::memory::release_freed_memory();
 }
 
 fn burst_json(b: Burst) -> Vec<(&'static str, Value)> {

@@ -1,7 +1,8 @@
 //! The seeded chaos schedule: which fault starts and ends when, planned in full before
 //! the run from `--seed`, `--duration`, the policy unit U and the number of servers.
 //!
-//! Owns the fault kinds, their parameters and their timing. Must not touch responders,
+//! Owns the fault kinds, their parameters and their timing (the warm-up's fixed
+//! rehearsal is `rehearsal.rs`). Must not touch responders,
 //! the DNS responder or the clock (`control.rs` carries the plan out).
 
 use std::time::Duration;

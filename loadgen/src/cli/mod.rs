@@ -4,71 +4,30 @@
 //! with serde: every field not marked `skip`). Endpoints (`ID@IP:PORT`) and schedules are
 //! parsed by the engine's `FromStr` implementations; the range checks of numeric options
 //! (out-of-range values are rejected with the usage text, never clamped) and core lists
-//! are `values.rs`. Must not touch sockets, responders
+//! are `values.rs`, the enumerated choices `kinds.rs`. Must not touch sockets, responders
 //! or clients.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::Parser;
 use clap::builder::RangedU64ValueParser;
-use clap::{Parser, ValueEnum};
 use serde::Serialize;
 
 use ratelimitly_engine::proto::endpoint::Endpoint;
 use ratelimitly_engine::proto::policy::{PolicyError, RequestPolicy, Schedule};
 use ratelimitly_engine::udp::BackendChoice;
 
+mod kinds;
 mod values;
 
+pub use kinds::{AuthArg, ClientKind, EngineCore, RawWait};
 pub use values::CoreList;
 use values::{
     as_text, at_least_one, negated, on_off, parse_cores, positive_rate, positive_seconds,
     probability, seconds,
 };
-
-/// Which client a run drives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ClientKind {
-    /// Our thread-per-core engine (`ratelimitly_engine::engine`).
-    Engine,
-    /// The official `ratelimitly` 0.1.0 crate on a Tokio runtime.
-    Official,
-    /// Pre-encoded requests over batched UDP, no policy: the ceiling.
-    Raw,
-}
-
-impl ClientKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            ClientKind::Engine => "engine",
-            ClientKind::Official => "official",
-            ClientKind::Raw => "raw",
-        }
-    }
-}
-
-/// Authentication mode of the embedded responders' synthetic key.
-/// Where the engine's core runs (`--engine-core`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EngineCore {
-    /// Hosted with the mmsg backend; pinned with `--io uring|auto`, the backends only a
-    /// pinned core uses (settled by [`Args::placement`]).
-    Auto,
-    /// A pinned thread of its own on the first client core (the engine's default).
-    Pinned,
-    /// A task on loadgen's Tokio runtime (`EngineBuilder::runtime`).
-    Hosted,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum AuthArg {
-    Aes,
-    Cookie,
-    None,
-}
 
 const AFTER_HELP: &str = "\
 API key (only with --endpoint or --domain; embedded runs use a public test fixture):
@@ -186,7 +145,7 @@ pub struct Args {
     #[arg(long, default_value_t = 10.0, value_parser = positive_seconds)]
     #[serde(rename = "duration_s")]
     pub duration: f64,
-    /// Warm-up before measuring, in seconds (per client, >= 0).
+    /// Warm-up before measuring, in seconds (per client, >= 0; with --chaos at least 7.5).
     #[arg(long, default_value_t = 1.0, value_parser = seconds)]
     #[serde(rename = "warmup_s")]
     pub warmup: f64,
@@ -200,10 +159,17 @@ pub struct Args {
     #[arg(long, default_value_t = 32,
           value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub batch: usize,
-    /// Raw client, closed loop: wait in its I/O layer instead of busy-polling (by
-    /// default it busy-polls closed loop; open loop it always waits until work is due).
+    /// Raw client: wait in its I/O layer until an answer arrives or work is due. The
+    /// default (kept for older command lines); the JSON's `raw_sleep`/`raw_wait` say the
+    /// mode that ran ([`Args::raw_wait`]).
     #[arg(long)]
+    #[serde(skip)]
     pub raw_sleep: bool,
+    /// Raw client, closed loop: busy-poll its I/O layer instead of waiting (the CPU per
+    /// decision then measures the polling; open loop it always waits until work is due).
+    #[arg(long, conflicts_with = "raw_sleep")]
+    #[serde(skip)]
+    pub raw_busy_poll: bool,
     /// Client socket buffer size in bytes (engine and raw; 0 = system default).
     #[arg(long, default_value_t = 4 << 20)]
     pub socket_buffer: usize,
@@ -274,6 +240,26 @@ impl Args {
         }
     }
 
+    /// The options as the run uses them: `--chaos` raises a warm-up shorter than
+    /// [`crate::chaos::MIN_WARMUP_S`] to it (the JSON's `warmup_s` is the one used).
+    pub fn settled(mut self) -> Self {
+        if self.chaos && self.warmup < crate::chaos::MIN_WARMUP_S {
+            self.warmup = crate::chaos::MIN_WARMUP_S;
+        }
+        self
+    }
+
+    /// How the raw client waits: busy-polls only closed loop with `--raw-busy-poll`; it
+    /// waits otherwise (alone and in `--compare`, so that `ratios.engine_vs_raw` compares
+    /// work with work).
+    pub fn raw_wait(&self) -> RawWait {
+        if self.raw_busy_poll && self.rate.is_none() {
+            RawWait::BusyPoll
+        } else {
+            RawWait::Sleep
+        }
+    }
+
     /// The engine's request policy these options describe.
     pub fn policy(&self) -> Result<RequestPolicy, PolicyError> {
         RequestPolicy::builder()
@@ -320,6 +306,20 @@ mod tests {
             core(&["--io", "uring", "--engine-core", "hosted"]),
             EngineCore::Hosted
         );
+    }
+
+    #[test]
+    fn the_raw_client_waits_unless_busy_polling_is_asked_for_closed_loop() {
+        let wait = |args: &[&str]| {
+            let argv = std::iter::once("loadgen").chain(args.iter().copied());
+            Args::try_parse_from(argv).map(|a| a.raw_wait())
+        };
+        assert_eq!(wait(&[]).unwrap(), RawWait::Sleep);
+        assert_eq!(wait(&["--raw-sleep"]).unwrap(), RawWait::Sleep);
+        assert_eq!(wait(&["--raw-busy-poll"]).unwrap(), RawWait::BusyPoll);
+        let open = ["--raw-busy-poll", "--rate", "100"];
+        assert_eq!(wait(&open).unwrap(), RawWait::Sleep);
+        assert!(wait(&["--raw-sleep", "--raw-busy-poll"]).is_err());
     }
 
     #[test]

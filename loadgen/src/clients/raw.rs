@@ -18,11 +18,13 @@ use std::time::{Duration, Instant};
 use super::raw_config::{IoSettings, RawConfig};
 use super::raw_thread::{self, RawLoad};
 use super::{Load, PhaseSpec, Ready, RunContext, Target, wait_gate};
+use crate::cli::RawWait;
 use crate::stats::Phase;
 
 /// The raw client, its templates encoded, ready to run.
 pub struct RawTarget {
     cfg: Arc<RawConfig>,
+    wait: RawWait,
 }
 
 impl RawTarget {
@@ -40,7 +42,7 @@ impl RawTarget {
             gso: args.gso,
             batch: args.batch,
             socket_buffer: args.socket_buffer,
-            spin: !args.raw_sleep,
+            spin: args.raw_wait() == RawWait::BusyPoll,
             completion_delivery: !args.no_completion_delivery,
             fallback: Duration::from_millis(u64::from(args.unit_ms)),
             replay: args.replays > 0,
@@ -53,7 +55,10 @@ impl RawTarget {
             io,
         )
         .map_err(|e| format!("raw client: {e}"))?;
-        Ok(RawTarget { cfg: Arc::new(cfg) })
+        Ok(RawTarget {
+            cfg: Arc::new(cfg),
+            wait: args.raw_wait(),
+        })
     }
 }
 
@@ -76,6 +81,10 @@ fn share(load: Load, i: usize, n: usize) -> RawLoad {
 impl Target for RawTarget {
     fn run(self: Box<Self>, spec: PhaseSpec, ready: Ready) {
         let phase = Phase::new(Instant::now(), spec.warmup, spec.duration);
+        spec.extra
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .raw_wait = Some(self.wait);
         let n = spec.cores.len();
         let threads: Vec<_> = spec
             .cores
