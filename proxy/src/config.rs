@@ -5,6 +5,7 @@
 //! limit = "off"                         # requests no route matches (default "off")
 //! key_by = "ip"                         # default for routes (default "ip")
 //! on_failure = "open"                   # default for routes (default "open")
+//! trust_forwarded = ["10.0.0.0/8"]      # optional: added to --trust-forwarded (CIDRs)
 //!
 //! [[route]]
 //! path = "/api/"                        # a prefix; the longest match wins
@@ -24,7 +25,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use http::Method;
-use ratelimitly_tower::{Consumption, KeyBy, Keyed, Limit, OnFailure, keyed};
+use ratelimitly_tower::{Consumption, KeyBy, Keyed, Limit, OnFailure, TrustedProxies, keyed};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -35,6 +36,7 @@ struct RawFile {
     limit: Option<Spanned<RawLimit>>,
     key_by: Option<Spanned<String>>,
     on_failure: Option<Spanned<String>>,
+    trust_forwarded: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     route: Vec<RawRoute>,
 }
@@ -98,6 +100,9 @@ impl Route {
 pub struct Table {
     /// `upstream` of the file (none: only for `--mode forward-auth`).
     pub upstream: Option<String>,
+    /// `trust_forwarded`: peers whose forwarded headers are believed (with the
+    /// `--trust-forwarded` flags).
+    pub trusted: TrustedProxies,
     /// Longest path first (file order among equal lengths).
     routes: Vec<Arc<Route>>,
     default: Arc<Route>,
@@ -231,6 +236,17 @@ pub fn parse(text: &str) -> Result<Table, String> {
             return Err(at(text, up, "upstream must be http://HOST:PORT"));
         }
     }
+    let mut trusted = TrustedProxies::none();
+    if let Some(list) = &raw.trust_forwarded {
+        for cidr in list.get_ref() {
+            let t: TrustedProxies = cidr
+                .parse()
+                .map_err(|e| at(text, list, format!("trust_forwarded: {e}")))?;
+            for net in t.nets() {
+                trusted = trusted.with(*net);
+            }
+        }
+    }
     let top_limits = match &raw.limit {
         None => Vec::new(),
         Some(l) => limits(text, l)?,
@@ -268,6 +284,7 @@ pub fn parse(text: &str) -> Result<Table, String> {
     routes.sort_by_key(|r| std::cmp::Reverse(r.path.len()));
     Ok(Table {
         upstream: raw.upstream.map(Spanned::into_inner),
+        trusted,
         routes,
         default: Arc::new(route(
             String::new(),
@@ -351,6 +368,13 @@ on_failure = "closed"
         assert!(e.starts_with("line 2:"), "{e}");
         let e = parse("upstream = \"http://127.0.0.1:9\"\nlimits = \"1/1s\"\n").unwrap_err();
         assert!(e.contains("line 2"), "{e}");
+        let e = parse("upstream = \"http://127.0.0.1:9\"\ntrust_forwarded = [\"10.0.0.0/33\"]\n")
+            .unwrap_err();
+        assert!(e.starts_with("line 2:"), "{e}");
+        let t = parse("trust_forwarded = [\"10.0.0.0/8\", \"::1\"]\n").unwrap();
+        assert!(t.trusted.contains("10.1.2.3".parse().unwrap()));
+        assert!(t.trusted.contains("::1".parse().unwrap()));
+        assert!(!t.trusted.contains("11.0.0.1".parse().unwrap()));
         let e = parse("upstream = \"ftp://x\"\n").unwrap_err();
         assert!(e.starts_with("line 1:"), "{e}");
         // the default in a file is off

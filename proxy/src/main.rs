@@ -9,7 +9,7 @@
 //!     [--limit COUNT/WINDOW|off] [--key-by ip|path|header:NAME] [--on-failure open|closed]
 //!     [--admission engine|official] [--engine-core hosted|pinned]
 //!     [--header-timeout 10s] [--idle-timeout 60s] [--upstream-timeout 30s]
-//!     [--max-connections 10000]
+//!     [--max-connections 10000] [--trust-forwarded CIDR ...]
 //! ```
 //!
 //! DURATION arguments use the window syntax of `--limit`: a whole number and a unit
@@ -34,8 +34,15 @@
 //! when rejected, and the failure policy otherwise (`open`: 200, `closed`: 503). The
 //! request decided (route matching, `--key-by path`) is the original one, from
 //! `X-Original-URI` / `X-Forwarded-Uri` and `X-Original-Method` /
-//! `X-Forwarded-Method`; the client address is the TCP peer for now (one function,
-//! `conn::client_ip`, is where trusted forwarded headers will be read).
+//! `X-Forwarded-Method`; the client address is the TCP peer unless it is trusted (below).
+//!
+//! Trusted forwarding: `--trust-forwarded CIDR` (repeatable; the config file's
+//! `trust_forwarded` list adds to it). From a trusted peer the client is the rightmost
+//! `Forwarded` / `X-Forwarded-For` address that is not itself trusted; in
+//! `--mode forward-auth` `X-Real-IP` (nginx's `$remote_addr`) comes first. From any
+//! other peer those headers are ignored for keying (`conn::client_ip` is the one place
+//! that decides). In proxy mode the upstream receives `X-Forwarded-For` with the TCP
+//! peer appended (an existing value kept: `EXISTING, PEER`).
 //!
 //! Routes from a file: `--config FILE` (TOML; the format is in the `config` module's
 //! docs) replaces `--upstream`, `--limit`, `--key-by` and `--on-failure`, which conflict
@@ -84,7 +91,7 @@ use hyper_util::rt::TokioIo;
 use ratelimitly_engine::{ApiKey, DnsConfig, Endpoint, Engine, EngineHandle};
 use ratelimitly_tower::{
     AdmissionLayer, AdmissionService, Classify, ClientAddr, Consumption, EngineAdmission, Exporter,
-    FailurePolicy, KeyBy, LayerMetrics, Limit, OnFailure, ResponseBody, keyed,
+    FailurePolicy, KeyBy, LayerMetrics, Limit, OnFailure, ResponseBody, TrustedProxies, keyed,
 };
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -92,7 +99,7 @@ use tower::{Layer, ServiceExt};
 
 use crate::conn::{Clock, Expiry, ProxyMetrics, Timeouts, Watched, client_ip, original_request};
 use crate::official::OfficialAdmission;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, append_forwarded_for};
 
 /// Where the engine's core runs (`--engine-core`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -195,6 +202,25 @@ struct Cli {
     /// warning at most once a second).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
+    /// Believe X-Forwarded-For / Forwarded (and, in forward-auth mode, X-Real-IP) from
+    /// peers in CIDR (repeatable; an address alone is one host): the client is then
+    /// the rightmost forwarded address that is not itself trusted. From any other peer
+    /// those headers are ignored for keying.
+    #[arg(long = "trust-forwarded", value_name = "CIDR", value_parser = parse_trusted)]
+    trust_forwarded: Vec<TrustedProxies>,
+}
+
+fn parse_trusted(s: &str) -> Result<TrustedProxies, String> {
+    s.parse::<TrustedProxies>().map_err(|e| e.to_string())
+}
+
+/// Every network of `lists`, in order.
+fn merge_trusted<'a>(lists: impl IntoIterator<Item = &'a TrustedProxies>) -> TrustedProxies {
+    let mut all = TrustedProxies::none();
+    for net in lists.into_iter().flat_map(|t| t.nets()) {
+        all = all.with(*net);
+    }
+    all
 }
 
 /// DURATION: the WINDOW of `--limit`'s COUNT/WINDOW, parsed by the same parser
@@ -417,6 +443,11 @@ async fn serve_all(
             Mode::Proxy => None,
             Mode::ForwardAuth => http::StatusCode::from_u16(cli.deny_status).ok(),
         },
+        trusted: Arc::new(ArcSwap::from_pointee(merge_trusted(
+            cli.trust_forwarded
+                .iter()
+                .chain(table.as_ref().map(|t| &t.trusted)),
+        ))),
     };
     let listener = TcpListener::bind(cli.listen)
         .await
@@ -438,7 +469,14 @@ async fn serve_all(
             // registered before the readiness line: a SIGHUP from then on reloads
             let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
                 .map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
-            tokio::spawn(reload_on_hangup(hup, path, table.clone(), engine.is_some()));
+            let reload = Reload {
+                path,
+                table: table.clone(),
+                backend: engine.is_some(),
+                trusted: limits.trusted.clone(),
+                trusted_flags: merge_trusted(&cli.trust_forwarded),
+            };
+            tokio::spawn(reload_on_hangup(hup, reload));
         }
         let (layers, exporters) = match engine.clone() {
             Some(h) => {
@@ -506,6 +544,7 @@ async fn serve_all(
         (server, vec![exporter])
     };
     let admin_task = tokio::spawn(admin::serve(admin, exporters, proxy_metrics));
+    let shutdown = Shutdown::register()?;
 
     println!(
         "{{\"event\":\"ready\",\"address\":\"{}\",\"port\":{},\"admin_port\":{}}}",
@@ -516,20 +555,33 @@ async fn serve_all(
     use std::io::Write;
     let _ = std::io::stdout().flush();
 
-    wait_for_signal().await?;
+    shutdown.wait().await;
     server.abort();
     admin_task.abort();
     Ok(())
 }
 
-/// Reloads the routes on every SIGHUP; a file that is refused leaves the running
-/// routes in place. Both outcomes are logged as warnings.
-async fn reload_on_hangup(
-    mut hup: tokio::signal::unix::Signal,
+/// What a SIGHUP replaces.
+struct Reload {
     path: PathBuf,
     table: Arc<ArcSwap<config::Table>>,
+    /// An admission backend was started.
     backend: bool,
-) {
+    /// The connections' trusted peers: the flags' and the file's.
+    trusted: Arc<ArcSwap<TrustedProxies>>,
+    trusted_flags: TrustedProxies,
+}
+
+/// Reloads the routes (and the file's `trust_forwarded`) on every SIGHUP; a file that
+/// is refused leaves the running ones in place. Both outcomes are logged as warnings.
+async fn reload_on_hangup(mut hup: tokio::signal::unix::Signal, r: Reload) {
+    let Reload {
+        path,
+        table,
+        backend,
+        trusted,
+        trusted_flags,
+    } = r;
     while hup.recv().await.is_some() {
         let refused = "config reload refused, the running routes are kept";
         match config::load(&path) {
@@ -542,6 +594,7 @@ async fn reload_on_hangup(
             ),
             Ok(t) => {
                 tracing::warn!(routes = t.route_count(), file = %path.display(), "config reloaded");
+                trusted.store(Arc::new(merge_trusted([&trusted_flags, &t.trusted])));
                 table.store(Arc::new(t));
             }
         }
@@ -618,17 +671,29 @@ impl tower_service::Service<Request<Incoming>> for Router {
     }
 }
 
-async fn wait_for_signal() -> Result<(), StartError> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())
-        .map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
-    let mut int = signal(SignalKind::interrupt())
-        .map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, registered when made (before the readiness line: a signal
+/// sent as soon as it is read is handled, never the default action).
+struct Shutdown {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Shutdown {
+    fn register() -> Result<Self, StartError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let err = |e: std::io::Error| StartError::Runtime(format!("signal handler: {e}"));
+        Ok(Shutdown {
+            term: signal(SignalKind::terminate()).map_err(err)?,
+            int: signal(SignalKind::interrupt()).map_err(err)?,
+        })
     }
-    Ok(())
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
 }
 
 /// The accept loop's limits.
@@ -639,6 +704,8 @@ struct ConnLimits {
     /// `--mode forward-auth`: requests are decided as their original request, and a
     /// rejection (429) is answered with this status.
     deny_status: Option<http::StatusCode>,
+    /// Peers whose forwarded headers are believed (replaced on SIGHUP).
+    trusted: Arc<ArcSwap<TrustedProxies>>,
 }
 
 /// Accepts connections (at most `max_connections` open at once; more are closed at
@@ -689,15 +756,19 @@ where
         let _ = stream.set_nodelay(true);
         let svc = svc.clone();
         let metrics = limits.metrics.clone();
+        let trusted = limits.trusted.clone();
         tokio::spawn(async move {
             metrics.open.fetch_add(1, Ordering::Relaxed);
             let clock = Clock::new();
             let svc_clock = clock.clone();
             let conn_svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                let client = client_ip(peer, req.headers());
+                let forward_auth = deny_status.is_some();
+                let client = client_ip(peer, req.headers(), &trusted.load(), forward_auth);
                 req.extensions_mut().insert(ClientAddr(client));
-                if deny_status.is_some() {
+                if forward_auth {
                     original_request(&mut req);
+                } else {
+                    append_forwarded_for(req.headers_mut(), peer.ip());
                 }
                 svc_clock.request_started();
                 let clock = svc_clock.clone();
