@@ -252,3 +252,20 @@ pub async fn get_with(
         .map(|v| v.to_str().unwrap().parse().unwrap());
     (resp.status(), ra)
 }
+
+/// GET `path` with `headers`: the whole answer.
+pub async fn get_full(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Response<Bytes> {
+    let mut req = http::Request::get(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = tokio::time::timeout(
+        Duration::from_secs(10),
+        client().request(req.body(Empty::new()).unwrap()),
+    )
+    .await
+    .expect("answer within 10 s")
+    .expect("HTTP exchange");
+    let (parts, body) = resp.into_parts();
+    Response::from_parts(parts, body.collect().await.unwrap().to_bytes())
+}
