@@ -223,15 +223,9 @@ fn merge_trusted<'a>(lists: impl IntoIterator<Item = &'a TrustedProxies>) -> Tru
     all
 }
 
-/// DURATION: the WINDOW of `--limit`'s COUNT/WINDOW, parsed by the same parser
-/// (`500ms`, `10s`, `1m`, `1h`; whole milliseconds, at least 1 ms).
+/// DURATION as in `--limit`'s WINDOW (one parser: `config::parse_duration`).
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    format!("1/{}", s.trim())
-        .parse::<Limit>()
-        .map(|l| l.window())
-        .map_err(|_| {
-            format!("duration must look like 500ms, 10s or 1m (whole milliseconds, 1 ms or more), not {s:?}")
-        })
+    config::parse_duration(s)
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -168,3 +168,49 @@ async fn fields_on_forward_auth_grants_and_denials() {
     assert_eq!(fa.signal(libc::SIGTERM).await.code(), Some(0));
     r.stop();
 }
+
+/// A route's `latency_guard` is fed by the upstream's latency on that route: a slow
+/// upstream (`/slow/300`, 300 ms) trips a 100 ms guard once it has its samples, a quick
+/// route with its own tracker keeps admitting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latency_guard_follows_the_upstream() {
+    let _s = SERIAL.lock().await;
+    let r = responder(403);
+    let up = upstream().await;
+    let file = TempFile::new(
+        "guard.toml",
+        &format!(
+            "upstream = \"http://{}\"\n\n[[route]]\npath = \"/slow/\"\nlimit = \"off\"\nlatency_guard = \"100ms\"\nlatency_min_samples = 2\n\n[[route]]\npath = \"/quick/\"\nlimit = \"100/60s\"\nlatency_guard = \"2s\"\nlatency_min_samples = 1\n",
+            up.addr()
+        ),
+    );
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY).args([
+        "--config",
+        file.path(),
+        "--endpoint",
+        &endpoint(&r),
+    ]);
+    let proxy = start(cmd).await;
+    let mut granted = 0;
+    let mut rejected = None;
+    // bounded: the reports travel beside the decisions, give them a few requests
+    for _ in 0..8 {
+        let resp = get(proxy.addr(), "/slow/300").await;
+        if resp.status() == StatusCode::TOO_MANY_REQUESTS {
+            rejected = Some(resp);
+            break;
+        }
+        assert_eq!(resp.status(), StatusCode::OK);
+        granted += 1;
+    }
+    let resp = rejected.expect("the guard rejects once the upstream is seen slow");
+    assert!(granted >= 2, "no rejection before the minimum samples");
+    assert_eq!(retry_after(&resp), 1);
+    for _ in 0..5 {
+        assert_eq!(get(proxy.addr(), "/quick/x").await.status(), StatusCode::OK);
+    }
+    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    up.signal(libc::SIGTERM).await;
+    r.stop();
+}
