@@ -278,3 +278,17 @@ async fn behind_caddy_forward_auth() {
     up.signal(libc::SIGTERM).await;
     r.stop();
 }
+
+/// `proxy/README.md` shows the nginx and Caddy configurations exactly as tested.
+#[test]
+fn readme_shows_the_tested_configurations() {
+    let readme = include_str!("../README.md");
+    assert!(
+        readme.contains(NGINX_CONF),
+        "README's nginx block is conf/nginx.conf"
+    );
+    assert!(
+        readme.contains(CADDYFILE),
+        "README's Caddy block is conf/Caddyfile"
+    );
+}
