@@ -169,3 +169,53 @@ async fn forward_auth_reads_x_real_ip_from_trusted_peers() {
     assert_eq!(fa.signal(libc::SIGTERM).await.code(), Some(0));
     r.stop();
 }
+
+/// The config file's `trust_forwarded` list is honoured like the flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_forwarded_from_the_config_file() {
+    let _s = SERIAL.lock().await;
+    let r = responder(303);
+    let up = upstream().await;
+    let file = TempFile::new(
+        "trust.toml",
+        &format!(
+            "upstream = \"http://{}\"\nlimit = \"1/60s\"\ntrust_forwarded = [\"127.0.0.2/32\"]\n",
+            up.addr()
+        ),
+    );
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY).args([
+        "--config",
+        file.path(),
+        "--endpoint",
+        &endpoint(&r),
+    ]);
+    let proxy = start(cmd).await;
+    let a = proxy.addr();
+    let xff = |v| [("x-forwarded-for", v)];
+    assert_eq!(
+        status_from(TRUSTED, a, &xff("198.51.100.1")).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status_from(TRUSTED, a, &xff("198.51.100.2")).await,
+        StatusCode::OK,
+        "two forwarded clients, two buckets"
+    );
+    assert_eq!(
+        status_from(TRUSTED, a, &xff("198.51.100.1")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        status_from(UNTRUSTED, a, &xff("198.51.100.3")).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status_from(UNTRUSTED, a, &xff("198.51.100.4")).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "not trusted: keyed by the peer"
+    );
+    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    up.signal(libc::SIGTERM).await;
+    r.stop();
+}
