@@ -7,6 +7,12 @@
 #                                    the proxy's Tokio runtime, the default)
 #   4. the same with --engine-core pinned (the core on a thread of its own, same CPU set)
 #   5. rl-proxy --admission official (every request decided by the official ratelimitly crate)
+#   6. nginx as a plain reverse proxy (the anchor: wrk -> nginx -> upstream, on the proxy's CPUs)
+#   7. nginx + auth_request -> rl-proxy --mode forward-auth (both on the proxy's CPUs; every
+#      request decided by the engine, the decision service's config is proxy/conf/nginx.conf)
+#
+# nginx runs as one process (`master_process off`, as in proxy/conf/nginx.conf: one worker,
+# the proxy's one CPU by default); rows 6 and 7 are skipped when nginx cannot be installed.
 #
 # Placement (2-CPU default): the proxy process, engine core included, gets PROXY_CPUS
 # (default: the last allowed CPU); wrk, the upstream and the responder get ENV_CPUS
@@ -15,8 +21,9 @@
 # proxy setup runs on exactly the same CPUs.
 #
 # Reported per setup: requests/s, p50/p99 latency (wrk --latency), the proxy's CPU time per
-# request (utime+stime of the whole process from /proc over the measured run), and the
-# admission CPU per request = that figure minus the one of `--limit off`.
+# request (utime+stime of the whole process from /proc over the measured run; row 7: nginx
+# and rl-proxy together), and the admission CPU per request = that figure minus the one of
+# `--limit off` (row 7: minus nginx alone, row 6).
 #
 # The engine rows differ only in where the engine's core runs (--engine-core).
 #
@@ -46,6 +53,12 @@ trap cleanup EXIT
 if ! command -v wrk >/dev/null 2>&1; then
     echo "installing wrk (apt-get)..." >&2
     (apt-get update -qq && apt-get install -y -qq wrk) >/dev/null
+fi
+NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
+if [ ! -x "$NGINX" ]; then
+    echo "installing nginx-light (apt-get)..." >&2
+    (apt-get update -qq && apt-get install -y -qq nginx-light) >/dev/null || true
+    NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 fi
 
 cd "$ROOT"
@@ -91,19 +104,29 @@ PIDS+=($!)
 ULINE=$(ready_line "$TMP/up.out" '"event":"ready"')
 UPORT=$(json_field "$ULINE" port)
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# utime+stime of the processes named, summed.
+cpu_ticks() {
+    local t=0 p
+    for p in "$@"; do
+        t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+    done
+    echo "$t"
+}
 TICK=$(getconf CLK_TCK)
 
-# run NAME PORT [PID]: warm-up, then the measured wrk run; appends a result row.
+# run NAME PORT [PID...]: warm-up, then the measured wrk run; appends a result row (the
+# CPU of the processes PID... per request).
 declare -a ROWS
 run() {
-    local name=$1 port=$2 pid=${3:-}
+    local name=$1 port=$2
+    shift 2
+    local pid=${1:-}
     taskset -c "$ENV_CPUS" wrk -t1 -c"$CONNS" -d1s "http://127.0.0.1:$port/" >/dev/null
     local c0=0 c1=0
-    [ -n "$pid" ] && c0=$(cpu_ticks "$pid")
+    [ -n "$pid" ] && c0=$(cpu_ticks "$@")
     taskset -c "$ENV_CPUS" wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency \
         "http://127.0.0.1:$port/" >"$TMP/wrk.txt"
-    [ -n "$pid" ] && c1=$(cpu_ticks "$pid")
+    [ -n "$pid" ] && c1=$(cpu_ticks "$@")
     local rps p50 p99 total non2xx
     rps=$(awk '/^Requests\/sec:/ {print $2}' "$TMP/wrk.txt")
     p50=$(awk '$1=="50%" {print $2}' "$TMP/wrk.txt")
@@ -131,6 +154,67 @@ stop_proxy() {
     kill -TERM "$PROXY_PID"
     wait "$PROXY_PID" || { echo "proxy exited non-zero" >&2; cat "$TMP/proxy.err" >&2; }
 }
+
+# start_nginx CONF_TEMPLATE RL_PORT: nginx on the proxy's CPUs in front of the upstream
+# (and of rl-proxy at RL_PORT for the auth_request config); sets NGINX_PID, NGINX_PORT.
+start_nginx() {
+    local dir="$TMP/nginx"
+    rm -rf "$dir" && mkdir -p "$dir"
+    NGINX_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    sed -e "s|{TMP}|$dir|g" -e "s|{LISTEN}|127.0.0.1:$NGINX_PORT|g" \
+        -e "s|{UPSTREAM}|127.0.0.1:$UPORT|g" -e "s|{RL_PROXY}|127.0.0.1:$2|g" "$1" >"$dir/nginx.conf"
+    taskset -c "$PROXY_CPUS" "$NGINX" -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" \
+        -g 'daemon off;' &
+    NGINX_PID=$!
+    PIDS+=($NGINX_PID)
+    for _ in $(seq 1 200); do
+        python3 -c "import socket; socket.create_connection(('127.0.0.1', $NGINX_PORT), 0.2)" \
+            2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "nginx did not listen" >&2
+    cat "$dir/error.log" >&2
+    return 1
+}
+stop_nginx() {
+    kill -TERM "$NGINX_PID"
+    wait "$NGINX_PID" 2>/dev/null || true
+}
+
+# The plain reverse proxy nginx (the anchor): proxy/conf/nginx.conf without auth_request.
+cat >"$TMP/nginx-plain.conf" <<'NGINX'
+worker_processes 1;
+master_process off;
+pid {TMP}/nginx.pid;
+error_log {TMP}/error.log warn;
+events {
+    worker_connections 1024;
+}
+http {
+    access_log off;
+    client_body_temp_path {TMP}/client_body;
+    proxy_temp_path {TMP}/proxy;
+    fastcgi_temp_path {TMP}/fastcgi;
+    uwsgi_temp_path {TMP}/uwsgi;
+    scgi_temp_path {TMP}/scgi;
+    upstream app {
+        server {UPSTREAM};
+        keepalive 32;
+    }
+    server {
+        listen {LISTEN};
+        location / {
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+        }
+    }
+}
+NGINX
+# The tested auth_request config, with room for the benchmark's connections.
+sed -e 's/worker_connections 256;/worker_connections 1024;/' "$ROOT/proxy/conf/nginx.conf" \
+    >"$TMP/nginx-auth.conf"
 
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -161,12 +245,32 @@ for round in $(seq 1 "$ROUNDS"); do
         --admission official --on-failure closed
     run "rl-proxy, official crate" "$PPORT" "$PROXY_PID"
     stop_proxy
+
+    if [ -x "$NGINX" ]; then
+        start_nginx "$TMP/nginx-plain.conf" 9
+        run "nginx, plain reverse proxy" "$NGINX_PORT" "$NGINX_PID"
+        stop_nginx
+
+        RATELIMITLY_API_KEY=$AES_KEY taskset -c "$PROXY_CPUS" "$BIN/rl-proxy" --mode forward-auth \
+            --deny-status 403 --trust-forwarded 127.0.0.1/32 --endpoint "$SID@127.0.0.1:$RPORT" \
+            --limit "$LIMIT" --on-failure closed >"$TMP/proxy.out" 2>"$TMP/proxy.err" &
+        PROXY_PID=$!
+        PIDS+=($PROXY_PID)
+        PLINE=$(ready_line "$TMP/proxy.out" '"event":"ready"')
+        PPORT=$(json_field "$PLINE" port)
+        : >"$TMP/proxy.out"
+        start_nginx "$TMP/nginx-auth.conf" "$PPORT"
+        run "nginx + auth_request -> rl-proxy forward-auth" "$NGINX_PORT" "$NGINX_PID" "$PROXY_PID"
+        stop_nginx
+        stop_proxy
+    fi
 done
 
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
-python3 - "$OUT" "$PROXY_CPUS" "$ENV_CPUS" "$DURATION" "$CONNS" "$(nproc)" "$(uname -r)" "$LOAD_START" "$LOAD_END" "$ROUNDS" "${ROWS[@]}" <<'EOF'
-import sys, datetime, statistics
-out, proxy_cpus, env_cpus, dur, conns, ncpu, kernel, load0, load1, rounds, *rows = sys.argv[1:]
+NGINX_VERSION=$({ "$NGINX" -v 2>&1 || echo "nginx: none"; } | sed 's/^nginx version: //')
+python3 - "$OUT" "$PROXY_CPUS" "$ENV_CPUS" "$DURATION" "$CONNS" "$(nproc)" "$(uname -r)" "$LOAD_START" "$LOAD_END" "$ROUNDS" "$NGINX_VERSION" "${ROWS[@]}" <<'EOF'
+import sys, statistics
+out, proxy_cpus, env_cpus, dur, conns, ncpu, kernel, load0, load1, rounds, nginx, *rows = sys.argv[1:]
 rows = [r.split("|") for r in rows]
 names = list(dict.fromkeys(r[0] for r in rows))
 def us(t):
@@ -182,11 +286,13 @@ med = statistics.median
 lines = [
     "# rl-proxy end-to-end benchmark (last run)",
     "",
-    f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {ncpu} CPUs, Linux {kernel}. "
+    f"Command: `proxy/bench/run.sh {dur} {conns} {rounds}`. {ncpu} CPUs, Linux {kernel}, {nginx}. "
     f"wrk -t1 -c{conns} -d{dur}s --latency, GET / (20-byte body), HTTP/1.1 keep-alive; "
-    f"{rounds} rounds, each running every setup once in table order.",
+    f"{rounds} round(s), each running every setup once in table order.",
     f"Proxy process (Tokio workers + engine core) on CPU(s) {proxy_cpus}; wrk, rl-upstream and "
-    f"rl-responder (AES key, 1 core) on CPU(s) {env_cpus}.",
+    f"rl-responder (AES key, 1 core) on CPU(s) {env_cpus}. nginx (one process, master_process off) "
+    f"on the proxy's CPU(s); in the auth_request row nginx and rl-proxy --mode forward-auth share them "
+    f"and its CPU columns count both.",
     "Every admitted request is decided by the service (limit 4000000000/1s keyed by client IP, "
     "--on-failure closed, so a failure would show as non-2xx).",
     f"Load average (1/5/15 min) of the whole machine at start {load0}, at end {load1}: other work "
@@ -212,13 +318,16 @@ for n in names:
         c = med(cpus)
         cpu = f"{c:.1f}"
         cap = f"{1e6/c:.0f}"
-        if "limit off" not in n:
-            adm = f"{med(float(r[4]) - float(b[4]) for r, b in zip(rs, base)):.1f}"
+        ref = by.get("nginx, plain reverse proxy") if n.startswith("nginx +") else base
+        if "limit off" not in n and "plain reverse proxy" not in n and ref:
+            adm = f"{med(float(r[4]) - float(b[4]) for r, b in zip(rs, ref)):.1f}"
     non2xx = sum(int(r[5]) for r in rs)
     lines.append(f"| {n} | {rps:.0f} | {ratios} | {per} | {fmt_us(med(us(r[2]) for r in rs))} | "
                  f"{fmt_us(med(us(r[3]) for r in rs))} | {cpu} | {adm} | {cap} | {non2xx} |")
 lines += [
     "",
+    "`admission CPU µs/req`: against `--limit off`; for the nginx + auth_request row, against nginx",
+    "alone (the decision service and the subrequest together).",
     "`req/s one proxy CPU sustains` = 1e6 / proxy CPU µs per request: the throughput the proxy's CPU",
     "budget allows when the proxy, not the shared environment CPU, is the bottleneck. On a shared",
     "2-CPU machine the measured req/s mostly follows what wrk and the upstream get on their CPU;",

@@ -5,6 +5,7 @@
 //! limit = "off"                         # requests no route matches (default "off")
 //! key_by = "ip"                         # default for routes (default "ip")
 //! on_failure = "open"                   # default for routes (default "open")
+//! trust_forwarded = ["10.0.0.0/8"]      # optional: added to --trust-forwarded (CIDRs)
 //!
 //! [[route]]
 //! path = "/api/"                        # a prefix; the longest match wins
@@ -13,7 +14,22 @@
 //! key_by = "header:x-user"              # optional
 //! on_failure = "closed"                 # optional
 //! label = "api"                         # optional: metrics label, bucket names
+//! latency_guard = "250ms"               # optional: reject while the upstream is slow
+//! latency_window = "60s"                # optional: samples younger than this (60s)
+//! latency_min_samples = 10              # optional: no rejection with fewer (10)
 //! ```
+//!
+//! A latency guard (`latency_guard = "DURATION"`) gives the route a latency tracker
+//! (`route:LABEL:latency`, the path when there is no label) fed with the upstream's
+//! response latency of the route's granted requests (from the request forwarded to the
+//! response head, whole milliseconds). Proxy mode only: in `--mode forward-auth`
+//! nothing is forwarded, the latency fed is the local answer's (about 1 ms) and the
+//! guard never rejects. The service rejects a request of the route while
+//! the tracker's current latency, the 90th percentile of the newest samples (at most
+//! 1000) younger than `latency_window`, is at or above the threshold; while fewer than
+//! `latency_min_samples` such samples exist it reads 0 and never rejects. A rejection by
+//! the guard is a `429` with `Retry-After: 1`. A guard on a route with `limit = "off"`
+//! admits by the guard alone.
 //!
 //! Errors name the line (`line N`): toml's byte spans converted to line numbers, and
 //! for values that parse as TOML but not as a limit, key or policy, the value's span.
@@ -22,9 +38,12 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::Method;
-use ratelimitly_tower::{Consumption, KeyBy, Keyed, Limit, OnFailure, keyed};
+use ratelimitly_tower::{
+    Consumption, KeyBy, Keyed, LatencyTracker, Limit, OnFailure, TrustedProxies, keyed,
+};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -35,6 +54,7 @@ struct RawFile {
     limit: Option<Spanned<RawLimit>>,
     key_by: Option<Spanned<String>>,
     on_failure: Option<Spanned<String>>,
+    trust_forwarded: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     route: Vec<RawRoute>,
 }
@@ -48,6 +68,9 @@ struct RawRoute {
     key_by: Option<Spanned<String>>,
     on_failure: Option<Spanned<String>>,
     label: Option<Spanned<String>>,
+    latency_guard: Option<Spanned<String>>,
+    latency_window: Option<Spanned<String>>,
+    latency_min_samples: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -68,12 +91,14 @@ pub struct Route {
     /// What a failed admission does.
     pub on_failure: OnFailure,
     label: String,
+    /// `latency_guard`: the tracker the upstream's latency feeds, and the threshold.
+    guard: Option<(LatencyTracker, Duration)>,
 }
 
 impl Route {
     /// Whether requests of this route are admitted at all (not `off`).
     pub fn limited(&self) -> bool {
-        !self.keyed.is_empty()
+        !self.keyed.is_empty() || self.guard.is_some()
     }
 
     /// What `request` consumes: one token of each limit's bucket, in one request.
@@ -84,6 +109,9 @@ impl Route {
             for (r, n) in k.classify(request).resources() {
                 c = c.consume(r.clone(), *n);
             }
+        }
+        if let Some((tracker, threshold)) = &self.guard {
+            c = c.guard(tracker.clone(), *threshold);
         }
         c
     }
@@ -98,6 +126,9 @@ impl Route {
 pub struct Table {
     /// `upstream` of the file (none: only for `--mode forward-auth`).
     pub upstream: Option<String>,
+    /// `trust_forwarded`: peers whose forwarded headers are believed (with the
+    /// `--trust-forwarded` flags).
+    pub trusted: TrustedProxies,
     /// Longest path first (file order among equal lengths).
     routes: Vec<Arc<Route>>,
     default: Arc<Route>,
@@ -121,6 +152,57 @@ impl Table {
     pub fn route_count(&self) -> usize {
         self.routes.len()
     }
+}
+
+/// DURATION: the WINDOW of a limit's COUNT/WINDOW, parsed by the same parser
+/// (`500ms`, `10s`, `1m`, `1h`; whole milliseconds, at least 1 ms).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    format!("1/{}", s.trim())
+        .parse::<Limit>()
+        .map(|l| l.window())
+        .map_err(|_| {
+            format!("duration must look like 500ms, 10s or 1m (whole milliseconds, 1 ms or more), not {s:?}")
+        })
+}
+
+/// Samples a route's latency tracker keeps at most.
+const GUARD_MAX_SAMPLES: u32 = 1000;
+
+/// The `latency_guard` of route `r` named `name`, if it has one.
+fn guard(
+    text: &str,
+    r: &RawRoute,
+    name: &str,
+) -> Result<Option<(LatencyTracker, Duration)>, String> {
+    let Some(g) = &r.latency_guard else {
+        if let Some(w) = &r.latency_window {
+            return Err(at(text, w, "latency_window needs latency_guard"));
+        }
+        if let Some(m) = &r.latency_min_samples {
+            return Err(at(text, m, "latency_min_samples needs latency_guard"));
+        }
+        return Ok(None);
+    };
+    let threshold = parse_duration(g.get_ref()).map_err(|e| at(text, g, e))?;
+    let window = match &r.latency_window {
+        None => Duration::from_secs(60),
+        Some(w) => parse_duration(w.get_ref()).map_err(|e| at(text, w, e))?,
+    };
+    let min = match &r.latency_min_samples {
+        None => 10,
+        Some(m) if *m.get_ref() == 0 => {
+            return Err(at(text, m, "latency_min_samples must be 1 or more"));
+        }
+        Some(m) => *m.get_ref(),
+    };
+    let tracker = LatencyTracker::new(
+        format!("route:{name}:latency"),
+        window,
+        GUARD_MAX_SAMPLES,
+        min,
+    )
+    .map_err(|e| at(text, g, format!("bad latency guard: {e}")))?;
+    Ok(Some((tracker, threshold)))
 }
 
 /// Reads and checks `path`.
@@ -185,14 +267,27 @@ fn on_failure(
     }
 }
 
-fn route(
+/// A route's settings, checked.
+struct RouteSpec {
     path: String,
     methods: Vec<Method>,
     limits: Vec<Limit>,
     key_by: KeyBy,
     on_failure: OnFailure,
     label: String,
-) -> Route {
+    guard: Option<(LatencyTracker, Duration)>,
+}
+
+fn route(spec: RouteSpec) -> Route {
+    let RouteSpec {
+        path,
+        methods,
+        limits,
+        key_by,
+        on_failure,
+        label,
+        guard,
+    } = spec;
     let prefix = if label.is_empty() {
         format!("route:{path}")
     } else {
@@ -212,6 +307,7 @@ fn route(
         keyed,
         on_failure,
         label,
+        guard,
     }
 }
 
@@ -229,6 +325,17 @@ pub fn parse(text: &str) -> Result<Table, String> {
             .is_some_and(|u| u.scheme_str() == Some("http") && u.authority().is_some());
         if !ok {
             return Err(at(text, up, "upstream must be http://HOST:PORT"));
+        }
+    }
+    let mut trusted = TrustedProxies::none();
+    if let Some(list) = &raw.trust_forwarded {
+        for cidr in list.get_ref() {
+            let t: TrustedProxies = cidr
+                .parse()
+                .map_err(|e| at(text, list, format!("trust_forwarded: {e}")))?;
+            for net in t.nets() {
+                trusted = trusted.with(*net);
+            }
         }
     }
     let top_limits = match &raw.limit {
@@ -256,27 +363,32 @@ pub fn parse(text: &str) -> Result<Table, String> {
             .as_ref()
             .map(|l| l.get_ref().clone())
             .unwrap_or_default();
-        routes.push(Arc::new(route(
-            path.clone(),
+        let name = if label.is_empty() { path } else { &label };
+        let guard = guard(text, r, name)?;
+        routes.push(Arc::new(route(RouteSpec {
+            path: path.clone(),
             methods,
-            limits(text, &r.limit)?,
-            key_by(text, &r.key_by, &top_key)?,
-            on_failure(text, &r.on_failure, top_failure)?,
+            limits: limits(text, &r.limit)?,
+            key_by: key_by(text, &r.key_by, &top_key)?,
+            on_failure: on_failure(text, &r.on_failure, top_failure)?,
             label,
-        )));
+            guard,
+        })));
     }
     routes.sort_by_key(|r| std::cmp::Reverse(r.path.len()));
     Ok(Table {
         upstream: raw.upstream.map(Spanned::into_inner),
+        trusted,
         routes,
-        default: Arc::new(route(
-            String::new(),
-            Vec::new(),
-            top_limits,
-            top_key,
-            top_failure,
-            String::new(),
-        )),
+        default: Arc::new(route(RouteSpec {
+            path: String::new(),
+            methods: Vec::new(),
+            limits: top_limits,
+            key_by: top_key,
+            on_failure: top_failure,
+            label: String::new(),
+            guard: None,
+        })),
     })
 }
 
@@ -340,6 +452,30 @@ on_failure = "closed"
     }
 
     #[test]
+    fn latency_guard_parses_into_the_consumption() {
+        let t = parse(
+            "[[route]]\npath = \"/slow/\"\nlimit = \"off\"\nlatency_guard = \"250ms\"\nlatency_window = \"30s\"\nlatency_min_samples = 3\n\n[[route]]\npath = \"/api/\"\nlimit = \"5/1s\"\nlabel = \"api\"\nlatency_guard = \"1s\"\n",
+        )
+        .unwrap();
+        let slow = t.find(&Method::GET, "/slow/x");
+        assert!(slow.limited(), "a guard alone admits");
+        let c = slow.consumption(&req("GET", "/slow/x"));
+        assert!(c.resources().is_empty());
+        assert_eq!(c.guards().len(), 1);
+        assert_eq!(c.guards()[0].1, Duration::from_millis(250));
+        let c = t
+            .find(&Method::GET, "/api/x")
+            .consumption(&req("GET", "/api/x"));
+        assert_eq!((c.resources().len(), c.guards().len()), (1, 1));
+        assert_eq!(c.guards()[0].1, Duration::from_secs(1));
+        assert_ne!(
+            c.guards()[0].0,
+            slow.guard.as_ref().unwrap().0,
+            "a tracker per route"
+        );
+    }
+
+    #[test]
     fn errors_name_the_line() {
         let bad = GOOD.replace("\"3/1m\"", "\"3/1x\"");
         let e = parse(&bad).unwrap_err();
@@ -351,6 +487,19 @@ on_failure = "closed"
         assert!(e.starts_with("line 2:"), "{e}");
         let e = parse("upstream = \"http://127.0.0.1:9\"\nlimits = \"1/1s\"\n").unwrap_err();
         assert!(e.contains("line 2"), "{e}");
+        let e = parse("upstream = \"http://127.0.0.1:9\"\ntrust_forwarded = [\"10.0.0.0/33\"]\n")
+            .unwrap_err();
+        assert!(e.starts_with("line 2:"), "{e}");
+        let t = parse("trust_forwarded = [\"10.0.0.0/8\", \"::1\"]\n").unwrap();
+        assert!(t.trusted.contains("10.1.2.3".parse().unwrap()));
+        assert!(t.trusted.contains("::1".parse().unwrap()));
+        assert!(!t.trusted.contains("11.0.0.1".parse().unwrap()));
+        let e = parse("[[route]]\npath = \"/a\"\nlimit = \"off\"\nlatency_guard = \"fast\"\n")
+            .unwrap_err();
+        assert!(e.starts_with("line 4:"), "{e}");
+        let e = parse("[[route]]\npath = \"/a\"\nlimit = \"off\"\nlatency_window = \"1s\"\n")
+            .unwrap_err();
+        assert!(e.starts_with("line 4:"), "{e}");
         let e = parse("upstream = \"ftp://x\"\n").unwrap_err();
         assert!(e.starts_with("line 1:"), "{e}");
         // the default in a file is off

@@ -1,6 +1,6 @@
 //! Client connections: the header and idle timeouts of each connection (a watchdog
 //! beside hyper's connection future, fed by the socket's reads and writes and by the
-//! requests in service), the connection cap, the client address seam and the proxy's
+//! requests in service), the connection cap and the proxy's
 //! own counters.
 //!
 //! The timeouts, per connection:
@@ -18,45 +18,13 @@
 
 use std::fmt::Write as _;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use http::HeaderMap;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
-/// The client address a request is keyed by. For now the TCP peer only: forwarded
-/// headers (`X-Forwarded-For`, `Forwarded`) from trusted peers are to be honoured here,
-/// in this one place, once the tower layer's trusted-forwarding parser exists.
-pub fn client_ip(peer: SocketAddr, _headers: &HeaderMap) -> SocketAddr {
-    peer
-}
-
-/// `--mode forward-auth`: the request being decided is the original one named by
-/// `X-Original-URI` / `X-Forwarded-Uri` and `X-Original-Method` / `X-Forwarded-Method`
-/// (nginx `auth_request`, Traefik ForwardAuth, Caddy `forward_auth`); without them, the
-/// request itself.
-pub fn original_request<B>(req: &mut http::Request<B>) {
-    let h = req.headers();
-    let uri = h
-        .get("x-original-uri")
-        .or_else(|| h.get("x-forwarded-uri"))
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.parse::<http::Uri>().ok());
-    let method = h
-        .get("x-original-method")
-        .or_else(|| h.get("x-forwarded-method"))
-        .and_then(|v| http::Method::from_bytes(v.as_bytes()).ok());
-    if let Some(u) = uri {
-        *req.uri_mut() = u;
-    }
-    if let Some(m) = method {
-        *req.method_mut() = m;
-    }
-}
 
 /// The per-connection limits (`--header-timeout`, `--idle-timeout`).
 #[derive(Clone, Copy, Debug)]

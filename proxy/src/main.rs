@@ -9,7 +9,7 @@
 //!     [--limit COUNT/WINDOW|off] [--key-by ip|path|header:NAME] [--on-failure open|closed]
 //!     [--admission engine|official] [--engine-core hosted|pinned]
 //!     [--header-timeout 10s] [--idle-timeout 60s] [--upstream-timeout 30s]
-//!     [--max-connections 10000]
+//!     [--max-connections 10000] [--trust-forwarded CIDR ...]
 //! ```
 //!
 //! DURATION arguments use the window syntax of `--limit`: a whole number and a unit
@@ -34,8 +34,15 @@
 //! when rejected, and the failure policy otherwise (`open`: 200, `closed`: 503). The
 //! request decided (route matching, `--key-by path`) is the original one, from
 //! `X-Original-URI` / `X-Forwarded-Uri` and `X-Original-Method` /
-//! `X-Forwarded-Method`; the client address is the TCP peer for now (one function,
-//! `conn::client_ip`, is where trusted forwarded headers will be read).
+//! `X-Forwarded-Method`; the client address is the TCP peer unless it is trusted (below).
+//!
+//! Trusted forwarding: `--trust-forwarded CIDR` (repeatable; the config file's
+//! `trust_forwarded` list adds to it). From a trusted peer the client is the rightmost
+//! `Forwarded` / `X-Forwarded-For` address that is not itself trusted; in
+//! `--mode forward-auth` `X-Real-IP` (nginx's `$remote_addr`) comes first. From any
+//! other peer those headers are ignored for keying (`client::client_ip` is the one place
+//! that decides). In proxy mode the upstream receives `X-Forwarded-For` with the TCP
+//! peer appended (an existing value kept: `EXISTING, PEER`).
 //!
 //! Routes from a file: `--config FILE` (TOML; the format is in the `config` module's
 //! docs) replaces `--upstream`, `--limit`, `--key-by` and `--on-failure`, which conflict
@@ -55,178 +62,43 @@
 //! so admitting a request costs no thread hand-off (`EngineBuilder::runtime`; the
 //! benchmark in `proxy/bench/` measures both).
 //!
-//! Owns: the command line, key loading (environment or `--key-file`, never the command
-//! line, never echoed), the readiness line, the listeners, SIGINT/SIGTERM handling.
-//! Must not touch: admission rules (the layer) and forwarding (`upstream`).
+//! Modules: `cli` (the flags), `config` (the route file), `routes` (the router and the
+//! reload), `serve` (the accept loop), `conn` (timeouts and counters), `client` (the
+//! client address and the original request), `upstream` (forwarding), `admin`,
+//! `official`.
+//!
+//! Owns: starting: key loading (environment or `--key-file`, never the command line,
+//! never echoed), the admission backend, the listeners, the readiness line, shutdown
+//! on SIGINT/SIGTERM. Must not touch: admission rules (the layer) and forwarding
+//! (`upstream`).
 
 mod admin;
+mod cli;
+mod client;
 mod config;
 mod conn;
 mod official;
+mod routes;
+mod serve;
 mod upstream;
 
-use std::convert::Infallible;
-use std::future::Future;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use clap::{Parser, ValueEnum};
-use http::{Request, Response};
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
-use ratelimitly_engine::{ApiKey, DnsConfig, Endpoint, Engine, EngineHandle};
-use ratelimitly_tower::{
-    AdmissionLayer, AdmissionService, Classify, ClientAddr, Consumption, EngineAdmission, Exporter,
-    FailurePolicy, KeyBy, LayerMetrics, Limit, OnFailure, ResponseBody, keyed,
-};
+use clap::Parser;
+use ratelimitly_engine::{ApiKey, DnsConfig, Engine, EngineHandle};
+use ratelimitly_tower::{AdmissionLayer, Exporter, FailurePolicy, LayerMetrics, OnFailure, keyed};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
-use tower::{Layer, ServiceExt};
+use tower::Layer;
 
-use crate::conn::{Clock, Expiry, ProxyMetrics, Timeouts, Watched, client_ip, original_request};
+use crate::cli::{AdmissionKind, Cli, EngineCore, LimitArg, Mode, merge_trusted};
+use crate::conn::{ProxyMetrics, Timeouts};
 use crate::official::OfficialAdmission;
+use crate::routes::{Reload, RouteClassify, Router, reload_on_hangup};
+use crate::serve::{ConnLimits, Shutdown, serve};
 use crate::upstream::Upstream;
-
-/// Where the engine's core runs (`--engine-core`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum EngineCore {
-    Hosted,
-    Pinned,
-}
-
-/// What the listener is (`--mode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Mode {
-    /// A reverse proxy to --upstream.
-    Proxy,
-    /// A decision service: 200, the deny status, or the failure policy's answer.
-    ForwardAuth,
-}
-
-/// Which client admits requests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum AdmissionKind {
-    /// The thread-per-core engine of this repository.
-    Engine,
-    /// The official `ratelimitly` crate (needs --domain).
-    Official,
-}
-
-/// HTTP/1.1 reverse proxy admitting requests through Ratelimitly. The API key comes from
-/// RATELIMITLY_API_KEY or --key-file, never from the command line.
-#[derive(Parser, Debug)]
-#[command(name = "rl-proxy", version)]
-struct Cli {
-    /// Upstream to forward granted requests to: http://HOST:PORT (required in proxy
-    /// mode without --config).
-    #[arg(long, conflicts_with = "config")]
-    upstream: Option<String>,
-    /// proxy: forward granted requests to the upstream. forward-auth: a decision
-    /// service for nginx auth_request, Traefik ForwardAuth, Caddy forward_auth, Envoy
-    /// ext_authz: 200 when granted, --deny-status with Retry-After when rejected, the
-    /// failure policy otherwise; the original request from X-Original-URI /
-    /// X-Forwarded-Uri and X-Original-Method / X-Forwarded-Method. No --upstream.
-    #[arg(long, value_enum, default_value = "proxy")]
-    mode: Mode,
-    /// --mode forward-auth: the status of a rejection (nginx auth_request needs 403).
-    #[arg(long, default_value_t = 429, value_parser = clap::value_parser!(u16).range(400..=599))]
-    deny_status: u16,
-    /// Routes from a TOML file (upstream, limit, key_by, on_failure, route tables);
-    /// conflicts with --upstream, --limit, --key-by and --on-failure. SIGHUP reloads it.
-    #[arg(long, conflicts_with_all = ["limit", "key_by", "on_failure"])]
-    config: Option<PathBuf>,
-    /// With --config: check the file and exit 0, or 2 with a message naming the line.
-    #[arg(long, requires = "config")]
-    check: bool,
-    /// A service endpoint ID@IP:PORT (repeatable); bypasses DNS.
-    #[arg(long = "endpoint", value_parser = parse_endpoint, conflicts_with = "domain")]
-    endpoints: Vec<Endpoint>,
-    /// Service domain discovered through DNS.
-    #[arg(long)]
-    domain: Option<String>,
-    /// DNS server for --domain (default: the system resolver).
-    #[arg(long, requires = "domain")]
-    dns_server: Option<SocketAddr>,
-    /// Proxy listener.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    listen: SocketAddr,
-    /// Admin listener (GET /metrics, GET /healthz).
-    #[arg(long, default_value = "127.0.0.1:0")]
-    admin_listen: SocketAddr,
-    /// COUNT/WINDOW (e.g. 10/60s, 1000/1s) per key, or `off` (no admission: the baseline).
-    #[arg(long, default_value = "100/1s", value_parser = parse_limit)]
-    limit: LimitArg,
-    /// What a bucket is keyed by: ip, path or header:NAME.
-    #[arg(long, default_value = "ip", value_parser = |s: &str| s.parse::<KeyBy>())]
-    key_by: KeyBy,
-    /// When the service gives no decision: open (forward) or closed (503).
-    #[arg(long, default_value = "open", value_parser = |s: &str| s.parse::<OnFailure>())]
-    on_failure: OnFailure,
-    /// Which client admits requests.
-    #[arg(long, value_enum, default_value = "engine")]
-    admission: AdmissionKind,
-    /// Where the engine's core runs: hosted (a task on the proxy's own Tokio runtime,
-    /// no thread hand-off per request) or pinned (a thread of its own on the last CPU).
-    #[arg(long, value_enum, default_value = "hosted")]
-    engine_core: EngineCore,
-    /// Read the API key from this file instead of RATELIMITLY_API_KEY.
-    #[arg(long)]
-    key_file: Option<PathBuf>,
-    /// Close a connection that has not sent a whole request head within DURATION
-    /// (500ms, 10s, 1m): from accept for the first request, a silent connection too,
-    /// and from the first byte of each later request.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    header_timeout: Duration,
-    /// Close a keep-alive connection idle between requests for DURATION.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
-    idle_timeout: Duration,
-    /// Answer 504 when the upstream sends no response head within DURATION.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    upstream_timeout: Duration,
-    /// Client connections open at once; beyond it a new connection is accepted and
-    /// closed at once (counted in rl_proxy_connections_refused_total, logged as a
-    /// warning at most once a second).
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
-    max_connections: u32,
-}
-
-/// DURATION: the WINDOW of `--limit`'s COUNT/WINDOW, parsed by the same parser
-/// (`500ms`, `10s`, `1m`, `1h`; whole milliseconds, at least 1 ms).
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    format!("1/{}", s.trim())
-        .parse::<Limit>()
-        .map(|l| l.window())
-        .map_err(|_| {
-            format!("duration must look like 500ms, 10s or 1m (whole milliseconds, 1 ms or more), not {s:?}")
-        })
-}
-
-#[derive(Clone, Copy, Debug)]
-enum LimitArg {
-    Off,
-    On(Limit),
-}
-
-fn parse_limit(s: &str) -> Result<LimitArg, String> {
-    if s == "off" {
-        return Ok(LimitArg::Off);
-    }
-    s.parse::<Limit>()
-        .map(LimitArg::On)
-        .map_err(|e| e.to_string())
-}
-
-fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
-    s.parse()
-        .map_err(|e: ratelimitly_engine::EndpointParseError| e.to_string())
-}
 
 /// Why the proxy could not start. Never carries the key.
 #[derive(Debug)]
@@ -417,6 +289,11 @@ async fn serve_all(
             Mode::Proxy => None,
             Mode::ForwardAuth => http::StatusCode::from_u16(cli.deny_status).ok(),
         },
+        trusted: Arc::new(ArcSwap::from_pointee(merge_trusted(
+            cli.trust_forwarded
+                .iter()
+                .chain(table.as_ref().map(|t| &t.trusted)),
+        ))),
     };
     let listener = TcpListener::bind(cli.listen)
         .await
@@ -438,7 +315,14 @@ async fn serve_all(
             // registered before the readiness line: a SIGHUP from then on reloads
             let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
                 .map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
-            tokio::spawn(reload_on_hangup(hup, path, table.clone(), engine.is_some()));
+            let reload = Reload {
+                path,
+                table: table.clone(),
+                backend: engine.is_some(),
+                trusted: limits.trusted.clone(),
+                trusted_flags: merge_trusted(&cli.trust_forwarded),
+            };
+            tokio::spawn(reload_on_hangup(hup, reload));
         }
         let (layers, exporters) = match engine.clone() {
             Some(h) => {
@@ -506,6 +390,8 @@ async fn serve_all(
         (server, vec![exporter])
     };
     let admin_task = tokio::spawn(admin::serve(admin, exporters, proxy_metrics));
+    let shutdown =
+        Shutdown::register().map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
 
     println!(
         "{{\"event\":\"ready\",\"address\":\"{}\",\"port\":{},\"admin_port\":{}}}",
@@ -516,228 +402,8 @@ async fn serve_all(
     use std::io::Write;
     let _ = std::io::stdout().flush();
 
-    wait_for_signal().await?;
+    shutdown.wait().await;
     server.abort();
     admin_task.abort();
     Ok(())
-}
-
-/// Reloads the routes on every SIGHUP; a file that is refused leaves the running
-/// routes in place. Both outcomes are logged as warnings.
-async fn reload_on_hangup(
-    mut hup: tokio::signal::unix::Signal,
-    path: PathBuf,
-    table: Arc<ArcSwap<config::Table>>,
-    backend: bool,
-) {
-    while hup.recv().await.is_some() {
-        let refused = "config reload refused, the running routes are kept";
-        match config::load(&path) {
-            Err(e) => tracing::warn!("{refused}: {e}"),
-            Ok(t) if t.upstream != table.load().upstream => {
-                tracing::warn!("{refused}: upstream cannot change on reload (restart to change it)")
-            }
-            Ok(t) if t.limited() && !backend => tracing::warn!(
-                "{refused}: no admission backend was started (the file at start limited no route)"
-            ),
-            Ok(t) => {
-                tracing::warn!(routes = t.route_count(), file = %path.display(), "config reloaded");
-                table.store(Arc::new(t));
-            }
-        }
-    }
-}
-
-/// A limited route's service: the layer over the upstream.
-type Limited = AdmissionService<Upstream, EngineAdmission, RouteClassify>;
-
-/// The body of a routed response.
-type RoutedBody = ResponseBody<ResponseBody<Incoming>>;
-
-/// Routes each request by the current table (`--config`): an `off` route straight to
-/// the upstream, a limited one through the layer whose failure policy it names.
-#[derive(Clone)]
-struct Router {
-    table: Arc<ArcSwap<config::Table>>,
-    upstream: Upstream,
-    /// (fail-open, fail-closed); `None` when no admission backend was started.
-    layers: Option<(Limited, Limited)>,
-}
-
-/// The route a request matched, set by [`Router`] for [`RouteClassify`].
-#[derive(Clone)]
-struct Matched(Arc<config::Route>);
-
-/// What a routed request consumes: its route's limits, one token each, in one request.
-struct RouteClassify;
-
-impl<B> Classify<B> for RouteClassify {
-    fn classify(&self, request: &Request<B>) -> Consumption {
-        match request.extensions().get::<Matched>() {
-            Some(m) => m.0.consumption(request),
-            None => Consumption::new(),
-        }
-    }
-}
-
-impl tower_service::Service<Request<Incoming>> for Router {
-    type Response = Response<RoutedBody>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<RoutedBody>, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
-        let route = self
-            .table
-            .load()
-            .find(req.method(), req.uri().path())
-            .clone();
-        if !route.limited() {
-            let up = self.upstream.clone();
-            return Box::pin(async move {
-                let resp = up.oneshot(req).await?;
-                Ok(resp.map(ResponseBody::inner))
-            });
-        }
-        let Some((open, closed)) = &self.layers else {
-            // not reached: a limited table is refused without a backend
-            let mut r = Response::new(ResponseBody::local("no admission backend\n"));
-            *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
-            return Box::pin(async move { Ok(r) });
-        };
-        let svc = if route.on_failure == OnFailure::Closed {
-            closed.clone()
-        } else {
-            open.clone()
-        };
-        req.extensions_mut().insert(Matched(route));
-        Box::pin(svc.oneshot(req))
-    }
-}
-
-async fn wait_for_signal() -> Result<(), StartError> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())
-        .map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
-    let mut int = signal(SignalKind::interrupt())
-        .map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    Ok(())
-}
-
-/// The accept loop's limits.
-struct ConnLimits {
-    timeouts: Timeouts,
-    max_connections: usize,
-    metrics: Arc<ProxyMetrics>,
-    /// `--mode forward-auth`: requests are decided as their original request, and a
-    /// rejection (429) is answered with this status.
-    deny_status: Option<http::StatusCode>,
-}
-
-/// Accepts connections (at most `max_connections` open at once; more are closed at
-/// once) and serves each with HTTP/1.1 keep-alive under the header and idle timeouts;
-/// every request carries the client address as [`ClientAddr`].
-async fn serve<S, B>(listener: TcpListener, svc: S, limits: ConnLimits)
-where
-    S: tower_service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
-    let timeouts = limits.timeouts;
-    let tick = timeouts.tick();
-    let deny_status = limits.deny_status;
-    let mut last_warn: Option<Instant> = None;
-    let mut refused_unlogged: u64 = 0;
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                // Out of descriptors or similar: back off instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            limits.metrics.refused.fetch_add(1, Ordering::Relaxed);
-            refused_unlogged += 1;
-            if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                tracing::warn!(
-                    max_connections = limits.max_connections,
-                    refused = refused_unlogged,
-                    "connection limit reached: new connections are closed at once"
-                );
-                last_warn = Some(Instant::now());
-                refused_unlogged = 0;
-            }
-            drop(stream);
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        let svc = svc.clone();
-        let metrics = limits.metrics.clone();
-        tokio::spawn(async move {
-            metrics.open.fetch_add(1, Ordering::Relaxed);
-            let clock = Clock::new();
-            let svc_clock = clock.clone();
-            let conn_svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                let client = client_ip(peer, req.headers());
-                req.extensions_mut().insert(ClientAddr(client));
-                if deny_status.is_some() {
-                    original_request(&mut req);
-                }
-                svc_clock.request_started();
-                let clock = svc_clock.clone();
-                let answer = svc.clone().oneshot(req);
-                async move {
-                    let mut r = answer.await;
-                    clock.request_done();
-                    if let (Some(deny), Ok(resp)) = (deny_status, r.as_mut())
-                        && resp.status() == http::StatusCode::TOO_MANY_REQUESTS
-                    {
-                        *resp.status_mut() = deny;
-                    }
-                    r
-                }
-            });
-            let io = TokioIo::new(Watched::new(stream, clock.clone()));
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            // the watchdog below owns the header and idle timeouts
-            builder.header_read_timeout(None::<Duration>);
-            let conn = builder.serve_connection(io, conn_svc);
-            let mut conn = std::pin::pin!(conn);
-            loop {
-                tokio::select! {
-                    _ = conn.as_mut() => break,
-                    _ = tokio::time::sleep(tick) => match clock.expired(timeouts) {
-                        Some(Expiry::Header) => {
-                            metrics.header_timeouts.fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!(%peer, "header timeout: connection closed");
-                            break;
-                        }
-                        Some(Expiry::Idle) => {
-                            metrics.idle_timeouts.fetch_add(1, Ordering::Relaxed);
-                            break;
-                        }
-                        None => {}
-                    },
-                }
-            }
-            metrics.open.fetch_sub(1, Ordering::Relaxed);
-            drop(permit);
-        });
-    }
 }

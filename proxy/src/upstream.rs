@@ -1,13 +1,16 @@
 //! Forwarding to the upstream: a tower service that sends each request, unchanged but for
 //! its URI (scheme and authority of the upstream) and the hop-by-hop headers, to one
-//! HTTP/1.1 upstream over pooled keep-alive connections.
+//! HTTP/1.1 upstream over pooled keep-alive connections; the `X-Forwarded-For` the
+//! upstream receives ([`append_forwarded_for`]).
 //!
 //! Owns: the upstream client, the `502` answer when the upstream cannot be reached and
 //! the `504` answer when it sends no response head within the upstream timeout.
 //! Must not touch: admission (the layer in front decides), listeners.
 
 use std::convert::Infallible;
+use std::fmt::Write as _;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -15,7 +18,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{HeaderMap, Request, Response, StatusCode, Uri, header};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, header};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -110,6 +113,35 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     headers.remove("proxy-connection");
 }
 
+/// What the upstream is told of the client: `X-Forwarded-For` with the TCP peer
+/// appended (`EXISTING, PEER`, the existing lines joined in order; a line that is not
+/// visible ASCII is dropped), whether the peer is trusted or not: the upstream applies
+/// its own trust.
+pub fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
+    const XFF: header::HeaderName = header::HeaderName::from_static("x-forwarded-for");
+    let mut line = String::new();
+    for v in headers.get_all(&XFF) {
+        if let Ok(s) = v.to_str()
+            && !s.trim().is_empty()
+        {
+            line.push_str(s.trim());
+            line.push_str(", ");
+        }
+    }
+    let _ = write!(line, "{}", canonical(peer));
+    if let Ok(v) = HeaderValue::try_from(line) {
+        headers.insert(XFF, v);
+    }
+}
+
+/// An IPv4-mapped IPv6 peer as its IPv4 address.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
 impl tower_service::Service<Request<Incoming>> for Upstream {
     type Response = Response<ResponseBody<Incoming>>;
     type Error = Infallible;
@@ -165,4 +197,22 @@ fn local(status: StatusCode, text: &'static str) -> Response<ResponseBody<Incomi
     let mut r = Response::new(ResponseBody::local(text));
     *r.status_mut() = status;
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwarded_for_appends_the_peer() {
+        let mut h = HeaderMap::new();
+        append_forwarded_for(&mut h, "127.0.0.2".parse().unwrap());
+        assert_eq!(h["x-forwarded-for"], "127.0.0.2");
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-for", HeaderValue::from_static("203.0.113.7"));
+        h.append("x-forwarded-for", HeaderValue::from_static(" 10.0.0.1 "));
+        append_forwarded_for(&mut h, "::ffff:127.0.0.3".parse().unwrap());
+        assert_eq!(h["x-forwarded-for"], "203.0.113.7, 10.0.0.1, 127.0.0.3");
+        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+    }
 }

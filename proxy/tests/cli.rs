@@ -1,151 +1,17 @@
 //! The `rl-proxy` binary end to end: real processes, real listeners, a real HTTP client,
 //! our responder as the Ratelimitly service and `rl-upstream` as the upstream.
 
+mod common;
+
 use std::net::SocketAddr;
-use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Response, StatusCode};
-use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-use ratelimitly_engine::ApiKey;
-use rl_responder::{ResponderConfig, ResponderHandle};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use common::*;
+use http::StatusCode;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 use tokio::time::Instant;
-
-const NONE_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
-const UPSTREAM_BODY: &[u8] = b"hello from upstream\n";
-
-/// One test at a time: each starts several processes with engine and responder cores.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn responder(server_id: u64) -> ResponderHandle {
-    let key: ApiKey = NONE_KEY.parse().unwrap();
-    let mut cfg = ResponderConfig::new(vec![key]);
-    cfg.server_id = Some(server_id);
-    rl_responder::spawn(cfg).expect("responder starts")
-}
-
-struct Proc {
-    child: Child,
-    port: u16,
-    admin_port: Option<u16>,
-}
-
-impl Proc {
-    fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-
-    fn admin(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.admin_port.expect("admin port")))
-    }
-
-    /// Sends SIGHUP (the process keeps running).
-    fn hangup(&self) {
-        let pid = self.child.id().expect("running") as i32;
-        // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
-    }
-
-    async fn signal(mut self, sig: i32) -> ExitStatus {
-        let pid = self.child.id().expect("running") as i32;
-        // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
-        tokio::time::timeout(Duration::from_secs(10), self.child.wait())
-            .await
-            .expect("exits within 10 s after the signal")
-            .unwrap()
-    }
-}
-
-/// Starts `cmd` and reads its readiness line.
-async fn start(mut cmd: Command) -> Proc {
-    cmd.stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().expect("spawn");
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        BufReader::new(stdout).read_line(&mut line),
-    )
-    .await
-    .expect("ready line within 20 s")
-    .unwrap();
-    let v: serde_json::Value = serde_json::from_str(line.trim()).expect("JSON ready line");
-    assert_eq!(v["event"], "ready", "{line}");
-    assert_eq!(v["address"], "127.0.0.1", "{line}");
-    Proc {
-        child,
-        port: v["port"].as_u64().unwrap() as u16,
-        admin_port: v
-            .get("admin_port")
-            .and_then(|p| p.as_u64())
-            .map(|p| p as u16),
-    }
-}
-
-async fn upstream() -> Proc {
-    start(Command::new(env!("CARGO_BIN_EXE_rl-upstream"))).await
-}
-
-fn proxy_cmd(upstream: &Proc, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
-    cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
-        .arg("--upstream")
-        .arg(format!("http://{}", upstream.addr()))
-        .args(args);
-    cmd
-}
-
-fn endpoint(r: &ResponderHandle) -> String {
-    format!("{}@{}", r.server_id(), r.addr())
-}
-
-fn client() -> Client<HttpConnector, Empty<Bytes>> {
-    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
-}
-
-async fn get(addr: SocketAddr, path: &str) -> Response<Bytes> {
-    let uri = format!("http://{addr}{path}");
-    let resp = tokio::time::timeout(Duration::from_secs(10), client().get(uri.parse().unwrap()))
-        .await
-        .expect("answer within 10 s")
-        .expect("HTTP exchange");
-    let (parts, body) = resp.into_parts();
-    Response::from_parts(parts, body.collect().await.unwrap().to_bytes())
-}
-
-fn retry_after(r: &Response<Bytes>) -> u64 {
-    r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
-/// `name{labels} value` lines of a Prometheus text page.
-fn parse_prometheus(text: &str) -> std::collections::HashMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|l| {
-            let (name, value) = l.rsplit_once(' ').expect("name value");
-            let value = if value == "+Inf" {
-                f64::INFINITY
-            } else {
-                value.parse().expect("number")
-            };
-            (name.to_owned(), value)
-        })
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grants_rejects_metrics_healthz_and_sigterm() {
@@ -225,27 +91,6 @@ async fn on_failure_open_forwards_and_closed_answers_503() {
     );
     assert_eq!(closed.signal(libc::SIGTERM).await.code(), Some(0));
     up.signal(libc::SIGTERM).await;
-}
-
-/// Runs rl-proxy to completion (it must exit by itself) and returns (code, stderr).
-async fn run_to_exit(mut cmd: Command) -> (Option<i32>, String) {
-    cmd.stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().unwrap();
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .await
-        .unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
-        .await
-        .expect("exits")
-        .unwrap();
-    (status.code(), err)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -446,20 +291,6 @@ async fn limit_off_proxies_without_a_key() {
     assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
 }
 
-/// A proxy without admission (`--limit off`, no key) in front of `up`, with `args`.
-async fn plain_proxy(up: &Proc, args: &[&str]) -> Proc {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
-    cmd.env_remove("RATELIMITLY_API_KEY")
-        .args([
-            "--upstream",
-            &format!("http://{}", up.addr()),
-            "--limit",
-            "off",
-        ])
-        .args(args);
-    start(cmd).await
-}
-
 /// When the peer closed `s`, measured from `since`; `None` when still open at
 /// `since + limit`. Data read before the end is ignored.
 async fn closed_by(
@@ -504,25 +335,6 @@ async fn request_on(s: &mut TcpStream, path: &str) {
         got.starts_with(b"HTTP/1.1 200"),
         "{:?}",
         String::from_utf8_lossy(&got)
-    );
-}
-
-async fn metrics_of(p: &Proc) -> std::collections::HashMap<String, f64> {
-    let text = String::from_utf8(get(p.admin(), "/metrics").await.body().to_vec()).unwrap();
-    parse_prometheus(&text)
-}
-
-/// Polls the admin page (at most 5 s) until `name` has `value`.
-async fn wait_metric(p: &Proc, name: &str, value: f64) {
-    for _ in 0..50 {
-        if metrics_of(p).await.get(name) == Some(&value) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!(
-        "{name} never reached {value}: {:?}",
-        metrics_of(p).await.get(name)
     );
 }
 
@@ -648,34 +460,6 @@ async fn connections_beyond_the_maximum_are_closed_at_once() {
     up.signal(libc::SIGTERM).await;
 }
 
-/// A file in the temporary directory, unique to this process, removed on drop.
-struct TempFile(std::path::PathBuf);
-
-impl TempFile {
-    fn new(name: &str, text: &str) -> TempFile {
-        let p = std::env::temp_dir().join(format!("rl-proxy-{}-{name}", std::process::id()));
-        std::fs::write(&p, text).unwrap();
-        TempFile(p)
-    }
-
-    fn write(&self, text: &str) {
-        // a whole new file, renamed into place: the proxy never reads half of one
-        let tmp = self.0.with_extension("new");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, &self.0).unwrap();
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 fn routes_file(up: SocketAddr, free_limit: &str) -> String {
     format!(
         r#"# routes for the test
@@ -796,30 +580,6 @@ async fn routes_from_a_file_and_sighup_reload() {
     assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
     up.signal(libc::SIGTERM).await;
     r.stop();
-}
-
-/// GET `path` with `headers`; the status and the Retry-After header, if any.
-async fn get_with(
-    addr: SocketAddr,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> (StatusCode, Option<u64>) {
-    let mut req = http::Request::get(format!("http://{addr}{path}"));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = tokio::time::timeout(
-        Duration::from_secs(10),
-        client().request(req.body(Empty::new()).unwrap()),
-    )
-    .await
-    .expect("answer within 10 s")
-    .expect("HTTP exchange");
-    let ra = resp
-        .headers()
-        .get("retry-after")
-        .map(|v| v.to_str().unwrap().parse().unwrap());
-    (resp.status(), ra)
 }
 
 /// `--mode forward-auth`: no upstream; 200 when granted, the deny status with

@@ -1,5 +1,6 @@
 //! `rl-upstream`: a minimal HTTP/1.1 upstream for tests and the proxy benchmark. Every
-//! request gets `200` with a short body; `/slow/MS` answers after MS milliseconds.
+//! request gets `200` with a short body; `/slow/MS` answers after MS milliseconds;
+//! `/echo/...` answers the request's `X-Forwarded-For` (one line, empty when absent).
 //!
 //! Prints `{"event":"ready","address":"IP","port":N}` once listening; exits 0 on
 //! SIGINT/SIGTERM.
@@ -22,6 +23,14 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infalli
         && let Ok(ms) = ms.parse::<u64>()
     {
         tokio::time::sleep(Duration::from_millis(ms.min(10_000))).await;
+    }
+    if req.uri().path().starts_with("/echo/") {
+        let xff = req
+            .headers()
+            .get("x-forwarded-for")
+            .map(|v| v.as_bytes().to_vec())
+            .unwrap_or_default();
+        return Ok(Response::new(Full::new(Bytes::from(xff))));
     }
     Ok(Response::new(Full::new(Bytes::from_static(BODY))))
 }
@@ -56,6 +65,9 @@ fn main() -> std::process::ExitCode {
             }
         };
         let local = listener.local_addr().expect("bound");
+        // registered before the readiness line: a SIGTERM sent once it is read is handled
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("signal handler");
         println!(
             "{{\"event\":\"ready\",\"address\":\"{}\",\"port\":{}}}",
             local.ip(),
@@ -77,8 +89,6 @@ fn main() -> std::process::ExitCode {
                 });
             }
         };
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).expect("signal handler");
         tokio::select! {
             _ = accept => {}
             _ = term.recv() => {}

@@ -1,0 +1,163 @@
+//! The command line: the flags, their parsers and defaults (the one place a flag is
+//! declared).
+//!
+//! Owns: [`Cli`] and the value parsers. Must not touch: what the flags start.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use ratelimitly_engine::Endpoint;
+use ratelimitly_tower::{KeyBy, Limit, OnFailure, TrustedProxies};
+
+use crate::config;
+
+/// Where the engine's core runs (`--engine-core`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum EngineCore {
+    Hosted,
+    Pinned,
+}
+
+/// What the listener is (`--mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Mode {
+    /// A reverse proxy to --upstream.
+    Proxy,
+    /// A decision service: 200, the deny status, or the failure policy's answer.
+    ForwardAuth,
+}
+
+/// Which client admits requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum AdmissionKind {
+    /// The thread-per-core engine of this repository.
+    Engine,
+    /// The official `ratelimitly` crate (needs --domain).
+    Official,
+}
+
+/// HTTP/1.1 reverse proxy admitting requests through Ratelimitly. The API key comes from
+/// RATELIMITLY_API_KEY or --key-file, never from the command line.
+#[derive(Parser, Debug)]
+#[command(name = "rl-proxy", version)]
+pub(crate) struct Cli {
+    /// Upstream to forward granted requests to: http://HOST:PORT (required in proxy
+    /// mode without --config).
+    #[arg(long, conflicts_with = "config")]
+    pub(crate) upstream: Option<String>,
+    /// proxy: forward granted requests to the upstream. forward-auth: a decision
+    /// service for nginx auth_request, Traefik ForwardAuth, Caddy forward_auth, Envoy
+    /// ext_authz: 200 when granted, --deny-status with Retry-After when rejected, the
+    /// failure policy otherwise; the original request from X-Original-URI /
+    /// X-Forwarded-Uri and X-Original-Method / X-Forwarded-Method. No --upstream.
+    #[arg(long, value_enum, default_value = "proxy")]
+    pub(crate) mode: Mode,
+    /// --mode forward-auth: the status of a rejection (nginx auth_request needs 403).
+    #[arg(long, default_value_t = 429, value_parser = clap::value_parser!(u16).range(400..=599))]
+    pub(crate) deny_status: u16,
+    /// Routes from a TOML file (upstream, limit, key_by, on_failure, route tables);
+    /// conflicts with --upstream, --limit, --key-by and --on-failure. SIGHUP reloads it.
+    #[arg(long, conflicts_with_all = ["limit", "key_by", "on_failure"])]
+    pub(crate) config: Option<PathBuf>,
+    /// With --config: check the file and exit 0, or 2 with a message naming the line.
+    #[arg(long, requires = "config")]
+    pub(crate) check: bool,
+    /// A service endpoint ID@IP:PORT (repeatable); bypasses DNS.
+    #[arg(long = "endpoint", value_parser = parse_endpoint, conflicts_with = "domain")]
+    pub(crate) endpoints: Vec<Endpoint>,
+    /// Service domain discovered through DNS.
+    #[arg(long)]
+    pub(crate) domain: Option<String>,
+    /// DNS server for --domain (default: the system resolver).
+    #[arg(long, requires = "domain")]
+    pub(crate) dns_server: Option<SocketAddr>,
+    /// Proxy listener.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub(crate) listen: SocketAddr,
+    /// Admin listener (GET /metrics, GET /healthz).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub(crate) admin_listen: SocketAddr,
+    /// COUNT/WINDOW (e.g. 10/60s, 1000/1s) per key, or `off` (no admission: the baseline).
+    #[arg(long, default_value = "100/1s", value_parser = parse_limit)]
+    pub(crate) limit: LimitArg,
+    /// What a bucket is keyed by: ip, path or header:NAME.
+    #[arg(long, default_value = "ip", value_parser = |s: &str| s.parse::<KeyBy>())]
+    pub(crate) key_by: KeyBy,
+    /// When the service gives no decision: open (forward) or closed (503).
+    #[arg(long, default_value = "open", value_parser = |s: &str| s.parse::<OnFailure>())]
+    pub(crate) on_failure: OnFailure,
+    /// Which client admits requests.
+    #[arg(long, value_enum, default_value = "engine")]
+    pub(crate) admission: AdmissionKind,
+    /// Where the engine's core runs: hosted (a task on the proxy's own Tokio runtime,
+    /// no thread hand-off per request) or pinned (a thread of its own on the last CPU).
+    #[arg(long, value_enum, default_value = "hosted")]
+    pub(crate) engine_core: EngineCore,
+    /// Read the API key from this file instead of RATELIMITLY_API_KEY.
+    #[arg(long)]
+    pub(crate) key_file: Option<PathBuf>,
+    /// Close a connection that has not sent a whole request head within DURATION
+    /// (500ms, 10s, 1m): from accept for the first request, a silent connection too,
+    /// and from the first byte of each later request.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub(crate) header_timeout: Duration,
+    /// Close a keep-alive connection idle between requests for DURATION.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub(crate) idle_timeout: Duration,
+    /// Answer 504 when the upstream sends no response head within DURATION.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub(crate) upstream_timeout: Duration,
+    /// Client connections open at once; beyond it a new connection is accepted and
+    /// closed at once (counted in rl_proxy_connections_refused_total, logged as a
+    /// warning at most once a second).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_connections: u32,
+    /// Believe X-Forwarded-For / Forwarded (and, in forward-auth mode, X-Real-IP) from
+    /// peers in CIDR (repeatable; an address alone is one host): the client is then
+    /// the rightmost forwarded address that is not itself trusted. From any other peer
+    /// those headers are ignored for keying.
+    #[arg(long = "trust-forwarded", value_name = "CIDR", value_parser = parse_trusted)]
+    pub(crate) trust_forwarded: Vec<TrustedProxies>,
+}
+
+pub(crate) fn parse_trusted(s: &str) -> Result<TrustedProxies, String> {
+    s.parse::<TrustedProxies>().map_err(|e| e.to_string())
+}
+
+/// Every network of `lists`, in order.
+pub(crate) fn merge_trusted<'a>(
+    lists: impl IntoIterator<Item = &'a TrustedProxies>,
+) -> TrustedProxies {
+    let mut all = TrustedProxies::none();
+    for net in lists.into_iter().flat_map(|t| t.nets()) {
+        all = all.with(*net);
+    }
+    all
+}
+
+/// DURATION as in `--limit`'s WINDOW (one parser: `config::parse_duration`).
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    config::parse_duration(s)
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum LimitArg {
+    Off,
+    On(Limit),
+}
+
+pub(crate) fn parse_limit(s: &str) -> Result<LimitArg, String> {
+    if s == "off" {
+        return Ok(LimitArg::Off);
+    }
+    s.parse::<Limit>()
+        .map(LimitArg::On)
+        .map_err(|e| e.to_string())
+}
+
+pub(crate) fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
+    s.parse()
+        .map_err(|e: ratelimitly_engine::EndpointParseError| e.to_string())
+}

@@ -1,0 +1,165 @@
+//! The accept loop: the connection cap, one HTTP/1.1 connection per client under the
+//! header and idle timeouts, the client address and the original request of each
+//! request, and the shutdown signals.
+//!
+//! Owns: [`serve`], [`ConnLimits`], [`Shutdown`]. Must not touch: admission (the
+//! service it is given), forwarding.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use ratelimitly_tower::{ClientAddr, TrustedProxies};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+use crate::client::{client_ip, original_request};
+use crate::conn::{Clock, Expiry, ProxyMetrics, Timeouts, Watched};
+use crate::upstream::append_forwarded_for;
+
+/// SIGTERM and SIGINT, registered when made (before the readiness line: a signal
+/// sent as soon as it is read is handled, never the default action).
+pub(crate) struct Shutdown {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Shutdown {
+    pub(crate) fn register() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Shutdown {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    pub(crate) async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}
+
+/// The accept loop's limits.
+pub(crate) struct ConnLimits {
+    pub(crate) timeouts: Timeouts,
+    pub(crate) max_connections: usize,
+    pub(crate) metrics: Arc<ProxyMetrics>,
+    /// `--mode forward-auth`: requests are decided as their original request, and a
+    /// rejection (429) is answered with this status.
+    pub(crate) deny_status: Option<http::StatusCode>,
+    /// Peers whose forwarded headers are believed (replaced on SIGHUP).
+    pub(crate) trusted: Arc<ArcSwap<TrustedProxies>>,
+}
+
+/// Accepts connections (at most `max_connections` open at once; more are closed at
+/// once) and serves each with HTTP/1.1 keep-alive under the header and idle timeouts;
+/// every request carries the client address as [`ClientAddr`].
+pub(crate) async fn serve<S, B>(listener: TcpListener, svc: S, limits: ConnLimits)
+where
+    S: tower_service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let timeouts = limits.timeouts;
+    let tick = timeouts.tick();
+    let deny_status = limits.deny_status;
+    let mut last_warn: Option<Instant> = None;
+    let mut refused_unlogged: u64 = 0;
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                // Out of descriptors or similar: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            limits.metrics.refused.fetch_add(1, Ordering::Relaxed);
+            refused_unlogged += 1;
+            if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                tracing::warn!(
+                    max_connections = limits.max_connections,
+                    refused = refused_unlogged,
+                    "connection limit reached: new connections are closed at once"
+                );
+                last_warn = Some(Instant::now());
+                refused_unlogged = 0;
+            }
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let svc = svc.clone();
+        let metrics = limits.metrics.clone();
+        let trusted = limits.trusted.clone();
+        tokio::spawn(async move {
+            metrics.open.fetch_add(1, Ordering::Relaxed);
+            let clock = Clock::new();
+            let svc_clock = clock.clone();
+            let conn_svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                let forward_auth = deny_status.is_some();
+                let client = client_ip(peer, req.headers(), &trusted.load(), forward_auth);
+                req.extensions_mut().insert(ClientAddr(client));
+                if forward_auth {
+                    original_request(&mut req);
+                } else {
+                    append_forwarded_for(req.headers_mut(), peer.ip());
+                }
+                svc_clock.request_started();
+                let clock = svc_clock.clone();
+                let answer = svc.clone().oneshot(req);
+                async move {
+                    let mut r = answer.await;
+                    clock.request_done();
+                    if let (Some(deny), Ok(resp)) = (deny_status, r.as_mut())
+                        && resp.status() == http::StatusCode::TOO_MANY_REQUESTS
+                    {
+                        *resp.status_mut() = deny;
+                    }
+                    r
+                }
+            });
+            let io = TokioIo::new(Watched::new(stream, clock.clone()));
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            // the watchdog below owns the header and idle timeouts
+            builder.header_read_timeout(None::<Duration>);
+            let conn = builder.serve_connection(io, conn_svc);
+            let mut conn = std::pin::pin!(conn);
+            loop {
+                tokio::select! {
+                    _ = conn.as_mut() => break,
+                    _ = tokio::time::sleep(tick) => match clock.expired(timeouts) {
+                        Some(Expiry::Header) => {
+                            metrics.header_timeouts.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(%peer, "header timeout: connection closed");
+                            break;
+                        }
+                        Some(Expiry::Idle) => {
+                            metrics.idle_timeouts.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                        None => {}
+                    },
+                }
+            }
+            metrics.open.fetch_sub(1, Ordering::Relaxed);
+            drop(permit);
+        });
+    }
+}

@@ -1,0 +1,271 @@
+//! What the end-to-end tests share: the responder, the processes (`rl-proxy`,
+//! `rl-upstream`) and their readiness lines, an HTTP client, temporary files.
+
+#![allow(dead_code)] // each test file uses a part
+
+use std::net::SocketAddr;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use ratelimitly_engine::ApiKey;
+use rl_responder::{ResponderConfig, ResponderHandle};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub const NONE_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
+pub const UPSTREAM_BODY: &[u8] = b"hello from upstream\n";
+
+/// One test at a time: each starts several processes with engine and responder cores.
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+pub fn responder(server_id: u64) -> ResponderHandle {
+    let key: ApiKey = NONE_KEY.parse().unwrap();
+    let mut cfg = ResponderConfig::new(vec![key]);
+    cfg.server_id = Some(server_id);
+    rl_responder::spawn(cfg).expect("responder starts")
+}
+
+pub struct Proc {
+    pub child: Child,
+    pub port: u16,
+    pub admin_port: Option<u16>,
+}
+
+impl Proc {
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    pub fn admin(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.admin_port.expect("admin port")))
+    }
+
+    /// Sends SIGHUP (the process keeps running).
+    pub fn hangup(&self) {
+        let pid = self.child.id().expect("running") as i32;
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    }
+
+    pub async fn signal(mut self, sig: i32) -> ExitStatus {
+        let pid = self.child.id().expect("running") as i32;
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+        tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .expect("exits within 10 s after the signal")
+            .unwrap()
+    }
+}
+
+/// Starts `cmd` and reads its readiness line.
+pub async fn start(mut cmd: Command) -> Proc {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("spawn");
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        BufReader::new(stdout).read_line(&mut line),
+    )
+    .await
+    .expect("ready line within 20 s")
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(line.trim()).expect("JSON ready line");
+    assert_eq!(v["event"], "ready", "{line}");
+    assert_eq!(v["address"], "127.0.0.1", "{line}");
+    Proc {
+        child,
+        port: v["port"].as_u64().unwrap() as u16,
+        admin_port: v
+            .get("admin_port")
+            .and_then(|p| p.as_u64())
+            .map(|p| p as u16),
+    }
+}
+
+pub async fn upstream() -> Proc {
+    start(Command::new(env!("CARGO_BIN_EXE_rl-upstream"))).await
+}
+
+pub fn proxy_cmd(upstream: &Proc, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+        .arg("--upstream")
+        .arg(format!("http://{}", upstream.addr()))
+        .args(args);
+    cmd
+}
+
+pub fn endpoint(r: &ResponderHandle) -> String {
+    format!("{}@{}", r.server_id(), r.addr())
+}
+
+pub fn client() -> Client<HttpConnector, Empty<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+pub async fn get(addr: SocketAddr, path: &str) -> Response<Bytes> {
+    let uri = format!("http://{addr}{path}");
+    let resp = tokio::time::timeout(Duration::from_secs(10), client().get(uri.parse().unwrap()))
+        .await
+        .expect("answer within 10 s")
+        .expect("HTTP exchange");
+    let (parts, body) = resp.into_parts();
+    Response::from_parts(parts, body.collect().await.unwrap().to_bytes())
+}
+
+pub fn retry_after(r: &Response<Bytes>) -> u64 {
+    r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// `name{labels} value` lines of a Prometheus text page.
+pub fn parse_prometheus(text: &str) -> std::collections::HashMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (name, value) = l.rsplit_once(' ').expect("name value");
+            let value = if value == "+Inf" {
+                f64::INFINITY
+            } else {
+                value.parse().expect("number")
+            };
+            (name.to_owned(), value)
+        })
+        .collect()
+}
+
+/// Runs rl-proxy to completion (it must exit by itself) and returns (code, stderr).
+pub async fn run_to_exit(mut cmd: Command) -> (Option<i32>, String) {
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .await
+        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exits")
+        .unwrap();
+    (status.code(), err)
+}
+
+/// A proxy without admission (`--limit off`, no key) in front of `up`, with `args`.
+pub async fn plain_proxy(up: &Proc, args: &[&str]) -> Proc {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env_remove("RATELIMITLY_API_KEY")
+        .args([
+            "--upstream",
+            &format!("http://{}", up.addr()),
+            "--limit",
+            "off",
+        ])
+        .args(args);
+    start(cmd).await
+}
+
+pub async fn metrics_of(p: &Proc) -> std::collections::HashMap<String, f64> {
+    let text = String::from_utf8(get(p.admin(), "/metrics").await.body().to_vec()).unwrap();
+    parse_prometheus(&text)
+}
+
+/// Polls the admin page (at most 5 s) until `name` has `value`.
+pub async fn wait_metric(p: &Proc, name: &str, value: f64) {
+    for _ in 0..50 {
+        if metrics_of(p).await.get(name) == Some(&value) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{name} never reached {value}: {:?}",
+        metrics_of(p).await.get(name)
+    );
+}
+
+/// A file in the temporary directory, unique to this process, removed on drop.
+pub struct TempFile(pub std::path::PathBuf);
+
+impl TempFile {
+    pub fn new(name: &str, text: &str) -> TempFile {
+        let p = std::env::temp_dir().join(format!("rl-proxy-{}-{name}", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        TempFile(p)
+    }
+
+    pub fn write(&self, text: &str) {
+        // a whole new file, renamed into place: the proxy never reads half of one
+        let tmp = self.0.with_extension("new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &self.0).unwrap();
+    }
+
+    pub fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// GET `path` with `headers`; the status and the Retry-After header, if any.
+pub async fn get_with(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, Option<u64>) {
+    let mut req = http::Request::get(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = tokio::time::timeout(
+        Duration::from_secs(10),
+        client().request(req.body(Empty::new()).unwrap()),
+    )
+    .await
+    .expect("answer within 10 s")
+    .expect("HTTP exchange");
+    let ra = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    (resp.status(), ra)
+}
+
+/// GET `path` with `headers`: the whole answer.
+pub async fn get_full(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Response<Bytes> {
+    let mut req = http::Request::get(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = tokio::time::timeout(
+        Duration::from_secs(10),
+        client().request(req.body(Empty::new()).unwrap()),
+    )
+    .await
+    .expect("answer within 10 s")
+    .expect("HTTP exchange");
+    let (parts, body) = resp.into_parts();
+    Response::from_parts(parts, body.collect().await.unwrap().to_bytes())
+}

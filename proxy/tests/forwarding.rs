@@ -1,0 +1,221 @@
+//! Trusted forwarding end to end: clients bound to 127.0.0.2 (trusted) and 127.0.0.3
+//! (not), `X-Forwarded-For` / `X-Real-IP` believed from the trusted one only, and the
+//! peer appended to the `X-Forwarded-For` the upstream receives.
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http::{Response, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::process::Command;
+
+const TRUSTED: &str = "127.0.0.2";
+const UNTRUSTED: &str = "127.0.0.3";
+
+/// GET `path` from a socket bound to `local`, with `headers`.
+async fn get_from(
+    local: &str,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Response<Bytes> {
+    let mut connector = HttpConnector::new();
+    connector.set_local_address(Some(local.parse::<IpAddr>().unwrap()));
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
+    let mut req = http::Request::get(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.request(req.body(Empty::new()).unwrap()),
+    )
+    .await
+    .expect("answer within 10 s")
+    .expect("HTTP exchange");
+    let (parts, body) = resp.into_parts();
+    Response::from_parts(parts, body.collect().await.unwrap().to_bytes())
+}
+
+async fn status_from(local: &str, addr: SocketAddr, headers: &[(&str, &str)]) -> StatusCode {
+    get_from(local, addr, "/", headers).await.status()
+}
+
+/// Proxy mode, `--limit 2/60s --key-by ip --trust-forwarded 127.0.0.2/32`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_headers_count_from_trusted_peers_only() {
+    let _s = SERIAL.lock().await;
+    let r = responder(301);
+    let up = upstream().await;
+    let ep = endpoint(&r);
+    let proxy = start(proxy_cmd(
+        &up,
+        &[
+            "--endpoint",
+            &ep,
+            "--limit",
+            "2/60s",
+            "--key-by",
+            "ip",
+            "--trust-forwarded",
+            "127.0.0.2/32",
+        ],
+    ))
+    .await;
+    let a = proxy.addr();
+    // untrusted peer: two XFF values, one bucket (the peer's)
+    let xff = |v| [("x-forwarded-for", v)];
+    assert_eq!(
+        status_from(UNTRUSTED, a, &xff("198.51.100.1")).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status_from(UNTRUSTED, a, &xff("198.51.100.2")).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status_from(UNTRUSTED, a, &xff("198.51.100.3")).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "an untrusted peer's X-Forwarded-For is ignored"
+    );
+    // trusted peer: the rightmost untrusted address is the client
+    for _ in 0..2 {
+        let h = xff("203.0.113.50, 198.51.100.9");
+        assert_eq!(status_from(TRUSTED, a, &h).await, StatusCode::OK);
+    }
+    assert_eq!(
+        status_from(TRUSTED, a, &xff("198.51.100.9")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        status_from(TRUSTED, a, &xff("198.51.100.10")).await,
+        StatusCode::OK,
+        "another forwarded client, another bucket"
+    );
+    // the trusted peer's own bucket is apart from its clients'
+    assert_eq!(status_from(TRUSTED, a, &[]).await, StatusCode::OK);
+    // X-Real-IP is not read in proxy mode
+    let h = [
+        ("x-real-ip", "192.0.2.1"),
+        ("x-forwarded-for", "198.51.100.9"),
+    ];
+    assert_eq!(
+        status_from(TRUSTED, a, &h).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+
+    // the upstream receives X-Forwarded-For with the TCP peer appended
+    let plain = plain_proxy(&up, &[]).await;
+    let resp = get_from(UNTRUSTED, plain.addr(), "/echo/xff", &xff("198.51.100.1")).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.body().as_ref(), b"198.51.100.1, 127.0.0.3");
+    let resp = get_from(TRUSTED, plain.addr(), "/echo/xff", &[]).await;
+    assert_eq!(resp.body().as_ref(), b"127.0.0.2");
+    assert_eq!(plain.signal(libc::SIGTERM).await.code(), Some(0));
+    up.signal(libc::SIGTERM).await;
+    r.stop();
+}
+
+/// `--mode forward-auth`: `X-Real-IP` from a trusted peer keys the decision; from an
+/// untrusted one it is ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_auth_reads_x_real_ip_from_trusted_peers() {
+    let _s = SERIAL.lock().await;
+    let r = responder(302);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY).args([
+        "--mode",
+        "forward-auth",
+        "--endpoint",
+        &endpoint(&r),
+        "--limit",
+        "1/60s",
+        "--trust-forwarded",
+        "127.0.0.2",
+    ]);
+    let fa = start(cmd).await;
+    let a = fa.addr();
+    let real = |v| [("x-real-ip", v), ("x-forwarded-for", "198.51.100.77")];
+    assert_eq!(
+        status_from(TRUSTED, a, &real("192.0.2.1")).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status_from(TRUSTED, a, &real("192.0.2.1")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        status_from(TRUSTED, a, &real("192.0.2.2")).await,
+        StatusCode::OK,
+        "X-Real-IP comes before X-Forwarded-For"
+    );
+    assert_eq!(
+        status_from(UNTRUSTED, a, &real("192.0.2.3")).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status_from(UNTRUSTED, a, &real("192.0.2.4")).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "an untrusted peer's X-Real-IP is ignored"
+    );
+    assert_eq!(fa.signal(libc::SIGTERM).await.code(), Some(0));
+    r.stop();
+}
+
+/// The config file's `trust_forwarded` list is honoured like the flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_forwarded_from_the_config_file() {
+    let _s = SERIAL.lock().await;
+    let r = responder(303);
+    let up = upstream().await;
+    let file = TempFile::new(
+        "trust.toml",
+        &format!(
+            "upstream = \"http://{}\"\nlimit = \"1/60s\"\ntrust_forwarded = [\"127.0.0.2/32\"]\n",
+            up.addr()
+        ),
+    );
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY).args([
+        "--config",
+        file.path(),
+        "--endpoint",
+        &endpoint(&r),
+    ]);
+    let proxy = start(cmd).await;
+    let a = proxy.addr();
+    let xff = |v| [("x-forwarded-for", v)];
+    assert_eq!(
+        status_from(TRUSTED, a, &xff("198.51.100.1")).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status_from(TRUSTED, a, &xff("198.51.100.2")).await,
+        StatusCode::OK,
+        "two forwarded clients, two buckets"
+    );
+    assert_eq!(
+        status_from(TRUSTED, a, &xff("198.51.100.1")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        status_from(UNTRUSTED, a, &xff("198.51.100.3")).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status_from(UNTRUSTED, a, &xff("198.51.100.4")).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "not trusted: keyed by the peer"
+    );
+    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    up.signal(libc::SIGTERM).await;
+    r.stop();
+}
