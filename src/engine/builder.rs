@@ -12,7 +12,9 @@ use super::completion::{SlotPool, futures_oneshot};
 use super::config::{self, BuildError, Cores, DnsConfig, EngineConfig, OptionError, Source};
 use super::handle::EngineHandle;
 use super::lifecycle::Engine;
-use super::membership::{self, Membership};
+#[cfg(feature = "dns")]
+use super::membership;
+use super::membership::Membership;
 use super::shared::{Published, Shared};
 use super::stats::Stats;
 use super::submit::{self, CoreQueue};
@@ -195,6 +197,9 @@ impl EngineBuilder {
                 config::check_endpoints(&eps)?;
                 Source::Static(eps)
             }
+            #[cfg(not(feature = "dns"))]
+            (None, _) => return Err(BuildError::DnsNotCompiled),
+            #[cfg(feature = "dns")]
             (None, dns) => {
                 let dns = dns.unwrap_or_default();
                 let domain = dns.domain.unwrap_or_else(|| self.key.default_domain());
@@ -251,6 +256,7 @@ impl EngineBuilder {
         let pool = SlotPool::new(slots).ok_or(BuildError::OutOfMemory)?;
         let membership = match &cfg.source {
             Source::Static(eps) => Membership::new(eps.clone()),
+            #[cfg(feature = "dns")]
             Source::Dns { .. } => Membership::new(Vec::new()),
         };
         let published = (0..n)
@@ -326,6 +332,7 @@ impl EngineBuilder {
         let n = cfg.cpus.len();
         let discovery = match &cfg.source {
             Source::Static(_) => None,
+            #[cfg(feature = "dns")]
             Source::Dns { domain, server } => Some(
                 membership::spawn_discovery(shared.membership.clone(), domain.clone(), *server)
                     .map_err(|e| BuildError::Socket(e.kind()))?,

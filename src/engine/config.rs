@@ -71,6 +71,10 @@ pub enum BuildError {
     /// The OS gave no randomness to seed a core's unique ids and nonces.
     #[error("no OS randomness for unique ids and nonces")]
     NoRandomness,
+    /// DNS SRV discovery was configured (a domain, or no static endpoints), but the
+    /// engine was built without the `dns` feature: give static endpoints instead.
+    #[error("DNS discovery was configured, but the engine was built without the `dns` feature")]
+    DnsNotCompiled,
     /// A core's thread could not start.
     #[error("engine core {core} could not start: {kind:?}")]
     Executor {
@@ -114,6 +118,7 @@ pub enum OptionError {
 #[derive(Clone, Debug)]
 pub(crate) enum Source {
     Static(Vec<Endpoint>),
+    #[cfg(feature = "dns")]
     Dns {
         domain: String,
         server: Option<SocketAddr>,
