@@ -159,19 +159,19 @@ impl Driver {
     /// available, else IPv4) and builds its state. Runs on the core's own thread.
     pub(crate) fn new(index: usize, shared: Arc<Shared>) -> Result<Driver, BuildError> {
         let cfg = IoConfig {
-            backend: shared.io_backend,
-            gso: shared.gso,
-            gro: shared.gso,
-            recv_buf: shared.recv_buf,
-            send_buf: shared.send_buf,
-            max_sockets: shared.max_sockets,
+            backend: shared.settings.io_backend,
+            gso: shared.settings.gso,
+            gro: shared.settings.gso,
+            recv_buf: shared.settings.recv_buf,
+            send_buf: shared.settings.send_buf,
+            max_sockets: shared.settings.max_sockets,
             batch: RECV_BATCH,
             send_capacity: SEND_CAPACITY,
             max_datagram: 2048,
         };
         let mut io = UdpIo::new(&cfg).map_err(|e| BuildError::IoBackend {
             core: index,
-            backend: shared.io_backend,
+            backend: shared.settings.io_backend,
             kind: e.kind(),
         })?;
         let any6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0);
@@ -383,7 +383,9 @@ impl Driver {
     }
 
     fn spin(&self) {
-        let Some(d) = self.shared.spin else { return };
+        let Some(d) = self.shared.settings.spin else {
+            return;
+        };
         let q = &self.shared.queues[self.index];
         let until = Instant::now() + d;
         while Instant::now() < until && q.rx.is_empty() {

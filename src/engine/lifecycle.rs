@@ -33,7 +33,7 @@ impl fmt::Debug for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Engine")
             .field("cores", &self.shared.queues.len())
-            .field("hosted", &self.shared.hosted)
+            .field("hosted", &self.shared.settings.hosted)
             .field("local_addrs", &self.local_addrs)
             .field("stopped", &self.stopped)
             .finish_non_exhaustive()

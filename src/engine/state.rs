@@ -169,17 +169,17 @@ impl CoreState {
         };
         let mut mask = [0u8; 5];
         rng.fill(&mut mask)?;
-        let limit = shared.in_flight_per_core;
+        let limit = shared.settings.in_flight_per_core;
         let max_reports = wire::max_report_entries(shared.auth.mode());
         Ok(CoreState {
             index,
             inflight: InFlight::new(limit, mask),
             wheel: TimerWheel::new(now, Duration::from_millis(1), 8192, limit.min(1 << 16)),
-            socks: SocketTable::new(first, port, shared.max_sockets),
+            socks: SocketTable::new(first, port, shared.settings.max_sockets),
             fired: Vec::with_capacity(1024),
             rng,
             stats: Stats::new(),
-            reports: Reports::new(max_reports, shared.report_interval),
+            reports: Reports::new(max_reports, shared.settings.report_interval),
             scratch: Box::new([0u8; wire::MAX_DATAGRAM]),
             wall_ms: 0,
             wakes: Vec::with_capacity(8192),
