@@ -80,15 +80,61 @@ impl WallClock {
     }
 }
 
-/// The state's socket ids and the I/O layer's.
-struct SockMap(Vec<(SockId, SocketId)>);
+/// The core's open sockets, indexed by the I/O layer's slot ([`SocketId::index`]):
+/// the state's id of a socket is `slot | opened << 16` (`opened` counts the sockets this
+/// core bound), so a transmit and a datagram each find their socket by one index, never
+/// by a search, and a closed socket's state id never names a later one.
+struct SockMap {
+    slots: Vec<Option<(SockId, SocketId)>>,
+    opened: u32,
+}
 
 impl SockMap {
-    fn io(&self, id: SockId) -> Option<SocketId> {
-        self.0.iter().find(|(s, _)| *s == id).map(|(_, i)| *i)
+    /// The map of a core's first socket, and that socket's state id.
+    fn new(first: SocketId) -> (SockMap, SockId) {
+        let mut m = SockMap {
+            slots: Vec::new(),
+            opened: 0,
+        };
+        let id = m.insert(first);
+        (m, id)
     }
+
+    /// Records a socket just bound; returns the state's id for it.
+    fn insert(&mut self, s: SocketId) -> SockId {
+        let slot = s.index();
+        if self.slots.len() <= slot {
+            self.slots.resize(slot + 1, None);
+        }
+        let id = SockId(slot as u32 & 0xFFFF | (self.opened & 0xFFFF) << 16);
+        self.opened = self.opened.wrapping_add(1);
+        self.slots[slot] = Some((id, s));
+        id
+    }
+
+    /// Forgets a socket about to close; returns the I/O layer's id.
+    fn remove(&mut self, id: SockId) -> Option<SocketId> {
+        let s = self.io(id)?;
+        self.slots[s.index()] = None;
+        Some(s)
+    }
+
+    fn io(&self, id: SockId) -> Option<SocketId> {
+        match self.slots.get((id.0 & 0xFFFF) as usize) {
+            Some(Some((sid, s))) if *sid == id => Some(*s),
+            _ => None,
+        }
+    }
+
     fn state(&self, id: SocketId) -> Option<SockId> {
-        self.0.iter().find(|(_, i)| *i == id).map(|(s, _)| *s)
+        match self.slots.get(id.index()) {
+            Some(Some((sid, s))) if *s == id => Some(*sid),
+            _ => None,
+        }
+    }
+
+    fn ids(&self) -> impl Iterator<Item = SocketId> + '_ {
+        self.slots.iter().flatten().map(|(_, s)| *s)
     }
 }
 
@@ -184,11 +230,12 @@ impl Driver {
             ),
         };
         let port = io.local_addr(first).map_or(0, |a| a.port());
+        let (map, first_id) = SockMap::new(first);
         let state = CoreState::new(
             index,
             shared.clone(),
             Instant::now(),
-            SockId(first.raw()),
+            first_id,
             port,
             os_entropy(),
         )
@@ -198,7 +245,7 @@ impl Driver {
         Ok(Driver {
             state,
             io,
-            map: SockMap(vec![(SockId(first.raw()), first)]),
+            map,
             failed: Vec::with_capacity(1024),
             v6,
             published_at: Instant::now(),
@@ -369,7 +416,7 @@ impl Driver {
 
     /// The core's open sockets (the I/O layer's ids).
     pub(crate) fn socket_ids(&self) -> impl Iterator<Item = SocketId> + '_ {
-        self.map.0.iter().map(|(_, id)| *id)
+        self.map.ids()
     }
 
     /// The I/O layer.
@@ -426,8 +473,7 @@ impl Driver {
                     let opened = self.io.bind_steering(self.v6, after_port, REBIND_TRIES);
                     let new = match opened {
                         Ok(s) => {
-                            let id = SockId(s.raw());
-                            self.map.0.push((id, s));
+                            let id = self.map.insert(s);
                             let port = self.io.local_addr(s).map_or(0, |a| a.port());
                             tracing::debug!(core = self.index, port, "steering: new source port");
                             Some((id, port))
@@ -442,11 +488,10 @@ impl Driver {
                 SocketOp::Close(id) => {
                     // its last datagrams leave before it closes
                     self.flush();
-                    if let Some(s) = self.map.io(id) {
+                    if let Some(s) = self.map.remove(id) {
                         before_close(s);
                         self.io.close(s);
                     }
-                    self.map.0.retain(|(i, _)| *i != id);
                 }
             }
         }
