@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::completion::{SlotPool, futures_oneshot};
 use super::config::{BuildError, Cores, DnsConfig, Settings, Source, Validated};
+use super::feed::CoreFeed;
 use super::handle::EngineHandle;
 use super::lifecycle::Engine;
 #[cfg(feature = "dns")]
@@ -55,7 +56,7 @@ impl EngineBuilder {
         }
     }
 
-    /// The cores' UDP I/O backend (default [`DEFAULT_IO_BACKEND`], `Mmsg`, the faster one
+    /// The cores' UDP I/O backend (default [`DEFAULT_IO_BACKEND`](super::DEFAULT_IO_BACKEND), `Mmsg`, the faster one
     /// measured here; `Auto` is io_uring, falling back to `recvmmsg`/`sendmmsg` where the
     /// kernel refuses io_uring).
     pub fn io_backend(mut self, b: crate::udp::BackendChoice) -> Self {
@@ -208,27 +209,29 @@ impl EngineBuilder {
     }
 
     /// For deterministic simulation (tests): validates like [`EngineBuilder::build`] and
-    /// returns the handle with one sans-IO [`state::CoreState`] per configured core,
-    /// starting no thread, opening no socket and running no discovery. The caller
-    /// drives each state (see `tests/simulation.rs`); socket ids are the caller's, the
-    /// first being `SockId(0)` on `port`.
+    /// returns the handle with one sans-IO [`state::CoreState`] per configured core and
+    /// the [`CoreFeed`] that connects it to the handle's queue, completion slots and
+    /// membership, starting no thread, opening no socket and running no discovery. The
+    /// caller drives each state (see `tests/simulation.rs`); socket ids are the
+    /// caller's, the first being `SockId(0)` on `port`.
     #[doc(hidden)]
     pub fn build_states(
         self,
         now: Instant,
         port: u16,
         entropy: impl Fn(usize) -> state::Entropy,
-    ) -> Result<(EngineHandle, Vec<state::CoreState>), BuildError> {
+    ) -> Result<(EngineHandle, Vec<(CoreFeed, state::CoreState)>), BuildError> {
         let cfg = self.settings.validate()?;
         let shared = Self::prepare(&cfg)?;
-        let mut states = Vec::with_capacity(cfg.cpus.len());
+        let mut cores = Vec::with_capacity(cfg.cpus.len());
         for i in 0..cfg.cpus.len() {
-            let st =
-                state::CoreState::new(i, shared.clone(), now, sockets::SockId(0), port, entropy(i))
-                    .map_err(|_| BuildError::NoRandomness)?;
-            states.push(st);
+            let feed = CoreFeed::new(i, shared.clone());
+            let st = feed
+                .new_state(now, sockets::SockId(0), port, entropy(i))
+                .map_err(|_| BuildError::NoRandomness)?;
+            cores.push((feed, st));
         }
-        Ok((EngineHandle { inner: shared }, states))
+        Ok((EngineHandle { inner: shared }, cores))
     }
 
     /// Validates everything (before any I/O), then starts discovery and the cores.

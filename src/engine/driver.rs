@@ -28,6 +28,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::config::BuildError;
+use super::feed::CoreFeed;
 use super::shared::Shared;
 use super::sockets::{SockId, SocketOp};
 use super::state::{CoreState, TransmitSink, os_entropy};
@@ -187,6 +188,7 @@ impl TransmitSink for DriverSink<'_> {
 /// One engine core: its state and its I/O.
 pub(crate) struct Driver {
     state: CoreState,
+    feed: CoreFeed,
     io: UdpIo,
     map: SockMap,
     failed: Vec<u64>,
@@ -231,19 +233,15 @@ impl Driver {
         };
         let port = io.local_addr(first).map_or(0, |a| a.port());
         let (map, first_id) = SockMap::new(first);
-        let state = CoreState::new(
-            index,
-            shared.clone(),
-            Instant::now(),
-            first_id,
-            port,
-            os_entropy(),
-        )
-        .map_err(|_| BuildError::NoRandomness)?;
+        let feed = CoreFeed::new(index, shared.clone());
+        let state = feed
+            .new_state(Instant::now(), first_id, port, os_entropy())
+            .map_err(|_| BuildError::NoRandomness)?;
         let _ = shared.queues[index].waker.set(io.waker());
         tracing::debug!(core = index, backend = %io.kind(), "engine core started");
         Ok(Driver {
             state,
+            feed,
             io,
             map,
             failed: Vec::with_capacity(1024),
@@ -272,9 +270,10 @@ impl Driver {
         }
     }
 
-    fn sink(&mut self) -> (&mut CoreState, DriverSink<'_>) {
+    fn sink(&mut self) -> (&mut CoreState, &CoreFeed, DriverSink<'_>) {
         (
             &mut self.state,
+            &self.feed,
             DriverSink {
                 io: &mut self.io,
                 map: &self.map,
@@ -302,7 +301,7 @@ impl Driver {
                     Some(Duration::ZERO)
                 }
             };
-            self.state.wake_callers();
+            self.feed.wake_callers(&mut self.state);
             work = self.io_turn(Wait::Upto(timeout));
         }
     }
@@ -316,9 +315,9 @@ impl Driver {
         let now = Instant::now();
         self.turn_at = now;
         let wall = self.wall.ms(now);
-        let (state, mut sink) = self.sink();
+        let (state, feed, mut sink) = self.sink();
         state.set_wall_ms(wall);
-        let mut work = state.handle_queue(now, &mut sink);
+        let mut work = feed.submissions(state, now, &mut sink);
         work |= state.handle_timeout(now, &mut sink);
         self.feed_failures(now);
         self.socket_ops(before_close);
@@ -328,9 +327,8 @@ impl Driver {
             self.publish(now);
         }
         if self.shared.queues[self.index].stop.load(Ordering::Acquire) {
-            let (state, mut sink) = self.sink();
-            state.shutdown(Instant::now(), &mut sink);
-            self.state.wake_callers();
+            let (state, feed, mut sink) = self.sink();
+            feed.shutdown(state, Instant::now(), &mut sink);
             self.flush();
             self.publish(Instant::now());
             return None;
@@ -399,7 +397,7 @@ impl Driver {
 
     /// Wakes the callers whose requests completed since the last call.
     pub(crate) fn wake_callers(&mut self) {
-        self.state.wake_callers();
+        self.feed.wake_callers(&mut self.state);
     }
 
     /// True when the core has nothing to do until a datagram, a submission or its
@@ -456,7 +454,7 @@ impl Driver {
                 return;
             }
             let mut failed = std::mem::take(&mut self.failed);
-            let (state, mut sink) = self.sink();
+            let (state, _, mut sink) = self.sink();
             for tag in failed.drain(..) {
                 state.handle_send_failed(now, tag, &mut sink);
             }
@@ -518,8 +516,9 @@ impl Driver {
         );
         let f = Failure::CoreFailed { core: self.index };
         let _ = catch_unwind(AssertUnwindSafe(|| {
-            self.state.wake_callers();
+            self.feed.wake_callers(&mut self.state);
             self.state.fail_in_flight(&f);
+            self.feed.wake_callers(&mut self.state);
         }));
     }
 
@@ -541,8 +540,9 @@ impl Driver {
         let q = &self.shared.queues[self.index];
         q.dead.store(true, Ordering::SeqCst);
         let _ = catch_unwind(AssertUnwindSafe(|| {
-            self.state.wake_callers();
+            self.feed.wake_callers(&mut self.state);
             self.state.fail_in_flight(&Failure::Shutdown);
+            self.feed.wake_callers(&mut self.state);
         }));
         while let Ok(msg) = q.rx.try_recv() {
             fail_msg(&self.shared, msg, &Failure::Shutdown);

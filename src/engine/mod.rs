@@ -25,6 +25,8 @@ mod builder;
 pub mod completion;
 pub mod config;
 mod driver;
+#[doc(hidden)] // internal: for the simulation
+pub mod feed;
 mod handle;
 mod hosted;
 #[doc(hidden)] // internal: for the simulation, the fuzz target and the benches
