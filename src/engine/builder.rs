@@ -1,7 +1,7 @@
 //! The engine builder: its options, their validation and the preparation of the shared
 //! state, then the start of discovery and of the cores.
 //!
-//! Owns: [`EngineBuilder`]. Must not touch: the cores' turn (`driver`), the handle.
+//! Owns: [`EngineBuilder`]. Must not touch: the cores' turn (`turn`), the handle.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -19,7 +19,7 @@ use super::membership::Membership;
 use super::shared::{Published, Shared};
 use super::stats::Stats;
 use super::submit::{self, CoreQueue};
-use super::{driver, hosted, sockets, state};
+use super::{sockets, state};
 use crate::proto::key::ApiKey;
 use crate::proto::machine::{Endpoint, Plan};
 use crate::proto::policy::RequestPolicy;
@@ -44,6 +44,13 @@ impl fmt::Debug for EngineBuilder {
             .field("in_flight_per_core", &s.core.in_flight_per_core)
             .field("hosted", &self.runtime.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Starts building an engine for `key`.
+    pub fn builder(key: ApiKey) -> EngineBuilder {
+        EngineBuilder::new(key)
     }
 }
 
@@ -243,7 +250,6 @@ impl EngineBuilder {
         self.settings.core.hosted = runtime.is_some();
         let cfg = self.settings.validate()?;
         let shared = Self::prepare(&cfg)?;
-        let n = cfg.cpus.len();
         let discovery = match &cfg.source {
             Source::Static(_) => None,
             #[cfg(feature = "dns")]
@@ -252,76 +258,7 @@ impl EngineBuilder {
                     .map_err(|e| BuildError::Socket(e.kind()))?,
             ),
         };
-        let mut engine = Engine {
-            shared: shared.clone(),
-            threads: Vec::with_capacity(n),
-            tasks: Vec::new(),
-            local_addrs: Vec::with_capacity(n),
-            discovery,
-            stopped: false,
-        };
-        if let Some(rt) = runtime {
-            for i in 0..n {
-                match driver::Driver::new(i, shared.clone()) {
-                    Ok(d) => {
-                        engine.local_addrs.push(d.local_addr());
-                        engine.tasks.push(rt.spawn(hosted::run(d)));
-                    }
-                    Err(e) => {
-                        engine.shutdown_inner();
-                        return Err(e);
-                    }
-                }
-            }
-            tracing::info!(cores = n, "engine started (hosted cores)");
-            return Ok(engine);
-        }
-        for (i, cpu) in cfg.cpus.iter().copied().enumerate() {
-            let (tx, rx) = crossbeam_channel::bounded(1);
-            let sh = shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("rl-core-{i}"))
-                .spawn(move || {
-                    let _ = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
-                    match driver::Driver::new(i, sh) {
-                        Ok(d) => {
-                            let _ = tx.send(Ok(d.local_addr()));
-                            d.run();
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Err(e));
-                        }
-                    }
-                });
-            let handle = match spawned {
-                Ok(h) => h,
-                Err(e) => {
-                    engine.shutdown_inner();
-                    return Err(BuildError::Executor {
-                        core: i,
-                        kind: e.kind(),
-                    });
-                }
-            };
-            let ready = rx.recv_timeout(Duration::from_secs(10));
-            engine.threads.push(handle);
-            match ready {
-                Ok(Ok(addr)) => engine.local_addrs.push(addr),
-                Ok(Err(e)) => {
-                    engine.shutdown_inner();
-                    return Err(e);
-                }
-                Err(_) => {
-                    engine.shutdown_inner();
-                    return Err(BuildError::Executor {
-                        core: i,
-                        kind: std::io::ErrorKind::TimedOut,
-                    });
-                }
-            }
-        }
-        tracing::info!(cores = n, "engine started");
-        Ok(engine)
+        Engine::start(shared, &cfg.cpus, runtime, discovery)
     }
 
     /// [`EngineBuilder::build`] without blocking an async runtime: the blocking part

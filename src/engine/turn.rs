@@ -1,4 +1,4 @@
-//! The I/O driver of one engine core: a thin shell around [`CoreState`].
+//! The turn of one engine core ([`Core`]): its I/O shell around [`CoreState`].
 //!
 //! Owns: the core's thread (pinned with `core_affinity`), its [`UdpIo`] (io_uring
 //! or mmsg backend, GSO/GRO, the sockets), the clock, and fault containment: a panic
@@ -7,8 +7,8 @@
 //! failing whatever still reaches its queue until the engine shuts down.
 //! Must not touch: request state, the wire format, decisions (all in [`CoreState`]).
 //!
-//! A pinned core runs [`Driver::run`] on its thread. A hosted core (`super::hosted`)
-//! runs the same turn from a task: [`Driver::prelude`], then [`Driver::io_turn`] with
+//! A pinned core runs [`Core::run`] on its thread. A hosted core (`super::hosted`)
+//! runs the same turn from a task: [`Core::prelude`], then [`Core::io_turn`] with
 //! [`Wait::Never`], waiting in its runtime instead of in the I/O layer.
 //!
 //! One iteration: drain submissions and fire due timers (their transmits are queued on
@@ -159,13 +159,13 @@ impl TransmitSink for QueueSink<'_> {
 }
 
 /// Transmits queued on the I/O layer between `run_once` calls (flushes when full).
-struct DriverSink<'a> {
+struct IoSink<'a> {
     io: &'a mut UdpIo,
     map: &'a SockMap,
     failed: &'a mut Vec<u64>,
 }
 
-impl TransmitSink for DriverSink<'_> {
+impl TransmitSink for IoSink<'_> {
     fn transmit(&mut self, sock: SockId, to: SocketAddr, datagram: &[u8], tag: u64) {
         let Some(s) = self.map.io(sock) else {
             return self.failed.push(tag);
@@ -186,7 +186,7 @@ impl TransmitSink for DriverSink<'_> {
 }
 
 /// One engine core: its state and its I/O.
-pub(crate) struct Driver {
+pub(crate) struct Core {
     state: CoreState,
     feed: CoreFeed,
     io: UdpIo,
@@ -196,16 +196,16 @@ pub(crate) struct Driver {
     /// When this core last published its statistics.
     published_at: Instant,
     wall: WallClock,
-    /// When the last turn began ([`Driver::prelude`]).
+    /// When the last turn began ([`Core::prelude`]).
     turn_at: Instant,
     shared: Arc<Shared>,
     index: usize,
 }
 
-impl Driver {
+impl Core {
     /// Starts the core's I/O layer, binds its first socket (dual-stack IPv6 when
     /// available, else IPv4) and builds its state. Runs on the core's own thread.
-    pub(crate) fn new(index: usize, shared: Arc<Shared>) -> Result<Driver, BuildError> {
+    pub(crate) fn new(index: usize, shared: Arc<Shared>) -> Result<Core, BuildError> {
         let cfg = IoConfig {
             backend: shared.settings.io_backend,
             gso: shared.settings.gso,
@@ -239,7 +239,7 @@ impl Driver {
             .map_err(|_| BuildError::NoRandomness)?;
         let _ = shared.queues[index].waker.set(io.waker());
         tracing::debug!(core = index, backend = %io.kind(), "engine core started");
-        Ok(Driver {
+        Ok(Core {
             state,
             feed,
             io,
@@ -270,11 +270,11 @@ impl Driver {
         }
     }
 
-    fn sink(&mut self) -> (&mut CoreState, &CoreFeed, DriverSink<'_>) {
+    fn sink(&mut self) -> (&mut CoreState, &CoreFeed, IoSink<'_>) {
         (
             &mut self.state,
             &self.feed,
-            DriverSink {
+            IoSink {
                 io: &mut self.io,
                 map: &self.map,
                 failed: &mut self.failed,
@@ -548,6 +548,14 @@ impl Driver {
             fail_msg(&self.shared, msg, &Failure::Shutdown);
         }
     }
+}
+
+/// What a turn found: more work is certain, nothing to do until a datagram, a
+/// submission or `until` (the state's next deadline), or the core has stopped.
+pub(crate) enum Turn {
+    Busy,
+    Idle { until: Option<Instant> },
+    Stopped,
 }
 
 /// How a pass of the I/O layer waits.
