@@ -32,6 +32,7 @@ mod hosted;
 pub mod inflight;
 mod lifecycle;
 mod membership;
+mod random;
 mod reports;
 mod shared;
 #[doc(hidden)] // internal: for the simulation, the fuzz target and the benches

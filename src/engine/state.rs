@@ -30,13 +30,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chacha20::ChaCha20Rng;
-use rand_core::{Rng, SeedableRng};
-use zeroize::Zeroize;
-
 use super::completion::SlotPool;
 use super::config::CoreSettings;
 use super::inflight::{Entry, InFlight, Key};
+use super::random::RandPool;
 use super::reports::Reports;
 use super::sockets::{SockId, SocketOp, SocketTable};
 use super::stats::{ROUND_BUCKETS, Stats};
@@ -53,12 +50,6 @@ use crate::proto::wire::{
 pub const DRAIN: usize = 256;
 /// Send tag of latency reports.
 pub const REPORT_TAG: u64 = u64::MAX;
-/// Random bytes generated at a time.
-const RNG_POOL: usize = 4096;
-/// Bytes of ChaCha20 keystream generated under one key before it is re-keyed from the
-/// entropy source.
-const RESEED_BYTES: usize = 1 << 20;
-
 /// Where a core's transmits go: the driver's send batch, or a simulated network.
 /// The datagram bytes are only borrowed: copy them.
 pub trait TransmitSink {
@@ -67,60 +58,7 @@ pub trait TransmitSink {
     fn transmit(&mut self, sock: SockId, to: SocketAddr, datagram: &[u8], tag: u64);
 }
 
-/// A source of randomness (OS randomness in the driver, seeded in simulation).
-pub type Entropy = Box<dyn FnMut(&mut [u8]) -> Result<(), RngError> + Send>;
-
-/// The OS randomness source.
-pub fn os_entropy() -> Entropy {
-    Box::new(wire::fill_random)
-}
-
-/// Buffered randomness: a ChaCha20 keystream keyed with 32 bytes of the entropy source
-/// and re-keyed every [`RESEED_BYTES`] (the construction of arc4random and of the
-/// kernel's own generator), so a request costs no system call and no kernel ChaCha run.
-struct RandPool {
-    buf: Box<[u8; RNG_POOL]>,
-    at: usize,
-    source: Entropy,
-    rng: Option<ChaCha20Rng>,
-    since_seed: usize,
-}
-
-impl RandPool {
-    fn refill(&mut self) -> Result<(), RngError> {
-        if self.rng.is_none() || self.since_seed >= RESEED_BYTES {
-            let mut seed = [0u8; 32];
-            (self.source)(&mut seed)?;
-            self.rng = Some(ChaCha20Rng::from_seed(seed));
-            seed.zeroize();
-            self.since_seed = 0;
-        }
-        if let Some(rng) = self.rng.as_mut() {
-            rng.fill_bytes(&mut self.buf[..]);
-        }
-        self.since_seed += RNG_POOL;
-        self.at = 0;
-        Ok(())
-    }
-
-    fn fill(&mut self, out: &mut [u8]) -> Result<(), RngError> {
-        if self.at + out.len() > RNG_POOL {
-            self.refill()?;
-        }
-        out.copy_from_slice(&self.buf[self.at..self.at + out.len()]);
-        // never hand out the same bytes twice
-        self.buf[self.at..self.at + out.len()].fill(0);
-        self.at += out.len();
-        Ok(())
-    }
-
-    /// The random bytes of one datagram's unique id and nonce.
-    fn datagram_random(&mut self) -> Result<[u8; wire::DATAGRAM_RANDOM_LEN], RngError> {
-        let mut rnd = [0u8; wire::DATAGRAM_RANDOM_LEN];
-        self.fill(&mut rnd)?;
-        Ok(rnd)
-    }
-}
+pub use super::random::{Entropy, os_entropy};
 
 /// Whole microseconds of `d`, saturating at `u32::MAX - 1`.
 fn micros(d: Duration) -> u32 {
@@ -194,13 +132,7 @@ impl CoreState {
         port: u16,
         entropy: Entropy,
     ) -> Result<CoreState, RngError> {
-        let mut rng = RandPool {
-            buf: Box::new([0u8; RNG_POOL]),
-            at: RNG_POOL,
-            source: entropy,
-            rng: None,
-            since_seed: 0,
-        };
+        let mut rng = RandPool::new(entropy);
         let mut mask = [0u8; 5];
         rng.fill(&mut mask)?;
         let limit = cfg.settings.in_flight_per_core;
