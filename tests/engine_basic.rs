@@ -208,6 +208,20 @@ fn policy_over_key_limit_is_rejected_before_io() {
     assert!(!msg.contains(COOKIE) && !msg.contains("rl-cookie"), "{msg}");
 }
 
+#[cfg(not(feature = "dns"))]
+#[test]
+fn dns_discovery_without_the_dns_feature_fails_at_build() {
+    let _serial = serial();
+    let err = Engine::builder(key(COOKIE))
+        .cores(Cores::Count(1))
+        .build()
+        .expect_err("rejected");
+    assert!(
+        matches!(err, ratelimitly_engine::engine::BuildError::DnsNotCompiled),
+        "{err:?}"
+    );
+}
+
 #[test]
 fn unreachable_endpoint_does_not_abort_and_all_unreachable_fails() {
     let _serial = serial();

@@ -242,6 +242,7 @@ fn responder_restarted_mid_run() {
     r2.stop();
 }
 
+#[cfg(feature = "dns")]
 #[test]
 fn dns_discovery_and_change_mid_run() {
     let _serial = serial();
@@ -290,6 +291,7 @@ fn dns_discovery_and_change_mid_run() {
     e.shutdown();
 }
 
+#[cfg(feature = "dns")]
 #[test]
 fn empty_membership_forces_a_throttled_refresh() {
     let _serial = serial();

@@ -1,7 +1,7 @@
 //! The engine builder: its options, their validation and the preparation of the shared
 //! state, then the start of discovery and of the cores.
 //!
-//! Owns: [`EngineBuilder`]. Must not touch: the cores' turn (`driver`), the handle.
+//! Owns: [`EngineBuilder`]. Must not touch: the cores' turn (`turn`), the handle.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -9,18 +9,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::completion::{SlotPool, futures_oneshot};
-use super::config::{self, BuildError, Cores, DnsConfig, EngineConfig, OptionError, Source};
+use super::config::{BuildError, Cores, DnsConfig, Settings, Source, Validated};
+use super::feed::CoreFeed;
 use super::handle::EngineHandle;
 use super::lifecycle::Engine;
-use super::membership::{self, Membership};
+#[cfg(feature = "dns")]
+use super::membership;
+use super::membership::Membership;
 use super::shared::{Published, Shared};
 use super::stats::Stats;
 use super::submit::{self, CoreQueue};
-use super::{
-    DEFAULT_IN_FLIGHT, DEFAULT_IO_BACKEND, DEFAULT_REPORT_INTERVAL, DEFAULT_SOCKET_BUFFER,
-};
-use super::{MAX_SOCKETS_PER_CORE, driver, hosted, inflight, sockets, state};
-use crate::proto::error::ConfigError;
+use super::{sockets, state};
 use crate::proto::key::ApiKey;
 use crate::proto::machine::{Endpoint, Plan};
 use crate::proto::policy::RequestPolicy;
@@ -28,34 +27,30 @@ use crate::proto::wire::Auth;
 
 /// Builds an [`Engine`]. See docs/ARCHITECTURE.md.
 pub struct EngineBuilder {
-    key: ApiKey,
-    policy: RequestPolicy,
-    cores: Option<Cores>,
-    endpoints: Option<Vec<Endpoint>>,
-    dns: Option<DnsConfig>,
-    recv_buf: usize,
-    send_buf: usize,
-    in_flight: usize,
-    report_interval: Duration,
-    max_sockets: usize,
-    spin: Option<Duration>,
-    io_backend: crate::udp::BackendChoice,
-    gso: bool,
+    settings: Settings,
     runtime: Option<tokio::runtime::Handle>,
 }
 
 impl fmt::Debug for EngineBuilder {
     /// The settings, never the key's secret (only its id).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.settings;
         f.debug_struct("EngineBuilder")
-            .field("key_id", &self.key.key_id())
-            .field("policy", &self.policy)
-            .field("cores", &self.cores)
-            .field("endpoints", &self.endpoints)
-            .field("dns", &self.dns)
-            .field("in_flight_per_core", &self.in_flight)
+            .field("key_id", &s.key.key_id())
+            .field("policy", &s.policy)
+            .field("cores", &s.cores)
+            .field("endpoints", &s.endpoints)
+            .field("dns", &s.dns)
+            .field("in_flight_per_core", &s.core.in_flight_per_core)
             .field("hosted", &self.runtime.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Starts building an engine for `key`.
+    pub fn builder(key: ApiKey) -> EngineBuilder {
+        EngineBuilder::new(key)
     }
 }
 
@@ -63,35 +58,23 @@ impl EngineBuilder {
     /// The defaults for `key` ([`Engine::builder`]).
     pub(super) fn new(key: ApiKey) -> EngineBuilder {
         EngineBuilder {
-            key,
-            policy: RequestPolicy::default(),
-            cores: None,
-            endpoints: None,
-            dns: None,
-            recv_buf: DEFAULT_SOCKET_BUFFER,
-            send_buf: DEFAULT_SOCKET_BUFFER,
-            in_flight: DEFAULT_IN_FLIGHT,
-            report_interval: DEFAULT_REPORT_INTERVAL,
-            max_sockets: sockets::DEFAULT_MAX_SOCKETS,
-            spin: None,
-            io_backend: DEFAULT_IO_BACKEND,
-            gso: true,
+            settings: Settings::new(key),
             runtime: None,
         }
     }
 
-    /// The cores' UDP I/O backend (default [`DEFAULT_IO_BACKEND`], `Mmsg`, the faster one
+    /// The cores' UDP I/O backend (default [`DEFAULT_IO_BACKEND`](super::DEFAULT_IO_BACKEND), `Mmsg`, the faster one
     /// measured here; `Auto` is io_uring, falling back to `recvmmsg`/`sendmmsg` where the
     /// kernel refuses io_uring).
     pub fn io_backend(mut self, b: crate::udp::BackendChoice) -> Self {
-        self.io_backend = b;
+        self.settings.core.io_backend = b;
         self
     }
 
     /// UDP GSO sends and GRO receives (default on; a kernel that refuses either falls
     /// back per socket, counted in `Stats::io`).
     pub fn gso(mut self, on: bool) -> Self {
-        self.gso = on;
+        self.settings.core.gso = on;
         self
     }
 
@@ -99,7 +82,7 @@ impl EngineBuilder {
     /// draining after steering rebinds (default 16, 2..=1024). A steering hint beyond it
     /// is refused and counted in `Stats::steering_refused`.
     pub fn max_sockets_per_core(mut self, n: usize) -> Self {
-        self.max_sockets = n;
+        self.settings.core.max_sockets = n;
         self
     }
 
@@ -132,13 +115,13 @@ impl EngineBuilder {
     /// Busy-polls the submission queue for `d` before a core parks (default: off, the
     /// core parks at once). Spinning trades CPU for wake-up latency.
     pub fn spin_before_park(mut self, d: Option<Duration>) -> Self {
-        self.spin = d;
+        self.settings.core.spin = d;
         self
     }
 
     /// Request policy (default: `RequestPolicy::default()`).
     pub fn policy(mut self, p: RequestPolicy) -> Self {
-        self.policy = p;
+        self.settings.policy = p;
         self
     }
 
@@ -150,94 +133,47 @@ impl EngineBuilder {
     /// Cores (default: one core, on the last CPU of the process's affinity set; see
     /// [`Cores`]).
     pub fn cores(mut self, c: Cores) -> Self {
-        self.cores = Some(c);
+        self.settings.cores = Some(c);
         self
     }
 
     /// Static endpoints (bypasses DNS).
     pub fn endpoints(mut self, eps: Vec<Endpoint>) -> Self {
-        self.endpoints = Some(eps);
+        self.settings.endpoints = Some(eps);
         self
     }
 
     /// DNS discovery options (the default when no static endpoints are given).
     pub fn dns(mut self, d: DnsConfig) -> Self {
-        self.dns = Some(d);
+        self.settings.dns = Some(d);
         self
     }
 
     /// SO_RCVBUF / SO_SNDBUF of every core socket (0 = system default).
     pub fn socket_buffers(mut self, recv: usize, send: usize) -> Self {
-        self.recv_buf = recv;
-        self.send_buf = send;
+        self.settings.core.recv_buf = recv;
+        self.settings.core.send_buf = send;
         self
     }
 
     /// Requests in flight per core; beyond it requests fail at once with `Overloaded`.
     pub fn in_flight_per_core(mut self, n: usize) -> Self {
-        self.in_flight = n;
+        self.settings.core.in_flight_per_core = n;
         self
     }
 
     /// Latency-report flush interval.
     pub fn report_interval(mut self, d: Duration) -> Self {
-        self.report_interval = d;
+        self.settings.core.report_interval = d;
         self
-    }
-
-    fn validate(self) -> Result<EngineConfig, BuildError> {
-        self.policy
-            .check_key(&self.key)
-            .map_err(|e| BuildError::Config(ConfigError::Policy(e)))?;
-        let cpus = config::resolve_cores(self.cores.as_ref())?;
-        let source = match (self.endpoints, self.dns) {
-            (Some(eps), _) => {
-                config::check_endpoints(&eps)?;
-                Source::Static(eps)
-            }
-            (None, dns) => {
-                let dns = dns.unwrap_or_default();
-                let domain = dns.domain.unwrap_or_else(|| self.key.default_domain());
-                Source::Dns {
-                    domain,
-                    server: dns.server,
-                }
-            }
-        };
-        if self.in_flight == 0 || self.in_flight > inflight::MAX_IN_FLIGHT {
-            return Err(OptionError::BadInFlight(self.in_flight).into());
-        }
-        if self.report_interval < Duration::from_millis(1)
-            || self.report_interval > Duration::from_secs(10)
-        {
-            return Err(OptionError::BadReportInterval.into());
-        }
-        if !(2..=MAX_SOCKETS_PER_CORE).contains(&self.max_sockets) {
-            return Err(OptionError::BadMaxSockets(self.max_sockets).into());
-        }
-        Ok(EngineConfig {
-            key: self.key,
-            policy: self.policy,
-            cpus,
-            source,
-            recv_buf: self.recv_buf,
-            send_buf: self.send_buf,
-            in_flight_per_core: self.in_flight,
-            report_interval: self.report_interval,
-            max_sockets: self.max_sockets,
-            spin: self.spin,
-            io_backend: self.io_backend,
-            gso: self.gso,
-            hosted: false,
-        })
     }
 
     /// Validates everything and allocates every per-core structure, starting no
     /// thread and opening no socket: the handle and the engine's shared state.
-    fn prepare(cfg: &EngineConfig) -> Result<Arc<Shared>, BuildError> {
+    fn prepare(cfg: &Validated) -> Result<Arc<Shared>, BuildError> {
         let auth = Auth::new(&cfg.key);
         let n = cfg.cpus.len();
-        let queue_cap = cfg.in_flight_per_core.min(1 << 16);
+        let queue_cap = cfg.core.in_flight_per_core.min(1 << 16);
         let mut queues = Vec::new();
         queues
             .try_reserve_exact(n)
@@ -246,11 +182,12 @@ impl EngineBuilder {
             queues.push(CoreQueue::new(queue_cap).map_err(|e| BuildError::Socket(e.kind()))?);
         }
         let slots = n
-            .checked_mul(cfg.in_flight_per_core + queue_cap)
+            .checked_mul(cfg.core.in_flight_per_core + queue_cap)
             .ok_or(BuildError::OutOfMemory)?;
         let pool = SlotPool::new(slots).ok_or(BuildError::OutOfMemory)?;
         let membership = match &cfg.source {
             Source::Static(eps) => Membership::new(eps.clone()),
+            #[cfg(feature = "dns")]
             Source::Dns { .. } => Membership::new(Vec::new()),
         };
         let published = (0..n)
@@ -270,15 +207,7 @@ impl EngineBuilder {
             window_limit_ms: cfg.key.quotas().rate_window_size_ms_max,
             plan: Plan::new(&cfg.policy),
             policy: cfg.policy.clone(),
-            recv_buf: cfg.recv_buf,
-            send_buf: cfg.send_buf,
-            in_flight_per_core: cfg.in_flight_per_core,
-            report_interval: cfg.report_interval,
-            max_sockets: cfg.max_sockets,
-            spin: cfg.spin,
-            io_backend: cfg.io_backend,
-            gso: cfg.gso,
-            hosted: cfg.hosted,
+            settings: cfg.core,
             published,
             gate: submit::Gate::new(),
             queue_full: AtomicU64::new(0),
@@ -287,27 +216,29 @@ impl EngineBuilder {
     }
 
     /// For deterministic simulation (tests): validates like [`EngineBuilder::build`] and
-    /// returns the handle with one sans-IO [`state::CoreState`] per configured core,
-    /// starting no thread, opening no socket and running no discovery. The caller
-    /// drives each state (see `tests/simulation.rs`); socket ids are the caller's, the
-    /// first being `SockId(0)` on `port`.
+    /// returns the handle with one sans-IO [`state::CoreState`] per configured core and
+    /// the [`CoreFeed`] that connects it to the handle's queue, completion slots and
+    /// membership, starting no thread, opening no socket and running no discovery. The
+    /// caller drives each state (see `tests/simulation.rs`); socket ids are the
+    /// caller's, the first being `SockId(0)` on `port`.
     #[doc(hidden)]
     pub fn build_states(
         self,
         now: Instant,
         port: u16,
         entropy: impl Fn(usize) -> state::Entropy,
-    ) -> Result<(EngineHandle, Vec<state::CoreState>), BuildError> {
-        let cfg = self.validate()?;
+    ) -> Result<(EngineHandle, Vec<(CoreFeed, state::CoreState)>), BuildError> {
+        let cfg = self.settings.validate()?;
         let shared = Self::prepare(&cfg)?;
-        let mut states = Vec::with_capacity(cfg.cpus.len());
+        let mut cores = Vec::with_capacity(cfg.cpus.len());
         for i in 0..cfg.cpus.len() {
-            let st =
-                state::CoreState::new(i, shared.clone(), now, sockets::SockId(0), port, entropy(i))
-                    .map_err(|_| BuildError::NoRandomness)?;
-            states.push(st);
+            let feed = CoreFeed::new(i, shared.clone());
+            let st = feed
+                .new_state(now, sockets::SockId(0), port, entropy(i))
+                .map_err(|_| BuildError::NoRandomness)?;
+            cores.push((feed, st));
         }
-        Ok((EngineHandle { inner: shared }, states))
+        Ok((EngineHandle { inner: shared }, cores))
     }
 
     /// Validates everything (before any I/O), then starts discovery and the cores.
@@ -316,91 +247,18 @@ impl EngineBuilder {
     /// [`EngineBuilder::build_async`].
     pub fn build(mut self) -> Result<Engine, BuildError> {
         let runtime = self.runtime.take();
-        let mut cfg = self.validate()?;
-        if runtime.is_some() {
-            cfg.hosted = true;
-            cfg.io_backend = crate::udp::BackendChoice::Mmsg;
-            cfg.spin = None;
-        }
+        self.settings.core.hosted = runtime.is_some();
+        let cfg = self.settings.validate()?;
         let shared = Self::prepare(&cfg)?;
-        let n = cfg.cpus.len();
         let discovery = match &cfg.source {
             Source::Static(_) => None,
+            #[cfg(feature = "dns")]
             Source::Dns { domain, server } => Some(
                 membership::spawn_discovery(shared.membership.clone(), domain.clone(), *server)
                     .map_err(|e| BuildError::Socket(e.kind()))?,
             ),
         };
-        let mut engine = Engine {
-            shared: shared.clone(),
-            threads: Vec::with_capacity(n),
-            tasks: Vec::new(),
-            local_addrs: Vec::with_capacity(n),
-            discovery,
-            stopped: false,
-        };
-        if let Some(rt) = runtime {
-            for i in 0..n {
-                match driver::Driver::new(i, shared.clone()) {
-                    Ok(d) => {
-                        engine.local_addrs.push(d.local_addr());
-                        engine.tasks.push(rt.spawn(hosted::run(d)));
-                    }
-                    Err(e) => {
-                        engine.shutdown_inner();
-                        return Err(e);
-                    }
-                }
-            }
-            tracing::info!(cores = n, "engine started (hosted cores)");
-            return Ok(engine);
-        }
-        for (i, cpu) in cfg.cpus.iter().copied().enumerate() {
-            let (tx, rx) = crossbeam_channel::bounded(1);
-            let sh = shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("rl-core-{i}"))
-                .spawn(move || {
-                    let _ = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
-                    match driver::Driver::new(i, sh) {
-                        Ok(d) => {
-                            let _ = tx.send(Ok(d.local_addr()));
-                            d.run();
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Err(e));
-                        }
-                    }
-                });
-            let handle = match spawned {
-                Ok(h) => h,
-                Err(e) => {
-                    engine.shutdown_inner();
-                    return Err(BuildError::Executor {
-                        core: i,
-                        kind: e.kind(),
-                    });
-                }
-            };
-            let ready = rx.recv_timeout(Duration::from_secs(10));
-            engine.threads.push(handle);
-            match ready {
-                Ok(Ok(addr)) => engine.local_addrs.push(addr),
-                Ok(Err(e)) => {
-                    engine.shutdown_inner();
-                    return Err(e);
-                }
-                Err(_) => {
-                    engine.shutdown_inner();
-                    return Err(BuildError::Executor {
-                        core: i,
-                        kind: std::io::ErrorKind::TimedOut,
-                    });
-                }
-            }
-        }
-        tracing::info!(cores = n, "engine started");
-        Ok(engine)
+        Engine::start(shared, &cfg.cpus, runtime, discovery)
     }
 
     /// [`EngineBuilder::build`] without blocking an async runtime: the blocking part

@@ -1,10 +1,11 @@
 //! Engine configuration: the builder's options, their validation, and the errors of
 //! `EngineBuilder::build()`.
 //!
-//! Owns: [`Cores`], [`DnsConfig`], [`BuildError`], the validated `EngineConfig` and the
-//! core selection.
-//! Must not touch: sockets, threads (build() starts them in `mod.rs` only after
-//! validation succeeded). Errors never contain the API key.
+//! Owns: [`Cores`], [`DnsConfig`], [`BuildError`], the one declaration of the settings
+//! (`Settings`, the cores' part `CoreSettings`), their one validation into `Validated`,
+//! and the core selection.
+//! Must not touch: sockets, threads (`builder.rs` starts them only after validation
+//! succeeded). Errors never contain the API key.
 
 use std::io;
 use std::net::SocketAddr;
@@ -71,6 +72,10 @@ pub enum BuildError {
     /// The OS gave no randomness to seed a core's unique ids and nonces.
     #[error("no OS randomness for unique ids and nonces")]
     NoRandomness,
+    /// DNS SRV discovery was configured (a domain, or no static endpoints), but the
+    /// engine was built without the `dns` feature: give static endpoints instead.
+    #[error("DNS discovery was configured, but the engine was built without the `dns` feature")]
+    DnsNotCompiled,
     /// A core's thread could not start.
     #[error("engine core {core} could not start: {kind:?}")]
     Executor {
@@ -114,29 +119,138 @@ pub enum OptionError {
 #[derive(Clone, Debug)]
 pub(crate) enum Source {
     Static(Vec<Endpoint>),
+    #[cfg(feature = "dns")]
     Dns {
         domain: String,
         server: Option<SocketAddr>,
     },
 }
 
-/// Validated configuration.
-#[derive(Clone, Debug)]
-pub(crate) struct EngineConfig {
+/// The engine's settings, declared once: [`EngineBuilder`](super::EngineBuilder) holds
+/// and mutates one, and [`Settings::validate`] checks it once, before any I/O, into the
+/// [`Validated`] value the engine is prepared from.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub key: ApiKey,
+    pub policy: RequestPolicy,
+    /// `None` = one core on the last CPU of the affinity set.
+    pub cores: Option<Cores>,
+    /// Static endpoints (bypass DNS).
+    pub endpoints: Option<Vec<Endpoint>>,
+    /// DNS discovery options (used when `endpoints` is `None`).
+    pub dns: Option<DnsConfig>,
+    /// What each core reads.
+    pub core: CoreSettings,
+}
+
+/// The settings every core (and the handle) reads, kept as they are in
+/// [`Shared`](super::shared::Shared) once validated.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CoreSettings {
+    /// SO_RCVBUF of every core socket (0 = system default).
+    pub recv_buf: usize,
+    /// SO_SNDBUF of every core socket (0 = system default).
+    pub send_buf: usize,
+    /// Requests in flight per core (1..=2^24).
+    pub in_flight_per_core: usize,
+    /// Latency-report flush interval (1 ms..=10 s).
+    pub report_interval: Duration,
+    /// Most sockets one core holds open (steering; 2..=1024).
+    pub max_sockets: usize,
+    /// Busy-poll of the queue before a core parks (`None` = park at once).
+    pub spin: Option<Duration>,
+    /// The cores' I/O backend choice.
+    pub io_backend: crate::udp::BackendChoice,
+    /// GSO sends / GRO receives on.
+    pub gso: bool,
+    /// The cores run as tasks on the application's runtime (`EngineBuilder::runtime`);
+    /// validation then forces the mmsg backend and no spinning.
+    pub hosted: bool,
+}
+
+/// Settings that passed [`Settings::validate`]: the key and policy, the resolved CPUs
+/// and endpoint source, and the cores' settings.
+#[derive(Clone)]
+pub(crate) struct Validated {
     pub key: ApiKey,
     pub policy: RequestPolicy,
     pub cpus: Vec<usize>,
     pub source: Source,
-    pub recv_buf: usize,
-    pub send_buf: usize,
-    pub in_flight_per_core: usize,
-    pub report_interval: Duration,
-    pub max_sockets: usize,
-    pub spin: Option<Duration>,
-    pub io_backend: crate::udp::BackendChoice,
-    pub gso: bool,
-    /// Cores run as tasks on the application's runtime.
-    pub hosted: bool,
+    pub core: CoreSettings,
+}
+
+impl Settings {
+    /// The defaults for `key`.
+    pub(crate) fn new(key: ApiKey) -> Settings {
+        Settings {
+            key,
+            policy: RequestPolicy::default(),
+            cores: None,
+            endpoints: None,
+            dns: None,
+            core: CoreSettings {
+                recv_buf: super::DEFAULT_SOCKET_BUFFER,
+                send_buf: super::DEFAULT_SOCKET_BUFFER,
+                in_flight_per_core: super::DEFAULT_IN_FLIGHT,
+                report_interval: super::DEFAULT_REPORT_INTERVAL,
+                max_sockets: super::sockets::DEFAULT_MAX_SOCKETS,
+                spin: None,
+                io_backend: super::DEFAULT_IO_BACKEND,
+                gso: true,
+                hosted: false,
+            },
+        }
+    }
+
+    /// Checks every setting (no I/O): the policy against the key's limits, the core
+    /// selection, the endpoints or the DNS source, and the cores' ranges.
+    pub(crate) fn validate(self) -> Result<Validated, BuildError> {
+        self.policy
+            .check_key(&self.key)
+            .map_err(|e| BuildError::Config(ConfigError::Policy(e)))?;
+        let cpus = resolve_cores(self.cores.as_ref())?;
+        let source = match (self.endpoints, self.dns) {
+            (Some(eps), _) => {
+                check_endpoints(&eps)?;
+                Source::Static(eps)
+            }
+            #[cfg(not(feature = "dns"))]
+            (None, _) => return Err(BuildError::DnsNotCompiled),
+            #[cfg(feature = "dns")]
+            (None, dns) => {
+                let dns = dns.unwrap_or_default();
+                let domain = dns.domain.unwrap_or_else(|| self.key.default_domain());
+                Source::Dns {
+                    domain,
+                    server: dns.server,
+                }
+            }
+        };
+        let mut core = self.core;
+        if core.in_flight_per_core == 0 || core.in_flight_per_core > super::inflight::MAX_IN_FLIGHT
+        {
+            return Err(OptionError::BadInFlight(core.in_flight_per_core).into());
+        }
+        if core.report_interval < Duration::from_millis(1)
+            || core.report_interval > Duration::from_secs(10)
+        {
+            return Err(OptionError::BadReportInterval.into());
+        }
+        if !(2..=super::MAX_SOCKETS_PER_CORE).contains(&core.max_sockets) {
+            return Err(OptionError::BadMaxSockets(core.max_sockets).into());
+        }
+        if core.hosted {
+            core.io_backend = crate::udp::BackendChoice::Mmsg;
+            core.spin = None;
+        }
+        Ok(Validated {
+            key: self.key,
+            policy: self.policy,
+            cpus,
+            source,
+            core,
+        })
+    }
 }
 
 /// The CPU ids this process may run on (its `sched_getaffinity` set), ascending.

@@ -174,7 +174,7 @@ impl EngineHandle {
             q.wake();
         }
         // a hosted core cannot publish while this blocks the runtime it needs
-        let wait = if sh.hosted && tokio::runtime::Handle::try_current().is_ok() {
+        let wait = if sh.settings.hosted && tokio::runtime::Handle::try_current().is_ok() {
             Duration::ZERO
         } else {
             Duration::from_millis(100)

@@ -4,7 +4,7 @@
 //! Owns: the task's loop, the readiness registrations of the core's sockets (Tokio
 //! `AsyncFd`), its timer (a Tokio `Sleep`) and the task's side of the wake protocol
 //! (`udp::Waker::host`). Must not touch: request state, the wire, decisions, socket
-//! operations: the [`Driver`] and its `CoreState` do all of that exactly as on a
+//! operations: the [`Core`] and its `CoreState` do all of that exactly as on a
 //! pinned core; this module only decides when a turn runs.
 //!
 //! Why: a decision on a pinned core costs four context switches when the machine has
@@ -16,7 +16,7 @@
 //! turn sends every transmit queued since the last one, GSO-grouped, in one
 //! `sendmmsg`).
 //!
-//! A turn is a pinned core's turn (`Driver::prelude`, then the I/O layer without a
+//! A turn is a pinned core's turn (`Core::prelude`, then the I/O layer without a
 //! wait: `UdpIo::run_nowait`). While more work is certain (a receive filled its
 //! buffers, submissions are queued, a deadline has passed) the task re-queues itself
 //! behind the tasks that are ready, so the callers it completed run before its next
@@ -27,9 +27,9 @@
 //! only on sockets the runtime reported readable since the last turn, or on every
 //! socket after a receive that filled its buffers.
 //!
-//! A panic inside a turn is contained as on a pinned core (`Driver::fault`). If the
+//! A panic inside a turn is contained as on a pinned core (`Core::fault`). If the
 //! runtime drops the task before the core stopped, its requests fail with
-//! `Failure::Shutdown` and the core is marked dead (see `Driver::abandon`).
+//! `Failure::Shutdown` and the core is marked dead (see `Core::abandon`).
 
 use std::future::{Future, poll_fn};
 use std::os::fd::{AsRawFd, RawFd};
@@ -43,11 +43,11 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::time::Sleep;
 
-use super::driver::{Driver, Wait};
+use super::turn::{Core, Turn, Wait};
 use crate::udp::{SocketId, Waker};
 
 /// A socket's descriptor as Tokio's reactor registers it. The registration is dropped
-/// before the driver closes the socket (`Driver::prelude`'s close hook), so a reused
+/// before the core closes the socket (`Core::prelude`'s close hook), so a reused
 /// descriptor number is never deregistered by mistake.
 struct Fd(RawFd);
 
@@ -65,13 +65,13 @@ struct Reg {
     ready: bool,
 }
 
-/// The hosted core: registrations first, so they are dropped before the driver's
+/// The hosted core: registrations first, so they are dropped before the core's
 /// sockets close.
 struct Hosted {
     regs: Vec<Reg>,
     /// Sockets the reactor refused to register: received from every turn.
     unregistered: Vec<SocketId>,
-    core: Driver,
+    core: Core,
     waker: Arc<Waker>,
     sleep: Pin<Box<Sleep>>,
     /// When `sleep` fires (`None`: not armed, or fired).
@@ -87,16 +87,9 @@ struct Hosted {
 /// counters are published at every pause).
 const PUBLISH_IDLE_EVERY: Duration = Duration::from_millis(10);
 
-/// What a turn found.
-enum Turn {
-    Busy,
-    Idle(Option<Instant>),
-    Stopped,
-}
-
-/// Runs core `driver` as a task until the engine shuts down. Spawned on the runtime
+/// Runs `core` as a task until the engine shuts down. Spawned on the runtime
 /// given to `EngineBuilder::runtime`.
-pub(crate) async fn run(core: Driver) {
+pub(crate) async fn run(core: Core) {
     let waker = core.waker();
     waker.host();
     let mut h = Hosted {
@@ -113,7 +106,7 @@ pub(crate) async fn run(core: Driver) {
     loop {
         match catch_unwind(AssertUnwindSafe(|| h.turn())) {
             Ok(Turn::Busy) => requeue().await,
-            Ok(Turn::Idle(deadline)) => {
+            Ok(Turn::Idle { until: deadline }) => {
                 if h.park(deadline).await {
                     // woken by a submitter: let the other ready tasks submit too, so
                     // that one turn sends them all
@@ -180,13 +173,13 @@ impl Hosted {
         // (a completion flush) must re-queue now, not wait for Tokio's millisecond timer.
         match self.core.idle() {
             Some(deadline) if !self.read_all && deadline.is_none_or(|d| d > Instant::now()) => {
-                Turn::Idle(deadline)
+                Turn::Idle { until: deadline }
             }
             _ => Turn::Busy,
         }
     }
 
-    /// Registers the sockets the driver opened since the last turn (counted without
+    /// Registers the sockets the core opened since the last turn (counted without
     /// allocating; a new socket is rare: steering).
     fn register_new(&mut self) {
         if self.core.socket_ids().count() == self.regs.len() + self.unregistered.len() {
@@ -201,7 +194,7 @@ impl Hosted {
                 continue;
             };
             let interest = Interest::READABLE | Interest::WRITABLE;
-            // SAFETY: `raw` is the open socket `id` of the driver. The registration is
+            // SAFETY: `raw` is the open socket `id` of the core. The registration is
             // dropped before that socket closes: the close hook of `turn` removes it
             // first, and `Hosted` drops `regs` before `core`.
             match unsafe { AsyncFd::register_with_interest(Fd(raw), interest) } {

@@ -10,12 +10,12 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::builder::EngineBuilder;
 use super::completion::futures_oneshot;
-use super::driver;
+use super::config::BuildError;
 use super::handle::EngineHandle;
+use super::hosted;
 use super::shared::Shared;
-use crate::proto::key::ApiKey;
+use super::turn;
 use crate::proto::outcome::Failure;
 
 /// The running engine. Dropping it shuts it down.
@@ -33,7 +33,7 @@ impl fmt::Debug for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Engine")
             .field("cores", &self.shared.queues.len())
-            .field("hosted", &self.shared.hosted)
+            .field("hosted", &self.shared.settings.hosted)
             .field("local_addrs", &self.local_addrs)
             .field("stopped", &self.stopped)
             .finish_non_exhaustive()
@@ -41,11 +41,6 @@ impl fmt::Debug for Engine {
 }
 
 impl Engine {
-    /// Starts building an engine for `key`.
-    pub fn builder(key: ApiKey) -> EngineBuilder {
-        EngineBuilder::new(key)
-    }
-
     /// A handle for submitting requests (Clone + Send + Sync).
     pub fn handle(&self) -> EngineHandle {
         EngineHandle {
@@ -145,7 +140,7 @@ impl Engine {
         // anything a core could not take (it never started)
         for q in sh.queues.iter() {
             while let Ok(m) = q.rx.try_recv() {
-                driver::fail_msg(sh, m, &Failure::Shutdown);
+                turn::fail_msg(sh, m, &Failure::Shutdown);
             }
         }
         sh.membership.stop();
@@ -158,5 +153,89 @@ impl Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         self.shutdown_inner();
+    }
+}
+
+impl Engine {
+    /// Starts the cores of a prepared engine: tasks on `runtime` when given (hosted),
+    /// else one pinned thread per CPU of `cpus`, each returning once its socket is bound.
+    /// On a failure the cores already started are shut down.
+    pub(super) fn start(
+        shared: Arc<Shared>,
+        cpus: &[usize],
+        runtime: Option<tokio::runtime::Handle>,
+        discovery: Option<JoinHandle<()>>,
+    ) -> Result<Engine, BuildError> {
+        let n = cpus.len();
+        let mut engine = Engine {
+            shared: shared.clone(),
+            threads: Vec::with_capacity(n),
+            tasks: Vec::new(),
+            local_addrs: Vec::with_capacity(n),
+            discovery,
+            stopped: false,
+        };
+        if let Some(rt) = runtime {
+            for i in 0..n {
+                match turn::Core::new(i, shared.clone()) {
+                    Ok(d) => {
+                        engine.local_addrs.push(d.local_addr());
+                        engine.tasks.push(rt.spawn(hosted::run(d)));
+                    }
+                    Err(e) => {
+                        engine.shutdown_inner();
+                        return Err(e);
+                    }
+                }
+            }
+            tracing::info!(cores = n, "engine started (hosted cores)");
+            return Ok(engine);
+        }
+        for (i, cpu) in cpus.iter().copied().enumerate() {
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            let sh = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("rl-core-{i}"))
+                .spawn(move || {
+                    let _ = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+                    match turn::Core::new(i, sh) {
+                        Ok(d) => {
+                            let _ = tx.send(Ok(d.local_addr()));
+                            d.run();
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                        }
+                    }
+                });
+            let handle = match spawned {
+                Ok(h) => h,
+                Err(e) => {
+                    engine.shutdown_inner();
+                    return Err(BuildError::Executor {
+                        core: i,
+                        kind: e.kind(),
+                    });
+                }
+            };
+            let ready = rx.recv_timeout(Duration::from_secs(10));
+            engine.threads.push(handle);
+            match ready {
+                Ok(Ok(addr)) => engine.local_addrs.push(addr),
+                Ok(Err(e)) => {
+                    engine.shutdown_inner();
+                    return Err(e);
+                }
+                Err(_) => {
+                    engine.shutdown_inner();
+                    return Err(BuildError::Executor {
+                        core: i,
+                        kind: std::io::ErrorKind::TimedOut,
+                    });
+                }
+            }
+        }
+        tracing::info!(cores = n, "engine started");
+        Ok(engine)
     }
 }

@@ -10,22 +10,32 @@
 //! Must not touch: the request path (cores only load the snapshot and may ask for a
 //! refresh), sockets of the cores.
 
+#[cfg(feature = "dns")]
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::{JoinHandle, Thread};
+#[cfg(feature = "dns")]
+use std::thread::JoinHandle;
+use std::thread::Thread;
+#[cfg(feature = "dns")]
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
+#[cfg(feature = "dns")]
 use crate::discovery;
-use crate::proto::machine::{Endpoint, MAX_ENDPOINTS, Snapshot};
+#[cfg(feature = "dns")]
+use crate::proto::machine::MAX_ENDPOINTS;
+use crate::proto::machine::{Endpoint, Snapshot};
 
 /// Default refresh period (docs/protocol.md §13).
+#[cfg(feature = "dns")]
 pub(crate) const REFRESH: Duration = Duration::from_secs(300);
 /// Minimum gap between forced refreshes.
+#[cfg(feature = "dns")]
 pub(crate) const FORCE_GAP: Duration = Duration::from_secs(1);
 /// Timeout of one DNS resolution.
+#[cfg(feature = "dns")]
 pub(crate) const DNS_TIMEOUT: Duration = Duration::from_millis(1000);
 
 /// The current endpoint set, shared by every core.
@@ -83,6 +93,7 @@ impl Membership {
 
 /// Starts the discovery thread; returns once the first resolution finished (success or
 /// not), so a fresh engine has endpoints when DNS works.
+#[cfg(feature = "dns")]
 pub(crate) fn spawn_discovery(
     m: Arc<Membership>,
     domain: String,
@@ -98,6 +109,7 @@ pub(crate) fn spawn_discovery(
     Ok(h)
 }
 
+#[cfg(feature = "dns")]
 fn discovery_loop(
     m: Arc<Membership>,
     domain: String,

@@ -13,7 +13,7 @@
 //!  RequestBuilder::send() ── encode PDU ──┐
 //!   (thread → core affinity)              │  crossbeam bounded queue + udp::Waker
 //!  EngineHandle::submit_batch()  ─────────┼─▶ (eventfd written only while the core waits)
-//!  EngineHandle::report()  ───────────────┘       │ driver: drain ≤256/turn into CoreState
+//!  EngineHandle::report()  ───────────────┘       │ turn::Core: ≤256/turn into CoreState
 //!        ▲                                        ▼
 //!        │  Completion: pooled one-shot   state: in-flight slab, timer wheel, sockets
 //!        │  slot, atomic state + waker    (sans-IO) ─▶ transmits ─▶ UdpIo (GSO)
@@ -24,13 +24,15 @@
 mod builder;
 pub mod completion;
 pub mod config;
-mod driver;
+#[doc(hidden)] // internal: for the simulation
+pub mod feed;
 mod handle;
 mod hosted;
 #[doc(hidden)] // internal: for the simulation, the fuzz target and the benches
 pub mod inflight;
 mod lifecycle;
 mod membership;
+mod random;
 mod reports;
 mod shared;
 #[doc(hidden)] // internal: for the simulation, the fuzz target and the benches
@@ -39,6 +41,7 @@ pub mod sockets;
 pub mod state;
 pub mod stats;
 pub mod submit;
+mod turn;
 #[doc(hidden)] // internal: for the simulation, the fuzz target and the benches
 pub mod wheel;
 

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::completion::SlotPool;
+use super::config::CoreSettings;
 use super::membership::Membership;
 use super::state::CoreState;
 use super::stats::Stats;
@@ -29,20 +30,8 @@ pub(crate) struct Shared {
     pub horizon_ms: u32,
     pub window_limit_ms: u32,
     pub max_pdu: usize,
-    pub recv_buf: usize,
-    pub send_buf: usize,
-    pub in_flight_per_core: usize,
-    pub report_interval: Duration,
-    /// Most sockets one core holds open (steering).
-    pub max_sockets: usize,
-    /// Busy-poll of the queue before a core parks (`None` = park at once).
-    pub spin: Option<Duration>,
-    /// The cores' I/O backend choice.
-    pub io_backend: crate::udp::BackendChoice,
-    /// GSO sends / GRO receives on.
-    pub gso: bool,
-    /// The cores run as tasks on the application's runtime (`EngineBuilder::runtime`).
-    pub hosted: bool,
+    /// The validated settings the cores and the handle read.
+    pub settings: CoreSettings,
     /// The statistics each core published last (read without asking the core).
     pub(super) published: Box<[Published]>,
     pub(super) gate: Gate,

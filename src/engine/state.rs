@@ -2,16 +2,21 @@
 //!
 //! Owns, for its core: the in-flight table, the timer wheel, the socket bookkeeping
 //! (steering), report coalescing, buffered randomness for unique ids and nonces, and the
-//! core's statistics. It takes inputs — queued submissions, received datagrams
-//! `(now, socket, bytes)`, timeouts and send failures — and hands out transmits
-//! `(socket, destination, bytes, tag)` through a caller-supplied [`TransmitSink`], socket
-//! operations ([`SocketOp`]), completions (written to the requests' completion slots) and
-//! the next deadline ([`CoreState::poll_timeout`]).
+//! core's statistics. It takes inputs — submissions handed to it one by one (its
+//! driver drains the queue: `super::feed`), the endpoint set
+//! ([`CoreState::set_membership`]), received datagrams `(now, socket, bytes)`, timeouts
+//! and send failures — and hands out transmits `(socket, destination, bytes, tag)`
+//! through a caller-supplied [`TransmitSink`], socket operations ([`SocketOp`]),
+//! completions (written to the requests' completion slots; the slots whose callers are to
+//! be woken are returned by [`CoreState::take_wakes`]), a refresh request when it found
+//! no endpoint ([`CoreState::take_refresh_request`]) and the next deadline
+//! ([`CoreState::poll_timeout`]).
 //!
-//! Must not touch: sockets, clocks (every instant is a parameter; the wall clock for the
-//! tenant timestamp is set with [`CoreState::set_wall_ms`]), threads, system calls (OS
-//! randomness comes from the injected [`Entropy`]). The decisions themselves are the
-//! request machine's (`crate::proto::machine`).
+//! Must not touch: sockets, channels, wakers, the engine's shared state, clocks (every
+//! instant is a parameter; the wall clock for the tenant timestamp is set with
+//! [`CoreState::set_wall_ms`]), threads, system calls (OS randomness comes from the
+//! injected [`Entropy`]). The decisions themselves are the request machine's
+//! (`crate::proto::machine`).
 //!
 //! Ordering contract for drivers: hand every transmit to the network before performing
 //! the socket operations polled after it (a `Close` follows the last transmit of its
@@ -25,31 +30,26 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chacha20::ChaCha20Rng;
-use rand_core::{Rng, SeedableRng};
-use zeroize::Zeroize;
-
+use super::completion::SlotPool;
+use super::config::CoreSettings;
 use super::inflight::{Entry, InFlight, Key};
+use super::random::RandPool;
 use super::reports::Reports;
-use super::shared::Shared;
 use super::sockets::{SockId, SocketOp, SocketTable};
 use super::stats::{ROUND_BUCKETS, Stats};
-use super::submit::{Msg, PduBuf};
+use super::submit::PduBuf;
 use super::wheel::{TimerHandle, TimerWheel};
-use crate::proto::machine::{Ignored, Sends, TransmitKind};
+use crate::proto::machine::{Ignored, Plan, Sends, Snapshot, TransmitKind};
 use crate::proto::outcome::{CommError, Failure, Phase, Response};
-use crate::proto::wire::{self, DropReason, RateResponseView, RngError, TenantView};
+use crate::proto::policy::RequestPolicy;
+use crate::proto::wire::{
+    self, Auth, DropReason, RateResponseView, ReportEntry, RngError, TenantView,
+};
 
-/// Submissions taken from the queue per call of [`CoreState::handle_queue`].
+/// Submissions a driver takes from its queue per turn.
 pub const DRAIN: usize = 256;
 /// Send tag of latency reports.
 pub const REPORT_TAG: u64 = u64::MAX;
-/// Random bytes generated at a time.
-const RNG_POOL: usize = 4096;
-/// Bytes of ChaCha20 keystream generated under one key before it is re-keyed from the
-/// entropy source.
-const RESEED_BYTES: usize = 1 << 20;
-
 /// Where a core's transmits go: the driver's send batch, or a simulated network.
 /// The datagram bytes are only borrowed: copy them.
 pub trait TransmitSink {
@@ -58,70 +58,40 @@ pub trait TransmitSink {
     fn transmit(&mut self, sock: SockId, to: SocketAddr, datagram: &[u8], tag: u64);
 }
 
-/// A source of randomness (OS randomness in the driver, seeded in simulation).
-pub type Entropy = Box<dyn FnMut(&mut [u8]) -> Result<(), RngError> + Send>;
-
-/// The OS randomness source.
-pub fn os_entropy() -> Entropy {
-    Box::new(wire::fill_random)
-}
-
-/// Buffered randomness: a ChaCha20 keystream keyed with 32 bytes of the entropy source
-/// and re-keyed every [`RESEED_BYTES`] (the construction of arc4random and of the
-/// kernel's own generator), so a request costs no system call and no kernel ChaCha run.
-struct RandPool {
-    buf: Box<[u8; RNG_POOL]>,
-    at: usize,
-    source: Entropy,
-    rng: Option<ChaCha20Rng>,
-    since_seed: usize,
-}
-
-impl RandPool {
-    fn refill(&mut self) -> Result<(), RngError> {
-        if self.rng.is_none() || self.since_seed >= RESEED_BYTES {
-            let mut seed = [0u8; 32];
-            (self.source)(&mut seed)?;
-            self.rng = Some(ChaCha20Rng::from_seed(seed));
-            seed.zeroize();
-            self.since_seed = 0;
-        }
-        if let Some(rng) = self.rng.as_mut() {
-            rng.fill_bytes(&mut self.buf[..]);
-        }
-        self.since_seed += RNG_POOL;
-        self.at = 0;
-        Ok(())
-    }
-
-    fn fill(&mut self, out: &mut [u8]) -> Result<(), RngError> {
-        if self.at + out.len() > RNG_POOL {
-            self.refill()?;
-        }
-        out.copy_from_slice(&self.buf[self.at..self.at + out.len()]);
-        // never hand out the same bytes twice
-        self.buf[self.at..self.at + out.len()].fill(0);
-        self.at += out.len();
-        Ok(())
-    }
-
-    /// The random bytes of one datagram's unique id and nonce.
-    fn datagram_random(&mut self) -> Result<[u8; wire::DATAGRAM_RANDOM_LEN], RngError> {
-        let mut rnd = [0u8; wire::DATAGRAM_RANDOM_LEN];
-        self.fill(&mut rnd)?;
-        Ok(rnd)
-    }
-}
+pub use super::random::{Entropy, os_entropy};
 
 /// Whole microseconds of `d`, saturating at `u32::MAX - 1`.
 fn micros(d: Duration) -> u32 {
     d.as_micros().min(u128::from(u32::MAX - 1)) as u32
 }
 
+/// The configuration one core's state reads, as plain values.
+#[derive(Clone)]
+pub(crate) struct CoreConfig {
+    /// The core's index.
+    pub(crate) index: usize,
+    /// The key's authentication (seal and open).
+    pub(crate) auth: Auth,
+    /// The policy's constants as the request machines take them.
+    pub(crate) plan: Plan,
+    /// The request policy (its horizon bounds the latency histograms).
+    pub(crate) policy: RequestPolicy,
+    /// In-flight limit, sockets and report interval of the core.
+    pub(crate) settings: CoreSettings,
+}
+
 /// The state of one engine core.
 pub struct CoreState {
     index: usize,
-    shared: Arc<Shared>,
+    /// What the core reads of the configuration (plain values).
+    cfg: CoreConfig,
+    /// The completion slots: outcomes are written here; callers are woken by the driver
+    /// (see [`CoreState::take_wakes`]).
+    pool: Arc<SlotPool>,
+    /// The endpoint set new requests and reports use ([`CoreState::set_membership`]).
+    snapshot: Snapshot,
+    /// A request found no endpoint: the driver asks discovery for a refresh.
+    refresh_wanted: bool,
     inflight: InFlight,
     wheel: TimerWheel<u64>,
     socks: SocketTable,
@@ -131,7 +101,7 @@ pub struct CoreState {
     reports: Reports,
     scratch: Box<[u8; wire::MAX_DATAGRAM]>,
     wall_ms: u64,
-    /// Completion slots whose callers are still to be woken (see `wake_callers`).
+    /// Completion slots whose callers are still to be woken (see `take_wakes`).
     wakes: Vec<u32>,
     /// Requests decided by a datagram whose completion transmits wait for the end of the
     /// receive batch (sent by the next `handle_timeout`), each key once.
@@ -151,47 +121,58 @@ impl std::fmt::Debug for CoreState {
 }
 
 impl CoreState {
-    /// The state of core `index`, whose first socket `first` is bound on `port`.
+    /// The state of core `cfg.index`, whose first socket `first` is bound on `port`;
+    /// completions are written to `pool` and requests go to the endpoints of `snapshot`.
     pub(crate) fn new(
-        index: usize,
-        shared: Arc<Shared>,
+        cfg: CoreConfig,
+        pool: Arc<SlotPool>,
+        snapshot: Snapshot,
         now: Instant,
         first: SockId,
         port: u16,
         entropy: Entropy,
     ) -> Result<CoreState, RngError> {
-        let mut rng = RandPool {
-            buf: Box::new([0u8; RNG_POOL]),
-            at: RNG_POOL,
-            source: entropy,
-            rng: None,
-            since_seed: 0,
-        };
+        let mut rng = RandPool::new(entropy);
         let mut mask = [0u8; 5];
         rng.fill(&mut mask)?;
-        let limit = shared.in_flight_per_core;
-        let max_reports = wire::max_report_entries(shared.auth.mode());
+        let limit = cfg.settings.in_flight_per_core;
+        let max_reports = wire::max_report_entries(cfg.auth.mode());
         Ok(CoreState {
-            index,
+            index: cfg.index,
             inflight: InFlight::new(limit, mask),
             wheel: TimerWheel::new(now, Duration::from_millis(1), 8192, limit.min(1 << 16)),
-            socks: SocketTable::new(first, port, shared.max_sockets),
+            socks: SocketTable::new(first, port, cfg.settings.max_sockets),
             fired: Vec::with_capacity(1024),
             rng,
             stats: Stats::new(),
-            reports: Reports::new(max_reports, shared.report_interval),
+            reports: Reports::new(max_reports, cfg.settings.report_interval),
             scratch: Box::new([0u8; wire::MAX_DATAGRAM]),
             wall_ms: 0,
             wakes: Vec::with_capacity(8192),
             completing: Vec::with_capacity(limit),
             completing_since: None,
-            shared,
+            cfg,
+            pool,
+            snapshot,
+            refresh_wanted: false,
         })
     }
 
     /// Index of this core.
     pub fn index(&self) -> usize {
         self.index
+    }
+
+    /// Sets the endpoint set that requests started and reports sent from now on use
+    /// (the driver passes the current one each turn).
+    pub fn set_membership(&mut self, snapshot: Snapshot) {
+        self.snapshot = snapshot;
+    }
+
+    /// True once after a request found no endpoint: the driver asks discovery for an
+    /// early refresh.
+    pub fn take_refresh_request(&mut self) -> bool {
+        std::mem::take(&mut self.refresh_wanted)
     }
 
     /// Sets the wall clock (Unix ms) written into the tenant timestamp of new datagrams.
@@ -267,7 +248,7 @@ impl CoreState {
         let Some(key) = self.inflight.route(&uid) else {
             return self.stats.drop(DropReason::UnknownRequest);
         };
-        let opened = match wire::open(&self.shared.auth, buf) {
+        let opened = match wire::open(&self.cfg.auth, buf) {
             Ok(o) => o,
             Err(r) => return self.stats.drop(r),
         };
@@ -281,7 +262,7 @@ impl CoreState {
         let (server_id, steering) = (opened.tenant.id(), opened.tenant.steering());
         match e
             .req
-            .handle_results(&self.shared.plan, now, server_id, steering)
+            .handle_results(&self.cfg.plan, now, server_id, steering)
         {
             Err(Ignored::Finished) if e.req.answered_after_decision(server_id) => {
                 // decided earlier in this batch: its completion send to this server is off
@@ -292,7 +273,7 @@ impl CoreState {
                 if v.keeps_response() {
                     // built straight into the completion slot (replacing a retained one)
                     let r = Response::from_view(server_id, steering, v.phase, &resp);
-                    self.shared.pool.stage(e.slot, r);
+                    self.pool.stage(e.slot, r);
                     e.answered_us = micros(now.saturating_duration_since(e.req.started()));
                 }
                 if e.req.poll_steering() == Some(0) && !self.socks.hint(e.sock) {
@@ -319,62 +300,61 @@ impl CoreState {
 
     // ---------------------------------------------------------------- submissions
 
-    /// Takes up to [`DRAIN`] queued messages; true when there were any.
-    pub fn handle_queue(&mut self, now: Instant, out: &mut dyn TransmitSink) -> bool {
-        let mut n = 0;
-        while n < DRAIN {
-            let msg = match self.shared.queues[self.index].rx.try_recv() {
-                Ok(m) => m,
-                Err(_) => break,
-            };
-            n += 1;
-            self.handle_msg(now, msg, out);
-        }
-        n > 0
+    /// A submitted request: its encoded PDU, its completion slot and when it was
+    /// submitted.
+    pub(crate) fn submit(
+        &mut self,
+        now: Instant,
+        pdu: &PduBuf,
+        slot: u32,
+        submitted: Instant,
+        out: &mut dyn TransmitSink,
+    ) {
+        self.start(now, pdu, slot, submitted, out);
     }
 
-    fn handle_msg(&mut self, now: Instant, msg: Msg, out: &mut dyn TransmitSink) {
-        match msg {
-            Msg::Request {
-                pdu,
-                slot,
-                submitted,
-            } => self.start(now, &pdu, slot, submitted, out),
-            Msg::Report(e) => {
-                self.stats.report_entries += 1;
-                if self.reports.push(e, now) {
-                    self.flush_reports(out);
-                }
-            }
-            Msg::FlushReports(tx) => {
-                self.flush_reports(out);
-                let _ = tx.try_send(self.stats.clone());
-            }
-            Msg::Fault => panic!("fault injected into engine core {}", self.index),
+    /// A latency report entry for the next report datagram.
+    pub(crate) fn submit_report(
+        &mut self,
+        now: Instant,
+        e: ReportEntry,
+        out: &mut dyn TransmitSink,
+    ) {
+        self.stats.report_entries += 1;
+        if self.reports.push(e, now) {
+            self.flush_reports(out);
         }
+    }
+
+    /// Sends the pending latency reports now.
+    pub fn flush_reports_now(&mut self, out: &mut dyn TransmitSink) {
+        self.flush_reports(out);
+    }
+
+    /// A request this core will not start (the engine is shutting down): it completes
+    /// with [`Failure::Shutdown`].
+    pub(crate) fn refuse(&mut self, slot: u32) {
+        self.stats.shutdown_failures += 1;
+        self.complete(slot, Err(Failure::Shutdown));
     }
 
     fn complete(&mut self, slot: u32, out: Result<Response, Failure>) {
         self.stats.completions += 1;
-        self.shared
-            .pool
-            .complete_to(slot, out, Some(&mut self.wakes));
+        self.pool.complete_to(slot, out, Some(&mut self.wakes));
     }
 
-    /// Wakes the callers of the requests completed since the last call: once per driver
-    /// turn, after the turn's sends, so a caller on the same CPU does not preempt the
-    /// core in the middle of its turn.
-    pub fn wake_callers(&mut self) {
-        for idx in self.wakes.drain(..) {
-            self.shared.pool.wake(idx);
-        }
+    /// The completion slots whose callers are to be woken, drained: the driver wakes
+    /// them once per turn, after the turn's sends, so a caller on the same CPU does not
+    /// preempt the core in the middle of its turn.
+    pub fn take_wakes(&mut self) -> std::vec::Drain<'_, u32> {
+        self.wakes.drain(..)
     }
 
     fn fail_early(&mut self, slot: u32, f: Failure) {
         match &f {
             Failure::Discovery(_) => {
                 self.stats.discovery_failures += 1;
-                self.shared.membership.request_refresh();
+                self.refresh_wanted = true;
             }
             Failure::Overloaded => {
                 self.stats.overloaded += 1;
@@ -404,8 +384,8 @@ impl CoreState {
         let Some(key) = self.inflight.reserve() else {
             return self.fail_early(slot, Failure::Overloaded);
         };
-        let snapshot = self.shared.membership.snapshot();
-        let req = match crate::proto::machine::Delivery::new(&self.shared.plan, snapshot, now) {
+        let snapshot = self.snapshot.clone();
+        let req = match crate::proto::machine::Delivery::new(&self.cfg.plan, snapshot, now) {
             Ok(m) => m,
             Err(f) => {
                 self.inflight.unreserve(key);
@@ -416,19 +396,18 @@ impl CoreState {
             self.inflight.unreserve(key);
             return self.fail_early(slot, Failure::Communication(CommError::Rng));
         };
-        let (mut tenant, nonce) =
-            wire::request_tenant(self.shared.auth.key_id(), &rnd, self.wall_ms);
+        let (mut tenant, nonce) = wire::request_tenant(self.cfg.auth.key_id(), &rnd, self.wall_ms);
         // the routing bytes (0..5) are untouched by the id's v4 shaping (bytes 6, 8)
         self.inflight.stamp_unique_id(key, &mut tenant.unique_id);
         let pdu = pdu.as_slice();
-        let p = self.shared.auth.pdu_offset();
+        let p = self.cfg.auth.pdu_offset();
         let total = p + pdu.len();
         let mut dgram = self.inflight.alloc_dgram(total);
         let bytes = self.inflight.bytes_mut(&mut dgram);
         let sealed = match bytes.get_mut(p..total) {
             Some(b) => {
                 b.copy_from_slice(pdu);
-                wire::seal(&self.shared.auth, &tenant, nonce, bytes, pdu.len())
+                wire::seal(&self.cfg.auth, &tenant, nonce, bytes, pdu.len())
             }
             None => Err(wire::EncodeError::TooLarge {
                 needed: total,
@@ -489,7 +468,7 @@ impl CoreState {
         let Some(e) = self.inflight.get_mut(key) else {
             return;
         };
-        if let Some(res) = e.req.poll_outcome(&self.shared.plan) {
+        if let Some(res) = e.req.poll_outcome(&self.cfg.plan) {
             self.finish(key, res, now);
             return;
         }
@@ -518,7 +497,7 @@ impl CoreState {
         };
         self.wheel.cancel(e.timer);
         self.socks.release(e.sock);
-        let pool = &self.shared.pool;
+        let pool = &self.pool;
         pool.mark_decided(e.slot, now);
         let s = &mut self.stats;
         let elapsed = micros(now.saturating_duration_since(e.req.started()));
@@ -570,15 +549,13 @@ impl CoreState {
         };
         let latency = now.saturating_duration_since(e.req.started())
             + Duration::from_micros(u64::from(e.queued_us));
-        s.record_latency(latency, self.shared.policy.horizon());
+        s.record_latency(latency, self.cfg.policy.horizon());
         s.completions += 1;
         if delivered.is_none() {
             // a failure (a staged response, if any, is dropped); a decision always has
             // its response staged, so `Shutdown` here is only a guard
             let f = res.err().unwrap_or(Failure::Shutdown);
-            self.shared
-                .pool
-                .complete_to(e.slot, Err(f), Some(&mut self.wakes));
+            self.pool.complete_to(e.slot, Err(f), Some(&mut self.wakes));
         }
         self.inflight.recycle(e.dgram);
     }
@@ -592,7 +569,7 @@ impl CoreState {
         let mut keys = std::mem::take(&mut self.completing);
         for key in keys.drain(..) {
             if let Some(e) = self.inflight.get_mut(key) {
-                e.req.expire_completion(&self.shared.plan, now);
+                e.req.expire_completion(&self.cfg.plan, now);
                 self.drive(key, now, out);
             }
         }
@@ -611,7 +588,7 @@ impl CoreState {
             let key = Key::unpack(v);
             if let Some(e) = self.inflight.get_mut(key) {
                 e.timer = TimerHandle::NONE;
-                e.req.handle_timeout(&self.shared.plan, now);
+                e.req.handle_timeout(&self.cfg.plan, now);
                 self.drive(key, now, out);
             }
         }
@@ -650,15 +627,15 @@ impl CoreState {
         if self.reports.is_empty() {
             return;
         }
-        let snapshot = self.shared.membership.snapshot();
+        let snapshot = self.snapshot.clone();
         let (Ok(rnd), false) = (self.rng.datagram_random(), snapshot.is_empty()) else {
             self.stats.report_failures += 1;
             self.reports.clear();
             return;
         };
-        let (tenant, nonce) = wire::request_tenant(self.shared.auth.key_id(), &rnd, self.wall_ms);
+        let (tenant, nonce) = wire::request_tenant(self.cfg.auth.key_id(), &rnd, self.wall_ms);
         let encoded = wire::encode_report(
-            &self.shared.auth,
+            &self.cfg.auth,
             &tenant,
             nonce,
             &mut self.scratch[..],
@@ -678,19 +655,10 @@ impl CoreState {
 
     // ---------------------------------------------------------------- shutdown
 
-    /// Completes every queued and in-flight request with `Failure::Shutdown` (exactly
-    /// once), after sending the pending reports. Control messages still queued are
-    /// answered.
+    /// Completes every in-flight request with `Failure::Shutdown` (exactly once), after
+    /// sending the pending reports. The driver first refuses what is still queued
+    /// ([`CoreState::refuse`]).
     pub fn shutdown(&mut self, now: Instant, out: &mut dyn TransmitSink) {
-        while let Ok(msg) = self.shared.queues[self.index].rx.try_recv() {
-            match msg {
-                Msg::Request { slot, .. } => {
-                    self.stats.shutdown_failures += 1;
-                    self.complete(slot, Err(Failure::Shutdown));
-                }
-                other => self.handle_msg(now, other, out),
-            }
-        }
         self.flush_completing(now, out);
         self.flush_reports(out);
         for key in self.inflight.keys() {
@@ -699,12 +667,14 @@ impl CoreState {
     }
 
     /// After a fault inside this core: completes every in-flight request with `f`
-    /// without touching the network (queued requests are the driver's to fail).
+    /// without touching the network (queued requests are the driver's to fail; the
+    /// callers are woken through [`CoreState::take_wakes`]).
     pub(crate) fn fail_in_flight(&mut self, f: &Failure) {
         for key in self.inflight.keys() {
             if let Some(e) = self.inflight.remove(key) {
                 self.stats.completions += 1;
-                self.shared.pool.complete(e.slot, Err(f.clone()));
+                self.pool
+                    .complete_to(e.slot, Err(f.clone()), Some(&mut self.wakes));
                 self.inflight.recycle(e.dgram);
             }
         }

@@ -1,7 +1,7 @@
 //! A deterministic simulation of engine cores on a virtual network.
 //!
-//! The engine's sans-IO core states (`EngineBuilder::build_states`) run against
-//! simulated servers built on the responder's sans-IO decision logic
+//! The engine's sans-IO core states (`EngineBuilder::build_states`, each fed by its
+//! `CoreFeed`) run against simulated servers built on the responder's sans-IO decision logic
 //! (`rl_responder::decide::Responder`), on a virtual clock, with seeded loss, delay,
 //! reordering (random delay), duplication, send failures, server death and restart,
 //! steering hints and endpoint changes. No socket is opened and no thread is started:
@@ -22,6 +22,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use ratelimitly_engine::engine::Completion;
+use ratelimitly_engine::engine::feed::CoreFeed;
 use ratelimitly_engine::engine::sockets::{SockId, SocketOp};
 use ratelimitly_engine::engine::state::{CoreState, REPORT_TAG, TransmitSink};
 use ratelimitly_engine::engine::{Cores, Engine, EngineHandle};
@@ -127,6 +128,8 @@ impl TransmitSink for Sink<'_> {
 /// Per-core bookkeeping of the simulator.
 struct CoreSim {
     state: CoreState,
+    /// The state's connection to the handle's queue, completion slots and membership.
+    feed: CoreFeed,
     /// Open sockets and their (virtual) local ports.
     open: BTreeMap<SockId, u16>,
     closed: HashSet<SockId>,
@@ -240,11 +243,12 @@ impl Sim {
             .expect("states build");
         let cores = states
             .into_iter()
-            .map(|state| {
+            .map(|(feed, state)| {
                 let mut open = BTreeMap::new();
                 open.insert(SockId(0), 50_000);
                 CoreSim {
                     state,
+                    feed,
                     open,
                     closed: HashSet::new(),
                     next_sock: 1,
@@ -474,7 +478,10 @@ impl Sim {
         {
             let core = &mut self.cores[c];
             core.state.set_wall_ms(wall);
-            while core.state.handle_queue(now, &mut Sink(&mut handed)) {}
+            while core
+                .feed
+                .submissions(&mut core.state, now, &mut Sink(&mut handed))
+            {}
             core.state.handle_timeout(now, &mut Sink(&mut handed));
         }
         self.route(c, &mut handed);
@@ -491,7 +498,8 @@ impl Sim {
             self.route(c, &mut handed);
         }
         self.handed_buf = handed;
-        self.cores[c].state.wake_callers();
+        let core = &mut self.cores[c];
+        core.feed.wake_callers(&mut core.state);
         self.socket_ops(c);
         let core = &self.cores[c];
         assert_eq!(
@@ -631,7 +639,9 @@ impl Sim {
         let now = self.now;
         let mut handed = std::mem::take(&mut self.handed_buf);
         for c in 0..self.cores.len() {
-            self.cores[c].state.shutdown(now, &mut Sink(&mut handed));
+            let core = &mut self.cores[c];
+            core.feed
+                .shutdown(&mut core.state, now, &mut Sink(&mut handed));
             self.route(c, &mut handed);
         }
         self.handed_buf = handed;

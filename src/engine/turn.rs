@@ -1,4 +1,4 @@
-//! The I/O driver of one engine core: a thin shell around [`CoreState`].
+//! The turn of one engine core ([`Core`]): its I/O shell around [`CoreState`].
 //!
 //! Owns: the core's thread (pinned with `core_affinity`), its [`UdpIo`] (io_uring
 //! or mmsg backend, GSO/GRO, the sockets), the clock, and fault containment: a panic
@@ -7,8 +7,8 @@
 //! failing whatever still reaches its queue until the engine shuts down.
 //! Must not touch: request state, the wire format, decisions (all in [`CoreState`]).
 //!
-//! A pinned core runs [`Driver::run`] on its thread. A hosted core (`super::hosted`)
-//! runs the same turn from a task: [`Driver::prelude`], then [`Driver::io_turn`] with
+//! A pinned core runs [`Core::run`] on its thread. A hosted core (`super::hosted`)
+//! runs the same turn from a task: [`Core::prelude`], then [`Core::io_turn`] with
 //! [`Wait::Never`], waiting in its runtime instead of in the I/O layer.
 //!
 //! One iteration: drain submissions and fire due timers (their transmits are queued on
@@ -28,6 +28,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::config::BuildError;
+use super::feed::CoreFeed;
 use super::shared::Shared;
 use super::sockets::{SockId, SocketOp};
 use super::state::{CoreState, TransmitSink, os_entropy};
@@ -80,15 +81,61 @@ impl WallClock {
     }
 }
 
-/// The state's socket ids and the I/O layer's.
-struct SockMap(Vec<(SockId, SocketId)>);
+/// The core's open sockets, indexed by the I/O layer's slot ([`SocketId::index`]):
+/// the state's id of a socket is `slot | opened << 16` (`opened` counts the sockets this
+/// core bound), so a transmit and a datagram each find their socket by one index, never
+/// by a search, and a closed socket's state id never names a later one.
+struct SockMap {
+    slots: Vec<Option<(SockId, SocketId)>>,
+    opened: u32,
+}
 
 impl SockMap {
-    fn io(&self, id: SockId) -> Option<SocketId> {
-        self.0.iter().find(|(s, _)| *s == id).map(|(_, i)| *i)
+    /// The map of a core's first socket, and that socket's state id.
+    fn new(first: SocketId) -> (SockMap, SockId) {
+        let mut m = SockMap {
+            slots: Vec::new(),
+            opened: 0,
+        };
+        let id = m.insert(first);
+        (m, id)
     }
+
+    /// Records a socket just bound; returns the state's id for it.
+    fn insert(&mut self, s: SocketId) -> SockId {
+        let slot = s.index();
+        if self.slots.len() <= slot {
+            self.slots.resize(slot + 1, None);
+        }
+        let id = SockId(slot as u32 & 0xFFFF | (self.opened & 0xFFFF) << 16);
+        self.opened = self.opened.wrapping_add(1);
+        self.slots[slot] = Some((id, s));
+        id
+    }
+
+    /// Forgets a socket about to close; returns the I/O layer's id.
+    fn remove(&mut self, id: SockId) -> Option<SocketId> {
+        let s = self.io(id)?;
+        self.slots[s.index()] = None;
+        Some(s)
+    }
+
+    fn io(&self, id: SockId) -> Option<SocketId> {
+        match self.slots.get((id.0 & 0xFFFF) as usize) {
+            Some(Some((sid, s))) if *sid == id => Some(*s),
+            _ => None,
+        }
+    }
+
     fn state(&self, id: SocketId) -> Option<SockId> {
-        self.0.iter().find(|(_, i)| *i == id).map(|(s, _)| *s)
+        match self.slots.get(id.index()) {
+            Some(Some((sid, s))) if *s == id => Some(*sid),
+            _ => None,
+        }
+    }
+
+    fn ids(&self) -> impl Iterator<Item = SocketId> + '_ {
+        self.slots.iter().flatten().map(|(_, s)| *s)
     }
 }
 
@@ -112,13 +159,13 @@ impl TransmitSink for QueueSink<'_> {
 }
 
 /// Transmits queued on the I/O layer between `run_once` calls (flushes when full).
-struct DriverSink<'a> {
+struct IoSink<'a> {
     io: &'a mut UdpIo,
     map: &'a SockMap,
     failed: &'a mut Vec<u64>,
 }
 
-impl TransmitSink for DriverSink<'_> {
+impl TransmitSink for IoSink<'_> {
     fn transmit(&mut self, sock: SockId, to: SocketAddr, datagram: &[u8], tag: u64) {
         let Some(s) = self.map.io(sock) else {
             return self.failed.push(tag);
@@ -139,8 +186,9 @@ impl TransmitSink for DriverSink<'_> {
 }
 
 /// One engine core: its state and its I/O.
-pub(crate) struct Driver {
+pub(crate) struct Core {
     state: CoreState,
+    feed: CoreFeed,
     io: UdpIo,
     map: SockMap,
     failed: Vec<u64>,
@@ -148,30 +196,30 @@ pub(crate) struct Driver {
     /// When this core last published its statistics.
     published_at: Instant,
     wall: WallClock,
-    /// When the last turn began ([`Driver::prelude`]).
+    /// When the last turn began ([`Core::prelude`]).
     turn_at: Instant,
     shared: Arc<Shared>,
     index: usize,
 }
 
-impl Driver {
+impl Core {
     /// Starts the core's I/O layer, binds its first socket (dual-stack IPv6 when
     /// available, else IPv4) and builds its state. Runs on the core's own thread.
-    pub(crate) fn new(index: usize, shared: Arc<Shared>) -> Result<Driver, BuildError> {
+    pub(crate) fn new(index: usize, shared: Arc<Shared>) -> Result<Core, BuildError> {
         let cfg = IoConfig {
-            backend: shared.io_backend,
-            gso: shared.gso,
-            gro: shared.gso,
-            recv_buf: shared.recv_buf,
-            send_buf: shared.send_buf,
-            max_sockets: shared.max_sockets,
+            backend: shared.settings.io_backend,
+            gso: shared.settings.gso,
+            gro: shared.settings.gso,
+            recv_buf: shared.settings.recv_buf,
+            send_buf: shared.settings.send_buf,
+            max_sockets: shared.settings.max_sockets,
             batch: RECV_BATCH,
             send_capacity: SEND_CAPACITY,
             max_datagram: 2048,
         };
         let mut io = UdpIo::new(&cfg).map_err(|e| BuildError::IoBackend {
             core: index,
-            backend: shared.io_backend,
+            backend: shared.settings.io_backend,
             kind: e.kind(),
         })?;
         let any6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0);
@@ -184,21 +232,18 @@ impl Driver {
             ),
         };
         let port = io.local_addr(first).map_or(0, |a| a.port());
-        let state = CoreState::new(
-            index,
-            shared.clone(),
-            Instant::now(),
-            SockId(first.raw()),
-            port,
-            os_entropy(),
-        )
-        .map_err(|_| BuildError::NoRandomness)?;
+        let (map, first_id) = SockMap::new(first);
+        let feed = CoreFeed::new(index, shared.clone());
+        let state = feed
+            .new_state(Instant::now(), first_id, port, os_entropy())
+            .map_err(|_| BuildError::NoRandomness)?;
         let _ = shared.queues[index].waker.set(io.waker());
         tracing::debug!(core = index, backend = %io.kind(), "engine core started");
-        Ok(Driver {
+        Ok(Core {
             state,
+            feed,
             io,
-            map: SockMap(vec![(SockId(first.raw()), first)]),
+            map,
             failed: Vec::with_capacity(1024),
             v6,
             published_at: Instant::now(),
@@ -225,10 +270,11 @@ impl Driver {
         }
     }
 
-    fn sink(&mut self) -> (&mut CoreState, DriverSink<'_>) {
+    fn sink(&mut self) -> (&mut CoreState, &CoreFeed, IoSink<'_>) {
         (
             &mut self.state,
-            DriverSink {
+            &self.feed,
+            IoSink {
                 io: &mut self.io,
                 map: &self.map,
                 failed: &mut self.failed,
@@ -255,7 +301,7 @@ impl Driver {
                     Some(Duration::ZERO)
                 }
             };
-            self.state.wake_callers();
+            self.feed.wake_callers(&mut self.state);
             work = self.io_turn(Wait::Upto(timeout));
         }
     }
@@ -269,9 +315,9 @@ impl Driver {
         let now = Instant::now();
         self.turn_at = now;
         let wall = self.wall.ms(now);
-        let (state, mut sink) = self.sink();
+        let (state, feed, mut sink) = self.sink();
         state.set_wall_ms(wall);
-        let mut work = state.handle_queue(now, &mut sink);
+        let mut work = feed.submissions(state, now, &mut sink);
         work |= state.handle_timeout(now, &mut sink);
         self.feed_failures(now);
         self.socket_ops(before_close);
@@ -281,9 +327,8 @@ impl Driver {
             self.publish(now);
         }
         if self.shared.queues[self.index].stop.load(Ordering::Acquire) {
-            let (state, mut sink) = self.sink();
-            state.shutdown(Instant::now(), &mut sink);
-            self.state.wake_callers();
+            let (state, feed, mut sink) = self.sink();
+            feed.shutdown(state, Instant::now(), &mut sink);
             self.flush();
             self.publish(Instant::now());
             return None;
@@ -352,7 +397,7 @@ impl Driver {
 
     /// Wakes the callers whose requests completed since the last call.
     pub(crate) fn wake_callers(&mut self) {
-        self.state.wake_callers();
+        self.feed.wake_callers(&mut self.state);
     }
 
     /// True when the core has nothing to do until a datagram, a submission or its
@@ -369,7 +414,7 @@ impl Driver {
 
     /// The core's open sockets (the I/O layer's ids).
     pub(crate) fn socket_ids(&self) -> impl Iterator<Item = SocketId> + '_ {
-        self.map.0.iter().map(|(_, id)| *id)
+        self.map.ids()
     }
 
     /// The I/O layer.
@@ -383,7 +428,9 @@ impl Driver {
     }
 
     fn spin(&self) {
-        let Some(d) = self.shared.spin else { return };
+        let Some(d) = self.shared.settings.spin else {
+            return;
+        };
         let q = &self.shared.queues[self.index];
         let until = Instant::now() + d;
         while Instant::now() < until && q.rx.is_empty() {
@@ -407,7 +454,7 @@ impl Driver {
                 return;
             }
             let mut failed = std::mem::take(&mut self.failed);
-            let (state, mut sink) = self.sink();
+            let (state, _, mut sink) = self.sink();
             for tag in failed.drain(..) {
                 state.handle_send_failed(now, tag, &mut sink);
             }
@@ -424,8 +471,7 @@ impl Driver {
                     let opened = self.io.bind_steering(self.v6, after_port, REBIND_TRIES);
                     let new = match opened {
                         Ok(s) => {
-                            let id = SockId(s.raw());
-                            self.map.0.push((id, s));
+                            let id = self.map.insert(s);
                             let port = self.io.local_addr(s).map_or(0, |a| a.port());
                             tracing::debug!(core = self.index, port, "steering: new source port");
                             Some((id, port))
@@ -440,11 +486,10 @@ impl Driver {
                 SocketOp::Close(id) => {
                     // its last datagrams leave before it closes
                     self.flush();
-                    if let Some(s) = self.map.io(id) {
+                    if let Some(s) = self.map.remove(id) {
                         before_close(s);
                         self.io.close(s);
                     }
-                    self.map.0.retain(|(i, _)| *i != id);
                 }
             }
         }
@@ -471,8 +516,9 @@ impl Driver {
         );
         let f = Failure::CoreFailed { core: self.index };
         let _ = catch_unwind(AssertUnwindSafe(|| {
-            self.state.wake_callers();
+            self.feed.wake_callers(&mut self.state);
             self.state.fail_in_flight(&f);
+            self.feed.wake_callers(&mut self.state);
         }));
     }
 
@@ -494,13 +540,22 @@ impl Driver {
         let q = &self.shared.queues[self.index];
         q.dead.store(true, Ordering::SeqCst);
         let _ = catch_unwind(AssertUnwindSafe(|| {
-            self.state.wake_callers();
+            self.feed.wake_callers(&mut self.state);
             self.state.fail_in_flight(&Failure::Shutdown);
+            self.feed.wake_callers(&mut self.state);
         }));
         while let Ok(msg) = q.rx.try_recv() {
             fail_msg(&self.shared, msg, &Failure::Shutdown);
         }
     }
+}
+
+/// What a turn found: more work is certain, nothing to do until a datagram, a
+/// submission or `until` (the state's next deadline), or the core has stopped.
+pub(crate) enum Turn {
+    Busy,
+    Idle { until: Option<Instant> },
+    Stopped,
 }
 
 /// How a pass of the I/O layer waits.
