@@ -54,7 +54,7 @@ fuzz_target!(|data: &[u8]| {
             })
         })
         .expect("states");
-    let core = &mut states[0];
+    let (feed, core) = &mut states[0];
     let res = Resource::new("fuzz", Duration::from_secs(60), 100).expect("resource");
     let mut sink = Sink(Vec::new());
     let mut pending: Vec<Completion> = Vec::new();
@@ -68,7 +68,7 @@ fuzz_target!(|data: &[u8]| {
                 for _ in 0..=(arg % 4) {
                     pending.push(h.request().consume(&res, 1).send());
                 }
-                core.handle_queue(now, &mut sink);
+                feed.submissions(core, now, &mut sink);
             }
             1 => {
                 now += Duration::from_micros(arg as u64 * 500);
@@ -101,7 +101,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
-    core.shutdown(now, &mut sink);
+    feed.shutdown(core, now, &mut sink);
     for c in pending {
         assert!(c.try_take().is_ok(), "a request never completed");
     }
