@@ -222,6 +222,28 @@ fn dns_discovery_without_the_dns_feature_fails_at_build() {
     );
 }
 
+#[cfg(not(feature = "io-uring"))]
+#[test]
+fn io_uring_by_name_without_the_io_uring_feature_fails_at_build() {
+    let _serial = serial();
+    let err = Engine::builder(key(COOKIE))
+        .cores(Cores::Count(1))
+        .io_backend(ratelimitly_engine::udp::BackendChoice::Uring)
+        .endpoints(vec![ratelimitly_engine::proto::machine::Endpoint {
+            server_id: 1,
+            addr: "127.0.0.1:9".parse().unwrap(),
+        }])
+        .build()
+        .expect_err("rejected");
+    assert!(
+        matches!(
+            err,
+            ratelimitly_engine::engine::BuildError::UringNotCompiled
+        ),
+        "{err:?}"
+    );
+}
+
 #[test]
 fn unreachable_endpoint_does_not_abort_and_all_unreachable_fails() {
     let _serial = serial();

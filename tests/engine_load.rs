@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use engine_common::*;
-use ratelimitly_engine::engine::{Cores, DnsConfig, Engine};
+#[cfg(feature = "dns")]
+use ratelimitly_engine::engine::DnsConfig;
+use ratelimitly_engine::engine::{Cores, Engine};
 use ratelimitly_engine::proto::outcome::{Decision, Failure};
 use ratelimitly_engine::proto::policy::RequestPolicy;
 use rl_responder::Faults;

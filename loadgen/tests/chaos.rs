@@ -62,6 +62,7 @@ fn chaos_soak_of_twelve_seconds_completes_everything_in_time() {
     assert_eq!(rss["bound"].as_u64().unwrap(), after * 11 / 10 + 4096);
     assert!(end <= after * 11 / 10 + 4096, "{rss}");
     assert_eq!(c["fds"]["end"], c["fds"]["start"], "{}", c["fds"]);
+    assert_eq!(c["fds"]["opened"], serde_json::json!([]), "{}", c["fds"]);
     assert!(c["fds"]["start"].as_u64().unwrap() > 0);
     let warm = c["warmup_events"].as_array().unwrap();
     let kinds: Vec<&str> = warm.iter().filter_map(|e| e["kind"].as_str()).collect();

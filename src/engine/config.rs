@@ -76,6 +76,13 @@ pub enum BuildError {
     /// engine was built without the `dns` feature: give static endpoints instead.
     #[error("DNS discovery was configured, but the engine was built without the `dns` feature")]
     DnsNotCompiled,
+    /// The io_uring backend was asked for by name (`BackendChoice::Uring`, on a pinned
+    /// core), but the engine was built without the `io-uring` feature: choose `Auto` or
+    /// `Mmsg`, or enable the feature.
+    #[error(
+        "the io_uring backend was asked for, but the engine was built without the `io-uring` feature"
+    )]
+    UringNotCompiled,
     /// A core's thread could not start.
     #[error("engine core {core} could not start: {kind:?}")]
     Executor {
@@ -238,6 +245,10 @@ impl Settings {
         }
         if !(2..=super::MAX_SOCKETS_PER_CORE).contains(&core.max_sockets) {
             return Err(OptionError::BadMaxSockets(core.max_sockets).into());
+        }
+        #[cfg(not(feature = "io-uring"))]
+        if !core.hosted && core.io_backend == crate::udp::BackendChoice::Uring {
+            return Err(BuildError::UringNotCompiled);
         }
         if core.hosted {
             core.io_backend = crate::udp::BackendChoice::Mmsg;

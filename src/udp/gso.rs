@@ -214,6 +214,7 @@ impl SendQueue {
     }
 
     /// True while groups are built and not yet finished.
+    #[cfg(feature = "io-uring")]
     pub(crate) fn in_flight(&self) -> bool {
         !self.groups.is_empty()
     }
@@ -350,6 +351,7 @@ impl SendQueue {
     }
 
     /// Number of groups built.
+    #[cfg(feature = "io-uring")]
     pub(crate) fn group_count(&self) -> usize {
         self.groups.len()
     }
@@ -364,6 +366,7 @@ impl SendQueue {
     }
 
     /// The message header of group `g` (stable until [`clear_groups`](Self::clear_groups)).
+    #[cfg(feature = "io-uring")]
     pub(crate) fn msghdr(&self, g: usize) -> *const libc::msghdr {
         &self.hdrs[g].msg_hdr
     }

@@ -2,7 +2,9 @@
 //! loadgen's raw client: one single-threaded, batch-oriented driver per thread with two
 //! interchangeable backends behind one interface.
 //!
-//! - **io_uring** ([`BackendKind::Uring`], the `io-uring` crate): one multishot
+//! - **io_uring** ([`BackendKind::Uring`], the `io-uring` crate, cargo feature
+//!   `io-uring`, on by default; without it `Auto` is mmsg and `Uring` fails at
+//!   [`UdpIo::new`] with [`io::ErrorKind::Unsupported`]): one multishot
 //!   `IORING_OP_RECVMSG` per socket into a provided-buffer ring, and each
 //!   [`UdpIo::run_once`] does one `io_uring_enter` that carries the loop's sends and
 //!   waits until a completion arrives or the timeout passes (the timeout travels as the
@@ -44,6 +46,7 @@ mod gro;
 mod gso;
 mod mmsg;
 mod socket;
+#[cfg(feature = "io-uring")]
 mod uring;
 mod wake;
 
@@ -541,6 +544,7 @@ impl Common {
 }
 
 enum Backend {
+    #[cfg(feature = "io-uring")]
     Uring(Box<uring::Uring>),
     Mmsg(mmsg::Mmsg),
 }
@@ -559,6 +563,7 @@ pub struct UdpIo {
 unsafe impl Send for UdpIo {}
 
 /// True for the errors with which a kernel or sandbox refuses io_uring.
+#[cfg(feature = "io-uring")]
 fn uring_refused(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
@@ -584,6 +589,7 @@ impl UdpIo {
         cfg.send_capacity = cfg
             .send_capacity
             .clamp(cfg.batch + GSO_MAX_SEGMENTS, 1 << 20);
+        #[cfg(feature = "io-uring")]
         let backend = match cfg.backend {
             BackendChoice::Mmsg => None,
             BackendChoice::Uring => Some(uring::Uring::new(&cfg)?),
@@ -593,14 +599,30 @@ impl UdpIo {
                 Err(e) => return Err(e),
             },
         };
+        // Built without the `io-uring` feature: `Auto` is mmsg, and asking for io_uring
+        // by name is an error rather than a silent fallback.
+        #[cfg(not(feature = "io-uring"))]
+        let backend: Option<std::convert::Infallible> = match cfg.backend {
+            BackendChoice::Uring => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "the io_uring backend is not compiled in (cargo feature `io-uring` is off); use mmsg or auto",
+                ));
+            }
+            BackendChoice::Mmsg | BackendChoice::Auto => None,
+        };
         let (backend, waker) = match backend {
+            #[cfg(feature = "io-uring")]
             Some((u, w)) => (Backend::Uring(Box::new(u)), w),
+            #[cfg(not(feature = "io-uring"))]
+            Some(never) => match never {},
             None => {
                 let (m, w) = mmsg::Mmsg::new(&cfg)?;
                 (Backend::Mmsg(m), w)
             }
         };
         let kind = match backend {
+            #[cfg(feature = "io-uring")]
             Backend::Uring(_) => BackendKind::Uring,
             Backend::Mmsg(_) => BackendKind::Mmsg,
         };
@@ -694,6 +716,7 @@ impl UdpIo {
         });
         c.open += 1;
         let id = SocketId::new(slot, c.gens[slot]);
+        #[cfg(feature = "io-uring")]
         if let Backend::Uring(u) = &mut self.backend {
             u.socket_added(slot);
         }
@@ -713,6 +736,7 @@ impl UdpIo {
         c.gens[i] = c.gens[i].wrapping_add(1);
         c.open -= 1;
         c.sendq.fail_socket(id);
+        #[cfg(feature = "io-uring")]
         if let Backend::Uring(u) = &mut self.backend {
             u.socket_closed(i, id);
         }
@@ -769,6 +793,7 @@ impl UdpIo {
     ) -> io::Result<()> {
         self.common.stats.loops += 1;
         match &mut self.backend {
+            #[cfg(feature = "io-uring")]
             Backend::Uring(u) => u.run_once(&mut self.common, timeout, on_event),
             Backend::Mmsg(m) => m.run_once(&mut self.common, timeout, on_event),
         }
@@ -786,6 +811,7 @@ impl UdpIo {
     ) -> io::Result<()> {
         self.common.stats.loops += 1;
         match &mut self.backend {
+            #[cfg(feature = "io-uring")]
             Backend::Uring(u) => u.run_once(&mut self.common, Some(Duration::ZERO), on_event),
             Backend::Mmsg(m) => {
                 m.run_nowait(&mut self.common, read, on_event);
@@ -800,6 +826,7 @@ impl UdpIo {
     /// true with io_uring.
     pub fn may_have_more(&self) -> bool {
         match &self.backend {
+            #[cfg(feature = "io-uring")]
             Backend::Uring(_) => true,
             Backend::Mmsg(m) => m.may_have_more(),
         }
@@ -827,6 +854,7 @@ impl UdpIo {
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) -> io::Result<()> {
         match &mut self.backend {
+            #[cfg(feature = "io-uring")]
             Backend::Uring(u) => u.flush(&mut self.common, on_event),
             Backend::Mmsg(m) => {
                 m.send_all(&mut self.common);
@@ -977,6 +1005,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "io-uring")]
     fn refusals_that_fall_back_to_mmsg() {
         for e in [
             libc::EPERM,

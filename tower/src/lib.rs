@@ -154,16 +154,15 @@
 //! | FEATURES | Crates |
 //! |---|---|
 //! | (defaults) | 133 |
-//! | `--no-default-features --features axum,prometheus` | 83 |
-//! | `--no-default-features --features axum` | 76 |
-//! | `--no-default-features --features prometheus` | 67 |
-//! | `--no-default-features` | 60 |
+//! | `--no-default-features --features axum,prometheus` | 81 |
+//! | `--no-default-features --features axum` | 74 |
+//! | `--no-default-features --features prometheus` | 65 |
+//! | `--no-default-features` | 58 |
 //!
 //! DNS discovery is most of the difference: `--no-default-features --features dns`
-//! counts 119. The engine's own core (its AES-GCM from `aws-lc-rs`, its queues, Tokio)
-//! is in every set. The counts were taken while the engine's `io-uring` feature did
-//! not yet make the `io-uring` crate optional, so each set without it may count one
-//! crate fewer.
+//! counts 117. The engine's own core (its AES-GCM from `aws-lc-rs`, its queues, Tokio)
+//! is in every set; `io-uring` adds the `io-uring` crate and nothing else (without it
+//! the engine's `Auto` backend is mmsg, and asking for `Uring` fails at start).
 //!
 //! ## Names
 //!

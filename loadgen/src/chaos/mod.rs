@@ -76,8 +76,7 @@ pub struct ChaosReport {
     max_latency_ms: f64,
     rss_after_warmup_kib: u64,
     rss_end_kib: u64,
-    fds_start: u64,
-    fds_end: u64,
+    fds: Fds,
     /// Outcomes the schedule explains / does not explain, by kind.
     explained: BTreeMap<&'static str, u64>,
     unexplained: BTreeMap<&'static str, u64>,
@@ -93,6 +92,18 @@ pub struct ChaosReport {
 /// rehearsal the memory bar compared the end with a state the window leaves at its first
 /// faults (28–34 MiB after warm-up, a 41–42 MiB plateau from the first restart on).
 pub const MIN_WARMUP_S: f64 = 7.5;
+
+/// Descriptors around the whole client.
+#[derive(Clone, Debug)]
+struct Fds {
+    start: u64,
+    end: u64,
+    /// Kinds with more descriptors at the end than at the start (`kind x n`), and fewer.
+    opened: Vec<String>,
+    closed: Vec<String>,
+    /// How long after the client's shutdown the count was taken.
+    settle_ms: u64,
+}
 
 /// What the controller thread measured.
 struct Measured {
@@ -114,10 +125,58 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// Open descriptors of this process (the listing's own one not counted).
-fn fd_count() -> u64 {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64 - 1)
+/// Open descriptors of this process by kind (`socket`, `anon_inode:[eventfd]`, a path),
+/// with how many of each; the listing's own descriptor is left out.
+fn fd_kinds() -> BTreeMap<String, u64> {
+    let mut kinds = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return kinds;
+    };
+    for e in dir.flatten() {
+        let Ok(target) = std::fs::read_link(e.path()) else {
+            continue;
+        };
+        let t = target.to_string_lossy();
+        if t.starts_with("/proc/") && t.ends_with("/fd") {
+            continue;
+        }
+        // `socket:[1234]` and `pipe:[1234]` by kind; a restarted server's socket is new
+        let kind = match t.split_once(":[") {
+            Some((k, _)) if k == "socket" || k == "pipe" => k.to_string(),
+            _ => t.into_owned(),
+        };
+        *kinds.entry(kind).or_insert(0) += 1;
+    }
+    kinds
 }
+
+/// How many descriptors of each kind `a` has beyond `b` (`kind x n`).
+fn fd_excess(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> Vec<String> {
+    a.iter()
+        .filter_map(|(k, n)| {
+            let extra = n.saturating_sub(b.get(k).copied().unwrap_or(0));
+            (extra > 0).then(|| format!("{k} x {extra}"))
+        })
+        .collect()
+}
+
+/// Descriptors once the client has shut down. A runtime's worker threads and the core
+/// tasks they drop can outlive the client's shutdown call by a few scheduling quanta on
+/// a loaded machine, so this waits (up to [`FD_SETTLE`], polling) for the kinds at the
+/// start to come back; a descriptor still open after that is reported as a leak.
+fn fds_after_shutdown(start: &BTreeMap<String, u64>) -> (BTreeMap<String, u64>, Duration) {
+    let t0 = Instant::now();
+    loop {
+        let now = fd_kinds();
+        if fd_excess(&now, start).is_empty() || t0.elapsed() >= FD_SETTLE {
+            return (now, t0.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Longest wait for descriptors to close after the client's shutdown returned.
+const FD_SETTLE: Duration = Duration::from_secs(3);
 
 fn sleep_until(t: Instant) {
     let now = Instant::now();
@@ -179,7 +238,7 @@ pub fn run(ctx: &RunContext<'_>, responder_cores: &[usize]) -> Result<PhaseResul
     // (its cores, sockets, runtime and DNS discovery closed and joined) with every fault
     // undone and every added server stopped. While it runs the count moves by design (a
     // DNS refresh's sockets, a stopped or added server), so a sample then is no leak test.
-    let fds_start = fd_count();
+    let fds_start = fd_kinds();
     let (tx, rx) = mpsc::channel();
     let (result, measured) = std::thread::scope(|s| {
         let controller = s.spawn(|| control(ctx, responder_cores, rx));
@@ -188,7 +247,14 @@ pub fn run(ctx: &RunContext<'_>, responder_cores: &[usize]) -> Result<PhaseResul
         });
         (result, controller.join())
     });
-    let fds = (fds_start, fd_count());
+    let (fds_end, settle) = fds_after_shutdown(&fds_start);
+    let fds = Fds {
+        opened: fd_excess(&fds_end, &fds_start),
+        closed: fd_excess(&fds_start, &fds_end),
+        start: fds_start.values().sum(),
+        end: fds_end.values().sum(),
+        settle_ms: settle.as_millis() as u64,
+    };
     let mut result = result?;
     let measured = measured.map_err(|_| "the chaos controller panicked".to_string())?;
     let report = judge(ctx, &result, measured, fds);
@@ -238,7 +304,7 @@ fn tally(
     out
 }
 
-fn judge(ctx: &RunContext<'_>, r: &PhaseResult, m: Measured, fds: (u64, u64)) -> ChaosReport {
+fn judge(ctx: &RunContext<'_>, r: &PhaseResult, m: Measured, fds: Fds) -> ChaosReport {
     let all: Vec<Event> = m.warmup_events.iter().chain(&m.events).cloned().collect();
     let [explained, unexplained] = tally(ctx, r, &all);
     let (late, max_ns) = crate::stats::late_completions();
@@ -251,6 +317,12 @@ fn judge(ctx: &RunContext<'_>, r: &PhaseResult, m: Measured, fds: (u64, u64)) ->
     }
     if late > 0 {
         failures.push(format!("{late} completions later than H + slack"));
+    }
+    if !fds.opened.is_empty() {
+        failures.push(format!(
+            "descriptors left open {} ms after the client stopped: {:?}",
+            fds.settle_ms, fds.opened
+        ));
     }
     if !unexplained.is_empty() {
         failures.push(format!(
@@ -266,8 +338,7 @@ fn judge(ctx: &RunContext<'_>, r: &PhaseResult, m: Measured, fds: (u64, u64)) ->
         max_latency_ms: round3(max_ns as f64 / 1e6),
         rss_after_warmup_kib: m.rss.0,
         rss_end_kib: m.rss.1,
-        fds_start: fds.0,
-        fds_end: fds.1,
+        fds,
         explained,
         unexplained,
         failures,
@@ -322,7 +393,13 @@ impl ChaosReport {
                 "end": self.rss_end_kib,
                 "bound": self.rss_bound_kib(),
             },
-            "fds": { "start": self.fds_start, "end": self.fds_end },
+            "fds": {
+                "start": self.fds.start,
+                "end": self.fds.end,
+                "opened": self.fds.opened,
+                "closed": self.fds.closed,
+                "settle_ms": self.fds.settle_ms,
+            },
             "outcomes_explained": self.explained,
             "outcomes_unexplained": self.unexplained,
             "failures": self.failures,
@@ -367,14 +444,21 @@ impl ChaosReport {
             } else {
                 ", OVER"
             },
-            self.fds_start,
-            self.fds_end,
-            if self.fds_start == self.fds_end {
+            self.fds.start,
+            self.fds.end,
+            if self.fds.start == self.fds.end {
                 " (ok)"
             } else {
                 " (CHANGED)"
             }
         )?;
+        if !self.fds.opened.is_empty() || !self.fds.closed.is_empty() {
+            writeln!(
+                out,
+                "  chaos: descriptors left open {:?}, closed {:?} ({} ms after the client stopped)",
+                self.fds.opened, self.fds.closed, self.fds.settle_ms
+            )?;
+        }
         if self.passed() {
             writeln!(out, "  chaos: passed")
         } else {
