@@ -7,7 +7,7 @@ mod engine_common;
 use std::time::{Duration, Instant};
 
 use engine_common::*;
-use ratelimitly_engine::engine::{Cores, Engine};
+use ratelimitly_engine::engine::{BuildError, Cores, Engine};
 use ratelimitly_engine::proto::outcome::{Decision, Failure, Phase};
 use ratelimitly_engine::proto::policy::RequestPolicy;
 use rl_responder::{Faults, FixedDecision};
@@ -189,20 +189,29 @@ fn replay_after_loss_then_fixed_reject_and_broken_replies() {
     e.shutdown();
 }
 
+/// What `build` refuses for `b` on one core: these builders fail before any I/O.
+fn build_error(b: ratelimitly_engine::engine::EngineBuilder) -> BuildError {
+    b.cores(Cores::Count(1)).build().expect_err("rejected")
+}
+
+/// A static endpoint the refused builds never reach.
+fn never_reached() -> Vec<ratelimitly_engine::proto::machine::Endpoint> {
+    vec![ratelimitly_engine::proto::machine::Endpoint {
+        server_id: 1,
+        addr: "127.0.0.1:9".parse().unwrap(),
+    }]
+}
+
 #[test]
 fn policy_over_key_limit_is_rejected_before_io() {
     let _serial = serial();
     // 300 ms key: U = 101 with the default shape gives H = 303
     let policy = RequestPolicy::builder().unit(ms(101)).build().unwrap();
-    let err = Engine::builder(key(COOKIE))
-        .cores(Cores::Count(1))
-        .policy(policy)
-        .endpoints(vec![ratelimitly_engine::proto::machine::Endpoint {
-            server_id: 1,
-            addr: "127.0.0.1:9".parse().unwrap(),
-        }])
-        .build()
-        .expect_err("rejected");
+    let err = build_error(
+        Engine::builder(key(COOKIE))
+            .policy(policy)
+            .endpoints(never_reached()),
+    );
     let msg = err.to_string();
     assert!(msg.contains("303") && msg.contains("300"), "{msg}");
     assert!(!msg.contains(COOKIE) && !msg.contains("rl-cookie"), "{msg}");
@@ -212,36 +221,20 @@ fn policy_over_key_limit_is_rejected_before_io() {
 #[test]
 fn dns_discovery_without_the_dns_feature_fails_at_build() {
     let _serial = serial();
-    let err = Engine::builder(key(COOKIE))
-        .cores(Cores::Count(1))
-        .build()
-        .expect_err("rejected");
-    assert!(
-        matches!(err, ratelimitly_engine::engine::BuildError::DnsNotCompiled),
-        "{err:?}"
-    );
+    let err = build_error(Engine::builder(key(COOKIE)));
+    assert!(matches!(err, BuildError::DnsNotCompiled), "{err:?}");
 }
 
 #[cfg(not(feature = "io-uring"))]
 #[test]
 fn io_uring_by_name_without_the_io_uring_feature_fails_at_build() {
     let _serial = serial();
-    let err = Engine::builder(key(COOKIE))
-        .cores(Cores::Count(1))
-        .io_backend(ratelimitly_engine::udp::BackendChoice::Uring)
-        .endpoints(vec![ratelimitly_engine::proto::machine::Endpoint {
-            server_id: 1,
-            addr: "127.0.0.1:9".parse().unwrap(),
-        }])
-        .build()
-        .expect_err("rejected");
-    assert!(
-        matches!(
-            err,
-            ratelimitly_engine::engine::BuildError::UringNotCompiled
-        ),
-        "{err:?}"
+    let err = build_error(
+        Engine::builder(key(COOKIE))
+            .io_backend(ratelimitly_engine::udp::BackendChoice::Uring)
+            .endpoints(never_reached()),
     );
+    assert!(matches!(err, BuildError::UringNotCompiled), "{err:?}");
 }
 
 #[test]

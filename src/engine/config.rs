@@ -246,8 +246,7 @@ impl Settings {
         if !(2..=super::MAX_SOCKETS_PER_CORE).contains(&core.max_sockets) {
             return Err(OptionError::BadMaxSockets(core.max_sockets).into());
         }
-        #[cfg(not(feature = "io-uring"))]
-        if !core.hosted && core.io_backend == crate::udp::BackendChoice::Uring {
+        if !core.hosted && !core.io_backend.compiled() {
             return Err(BuildError::UringNotCompiled);
         }
         if core.hosted {

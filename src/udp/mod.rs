@@ -3,8 +3,8 @@
 //! interchangeable backends behind one interface.
 //!
 //! - **io_uring** ([`BackendKind::Uring`], the `io-uring` crate, cargo feature
-//!   `io-uring`, on by default; without it `Auto` is mmsg and `Uring` fails at
-//!   [`UdpIo::new`] with [`io::ErrorKind::Unsupported`]): one multishot
+//!   `io-uring`, on by default; without it `src/udp/uring_off.rs` stands in, `Auto` is mmsg
+//!   and `Uring` fails at [`UdpIo::new`] with [`io::ErrorKind::Unsupported`]): one multishot
 //!   `IORING_OP_RECVMSG` per socket into a provided-buffer ring, and each
 //!   [`UdpIo::run_once`] does one `io_uring_enter` that carries the loop's sends and
 //!   waits until a completion arrives or the timeout passes (the timeout travels as the
@@ -47,6 +47,9 @@ mod gso;
 mod mmsg;
 mod socket;
 #[cfg(feature = "io-uring")]
+mod uring;
+#[cfg(not(feature = "io-uring"))]
+#[path = "uring_off.rs"]
 mod uring;
 mod wake;
 
@@ -117,6 +120,12 @@ impl BackendChoice {
             BackendChoice::Uring => "uring",
             BackendChoice::Mmsg => "mmsg",
         }
+    }
+
+    /// False for `Uring` in a build without the `io-uring` cargo feature (where
+    /// [`UdpIo::new`] refuses it); `Auto` and `Mmsg` are always there.
+    pub fn compiled(self) -> bool {
+        self != BackendChoice::Uring || cfg!(feature = "io-uring")
     }
 }
 
@@ -544,7 +553,6 @@ impl Common {
 }
 
 enum Backend {
-    #[cfg(feature = "io-uring")]
     Uring(Box<uring::Uring>),
     Mmsg(mmsg::Mmsg),
 }
@@ -562,20 +570,21 @@ pub struct UdpIo {
 // nothing is shared with another thread except the `Arc<Waker>`, which is Sync.
 unsafe impl Send for UdpIo {}
 
-/// True for the errors with which a kernel or sandbox refuses io_uring.
-#[cfg(feature = "io-uring")]
+/// True for the errors with which a kernel or sandbox refuses io_uring, or a build
+/// without the `io-uring` feature does (`Unsupported`).
 fn uring_refused(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(
-            libc::EPERM
-                | libc::ENOSYS
-                | libc::EINVAL
-                | libc::EOPNOTSUPP
-                | libc::ENOMEM
-                | libc::EACCES
+    e.kind() == io::ErrorKind::Unsupported
+        || matches!(
+            e.raw_os_error(),
+            Some(
+                libc::EPERM
+                    | libc::ENOSYS
+                    | libc::EINVAL
+                    | libc::EOPNOTSUPP
+                    | libc::ENOMEM
+                    | libc::EACCES
+            )
         )
-    )
 }
 
 impl UdpIo {
@@ -589,7 +598,6 @@ impl UdpIo {
         cfg.send_capacity = cfg
             .send_capacity
             .clamp(cfg.batch + GSO_MAX_SEGMENTS, 1 << 20);
-        #[cfg(feature = "io-uring")]
         let backend = match cfg.backend {
             BackendChoice::Mmsg => None,
             BackendChoice::Uring => Some(uring::Uring::new(&cfg)?),
@@ -599,30 +607,14 @@ impl UdpIo {
                 Err(e) => return Err(e),
             },
         };
-        // Built without the `io-uring` feature: `Auto` is mmsg, and asking for io_uring
-        // by name is an error rather than a silent fallback.
-        #[cfg(not(feature = "io-uring"))]
-        let backend: Option<std::convert::Infallible> = match cfg.backend {
-            BackendChoice::Uring => {
-                return Err(io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    "the io_uring backend is not compiled in (cargo feature `io-uring` is off); use mmsg or auto",
-                ));
-            }
-            BackendChoice::Mmsg | BackendChoice::Auto => None,
-        };
         let (backend, waker) = match backend {
-            #[cfg(feature = "io-uring")]
             Some((u, w)) => (Backend::Uring(Box::new(u)), w),
-            #[cfg(not(feature = "io-uring"))]
-            Some(never) => match never {},
             None => {
                 let (m, w) = mmsg::Mmsg::new(&cfg)?;
                 (Backend::Mmsg(m), w)
             }
         };
         let kind = match backend {
-            #[cfg(feature = "io-uring")]
             Backend::Uring(_) => BackendKind::Uring,
             Backend::Mmsg(_) => BackendKind::Mmsg,
         };
@@ -716,7 +708,6 @@ impl UdpIo {
         });
         c.open += 1;
         let id = SocketId::new(slot, c.gens[slot]);
-        #[cfg(feature = "io-uring")]
         if let Backend::Uring(u) = &mut self.backend {
             u.socket_added(slot);
         }
@@ -736,7 +727,6 @@ impl UdpIo {
         c.gens[i] = c.gens[i].wrapping_add(1);
         c.open -= 1;
         c.sendq.fail_socket(id);
-        #[cfg(feature = "io-uring")]
         if let Backend::Uring(u) = &mut self.backend {
             u.socket_closed(i, id);
         }
@@ -793,7 +783,6 @@ impl UdpIo {
     ) -> io::Result<()> {
         self.common.stats.loops += 1;
         match &mut self.backend {
-            #[cfg(feature = "io-uring")]
             Backend::Uring(u) => u.run_once(&mut self.common, timeout, on_event),
             Backend::Mmsg(m) => m.run_once(&mut self.common, timeout, on_event),
         }
@@ -811,7 +800,6 @@ impl UdpIo {
     ) -> io::Result<()> {
         self.common.stats.loops += 1;
         match &mut self.backend {
-            #[cfg(feature = "io-uring")]
             Backend::Uring(u) => u.run_once(&mut self.common, Some(Duration::ZERO), on_event),
             Backend::Mmsg(m) => {
                 m.run_nowait(&mut self.common, read, on_event);
@@ -826,7 +814,6 @@ impl UdpIo {
     /// true with io_uring.
     pub fn may_have_more(&self) -> bool {
         match &self.backend {
-            #[cfg(feature = "io-uring")]
             Backend::Uring(_) => true,
             Backend::Mmsg(m) => m.may_have_more(),
         }
@@ -854,7 +841,6 @@ impl UdpIo {
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) -> io::Result<()> {
         match &mut self.backend {
-            #[cfg(feature = "io-uring")]
             Backend::Uring(u) => u.flush(&mut self.common, on_event),
             Backend::Mmsg(m) => {
                 m.send_all(&mut self.common);
@@ -1005,7 +991,6 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "io-uring")]
     fn refusals_that_fall_back_to_mmsg() {
         for e in [
             libc::EPERM,
@@ -1017,6 +1002,8 @@ mod tests {
             assert!(uring_refused(&io::Error::from_raw_os_error(e)));
         }
         assert!(!uring_refused(&io::Error::from_raw_os_error(libc::EMFILE)));
+        // what the stand-in of a build without the `io-uring` feature answers
+        assert!(uring_refused(&io::Error::from(io::ErrorKind::Unsupported)));
     }
 
     #[test]

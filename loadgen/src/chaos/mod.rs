@@ -101,8 +101,6 @@ struct Fds {
     /// Kinds with more descriptors at the end than at the start (`kind x n`), and fewer.
     opened: Vec<String>,
     closed: Vec<String>,
-    /// How long after the client's shutdown the count was taken.
-    settle_ms: u64,
 }
 
 /// What the controller thread measured.
@@ -159,24 +157,6 @@ fn fd_excess(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> Vec<String
         })
         .collect()
 }
-
-/// Descriptors once the client has shut down. A runtime's worker threads and the core
-/// tasks they drop can outlive the client's shutdown call by a few scheduling quanta on
-/// a loaded machine, so this waits (up to [`FD_SETTLE`], polling) for the kinds at the
-/// start to come back; a descriptor still open after that is reported as a leak.
-fn fds_after_shutdown(start: &BTreeMap<String, u64>) -> (BTreeMap<String, u64>, Duration) {
-    let t0 = Instant::now();
-    loop {
-        let now = fd_kinds();
-        if fd_excess(&now, start).is_empty() || t0.elapsed() >= FD_SETTLE {
-            return (now, t0.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Longest wait for descriptors to close after the client's shutdown returned.
-const FD_SETTLE: Duration = Duration::from_secs(3);
 
 fn sleep_until(t: Instant) {
     let now = Instant::now();
@@ -247,13 +227,12 @@ pub fn run(ctx: &RunContext<'_>, responder_cores: &[usize]) -> Result<PhaseResul
         });
         (result, controller.join())
     });
-    let (fds_end, settle) = fds_after_shutdown(&fds_start);
+    let fds_end = fd_kinds();
     let fds = Fds {
         opened: fd_excess(&fds_end, &fds_start),
         closed: fd_excess(&fds_start, &fds_end),
         start: fds_start.values().sum(),
         end: fds_end.values().sum(),
-        settle_ms: settle.as_millis() as u64,
     };
     let mut result = result?;
     let measured = measured.map_err(|_| "the chaos controller panicked".to_string())?;
@@ -392,7 +371,6 @@ impl ChaosReport {
                 "end": self.fds.end,
                 "opened": self.fds.opened,
                 "closed": self.fds.closed,
-                "settle_ms": self.fds.settle_ms,
             },
             "outcomes_explained": self.explained,
             "outcomes_unexplained": self.unexplained,
@@ -449,8 +427,8 @@ impl ChaosReport {
         if !self.fds.opened.is_empty() || !self.fds.closed.is_empty() {
             writeln!(
                 out,
-                "  chaos: descriptors left open {:?}, closed {:?} ({} ms after the client stopped)",
-                self.fds.opened, self.fds.closed, self.fds.settle_ms
+                "  chaos: descriptors left open {:?}, closed {:?}",
+                self.fds.opened, self.fds.closed
             )?;
         }
         if self.passed() {
