@@ -26,7 +26,10 @@ fn build_example() -> PathBuf {
         .expect("target/<profile>/deps");
     let target_dir = profile_dir.parent().expect("target/<profile>");
     let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "-p", "ratelimitly-tower", "--example", "axum"])
+    // `--workspace`: the dependencies' features are unified as in `cargo test
+    // --workspace`, so the build reuses that run's artifacts instead of compiling the
+    // dependency graph once more (`-p ratelimitly-tower` alone resolves other features).
+    cmd.args(["build", "--workspace", "--example", "axum"])
         .arg("--target-dir")
         .arg(target_dir);
     if profile_dir.file_name().is_some_and(|n| n == "release") {
