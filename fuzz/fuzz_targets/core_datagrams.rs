@@ -11,7 +11,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use ratelimitly_engine::engine::sockets::{SockId, SocketOp};
+use ratelimitly_engine::engine::sockets::SocketOp;
+use ratelimitly_engine::udp::SocketId;
 use ratelimitly_engine::engine::state::TransmitSink;
 use ratelimitly_engine::engine::{Completion, Cores, Engine};
 use ratelimitly_engine::proto::ids::Resource;
@@ -24,7 +25,7 @@ const NONE_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
 struct Sink(Vec<(Vec<u8>, u64)>);
 
 impl TransmitSink for Sink {
-    fn transmit(&mut self, _sock: SockId, _to: SocketAddr, datagram: &[u8], tag: u64) {
+    fn transmit(&mut self, _sock: SocketId, _to: SocketAddr, datagram: &[u8], tag: u64) {
         if self.0.len() < 4096 {
             self.0.push((datagram.to_vec(), tag));
         }
@@ -83,7 +84,7 @@ fuzz_target!(|data: &[u8]| {
                         d[12..28].copy_from_slice(&sent[12..28]);
                     }
                 }
-                core.handle_datagram(now, SockId(0), &mut d, &mut sink);
+                core.handle_datagram(now, SocketId::from_raw(0), &mut d, &mut sink);
             }
             4 => {
                 if !sink.0.is_empty() {
@@ -95,7 +96,7 @@ fuzz_target!(|data: &[u8]| {
         }
         while let Some(op) = core.poll_socket_op() {
             if let SocketOp::Open { .. } = op {
-                let id = SockId(next_sock);
+                let id = SocketId::from_raw(next_sock);
                 next_sock += 1;
                 core.socket_opened(if arg % 3 == 0 { None } else { Some((id, 50_000 + next_sock as u16)) });
             }

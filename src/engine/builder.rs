@@ -17,9 +17,9 @@ use super::lifecycle::Engine;
 use super::membership;
 use super::membership::Membership;
 use super::shared::{Published, Shared};
+use super::state;
 use super::stats::Stats;
 use super::submit::{self, CoreQueue};
-use super::{sockets, state};
 use crate::proto::key::ApiKey;
 use crate::proto::machine::{Endpoint, Plan};
 use crate::proto::policy::RequestPolicy;
@@ -220,7 +220,7 @@ impl EngineBuilder {
     /// the [`CoreFeed`] that connects it to the handle's queue, completion slots and
     /// membership, starting no thread, opening no socket and running no discovery. The
     /// caller drives each state (see `tests/simulation.rs`); socket ids are the
-    /// caller's, the first being `SockId(0)` on `port`.
+    /// caller's, the first being `SocketId::from_raw(0)` on `port`.
     #[doc(hidden)]
     pub fn build_states(
         self,
@@ -234,7 +234,7 @@ impl EngineBuilder {
         for i in 0..cfg.cpus.len() {
             let feed = CoreFeed::new(i, shared.clone());
             let st = feed
-                .new_state(now, sockets::SockId(0), port, entropy(i))
+                .new_state(now, crate::udp::SocketId::from_raw(0), port, entropy(i))
                 .map_err(|_| BuildError::NoRandomness)?;
             cores.push((feed, st));
         }

@@ -38,7 +38,7 @@ impl CoreFeed {
     pub(crate) fn new_state(
         &self,
         now: Instant,
-        first: super::sockets::SockId,
+        first: crate::udp::SocketId,
         port: u16,
         entropy: super::state::Entropy,
     ) -> Result<CoreState, crate::proto::wire::RngError> {

@@ -32,6 +32,7 @@ mod hosted;
 pub mod inflight;
 mod lifecycle;
 mod membership;
+mod pinned;
 mod random;
 mod reports;
 mod shared;

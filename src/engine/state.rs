@@ -35,7 +35,7 @@ use super::config::CoreSettings;
 use super::inflight::{Entry, InFlight, Key};
 use super::random::RandPool;
 use super::reports::Reports;
-use super::sockets::{SockId, SocketOp, SocketTable};
+use super::sockets::{SocketOp, SocketTable};
 use super::stats::{ROUND_BUCKETS, Stats};
 use super::submit::PduBuf;
 use super::wheel::{TimerHandle, TimerWheel};
@@ -45,6 +45,7 @@ use crate::proto::policy::RequestPolicy;
 use crate::proto::wire::{
     self, Auth, DropReason, RateResponseView, ReportEntry, RngError, TenantView,
 };
+use crate::udp::SocketId;
 
 /// Submissions a driver takes from its queue per turn.
 pub const DRAIN: usize = 256;
@@ -55,7 +56,7 @@ pub const REPORT_TAG: u64 = u64::MAX;
 pub trait TransmitSink {
     /// Sends `datagram` from socket `sock` to `to`; a failure is reported back later
     /// with [`CoreState::handle_send_failed`] and this `tag`.
-    fn transmit(&mut self, sock: SockId, to: SocketAddr, datagram: &[u8], tag: u64);
+    fn transmit(&mut self, sock: SocketId, to: SocketAddr, datagram: &[u8], tag: u64);
 }
 
 pub use super::random::{Entropy, os_entropy};
@@ -128,7 +129,7 @@ impl CoreState {
         pool: Arc<SlotPool>,
         snapshot: Snapshot,
         now: Instant,
-        first: SockId,
+        first: SocketId,
         port: u16,
         entropy: Entropy,
     ) -> Result<CoreState, RngError> {
@@ -196,7 +197,7 @@ impl CoreState {
     }
 
     /// The socket new requests use.
-    pub fn current_socket(&self) -> SockId {
+    pub fn current_socket(&self) -> SocketId {
         self.socks.current()
     }
 
@@ -220,7 +221,7 @@ impl CoreState {
 
     /// The driver's answer to [`SocketOp::Open`]: the new socket and its port, or `None`
     /// when no port could be bound.
-    pub fn socket_opened(&mut self, new: Option<(SockId, u16)>) {
+    pub fn socket_opened(&mut self, new: Option<(SocketId, u16)>) {
         if new.is_some() {
             self.stats.steering_rebinds += 1;
         } else {
@@ -235,7 +236,7 @@ impl CoreState {
     pub fn handle_datagram(
         &mut self,
         now: Instant,
-        sock: SockId,
+        sock: SocketId,
         buf: &mut [u8],
         out: &mut dyn TransmitSink,
     ) {

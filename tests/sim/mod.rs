@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use ratelimitly_engine::engine::Completion;
 use ratelimitly_engine::engine::feed::CoreFeed;
-use ratelimitly_engine::engine::sockets::{SockId, SocketOp};
+use ratelimitly_engine::engine::sockets::SocketOp;
 use ratelimitly_engine::engine::state::{CoreState, REPORT_TAG, TransmitSink};
 use ratelimitly_engine::engine::{Cores, Engine, EngineHandle};
 use ratelimitly_engine::proto::ids::Resource;
@@ -32,6 +32,7 @@ use ratelimitly_engine::proto::machine::Endpoint;
 use ratelimitly_engine::proto::outcome::{Failure, Outcome};
 use ratelimitly_engine::proto::policy::RequestPolicy;
 use ratelimitly_engine::proto::wire::RngError;
+use ratelimitly_engine::udp::SocketId;
 use rl_responder::Faults;
 use rl_responder::decide::{Capacities, Responder};
 
@@ -99,14 +100,14 @@ enum Packet {
     },
     ToClient {
         core: usize,
-        sock: SockId,
+        sock: SocketId,
         bytes: Vec<u8>,
     },
 }
 
 /// One transmit handed out by a core.
 struct Handed {
-    sock: SockId,
+    sock: SocketId,
     to: SocketAddr,
     bytes: Vec<u8>,
     tag: u64,
@@ -115,7 +116,7 @@ struct Handed {
 struct Sink<'a>(&'a mut Vec<Handed>);
 
 impl TransmitSink for Sink<'_> {
-    fn transmit(&mut self, sock: SockId, to: SocketAddr, datagram: &[u8], tag: u64) {
+    fn transmit(&mut self, sock: SocketId, to: SocketAddr, datagram: &[u8], tag: u64) {
         self.0.push(Handed {
             sock,
             to,
@@ -131,8 +132,8 @@ struct CoreSim {
     /// The state's connection to the handle's queue, completion slots and membership.
     feed: CoreFeed,
     /// Open sockets and their (virtual) local ports.
-    open: BTreeMap<SockId, u16>,
-    closed: HashSet<SockId>,
+    open: BTreeMap<SocketId, u16>,
+    closed: HashSet<SocketId>,
     next_sock: u32,
     next_port: u16,
     /// Request datagrams handed out (not report datagrams).
@@ -245,7 +246,7 @@ impl Sim {
             .into_iter()
             .map(|(feed, state)| {
                 let mut open = BTreeMap::new();
-                open.insert(SockId(0), 50_000);
+                open.insert(SocketId::from_raw(0), 50_000);
                 CoreSim {
                     state,
                     feed,
@@ -514,7 +515,7 @@ impl Sim {
             let core = &mut self.cores[c];
             match op {
                 SocketOp::Open { .. } => {
-                    let id = SockId(core.next_sock);
+                    let id = SocketId::from_raw(core.next_sock);
                     core.next_sock += 1;
                     let port = core.next_port;
                     core.next_port += 1;
