@@ -255,7 +255,10 @@ fn a_failed_hosted_core_fails_its_requests_and_refuses_new_work() {
         assert!(matches!(o, Err(Failure::CoreFailed { core: 0 })), "{o:?}");
     }
     let later = h.request().consume(&res, 1).wait();
-    assert!(matches!(later, Err(Failure::CoreFailed { core: 0 })), "{later:?}");
+    assert!(
+        matches!(later, Err(Failure::CoreFailed { core: 0 })),
+        "{later:?}"
+    );
     assert_eq!(h.stats().dead_cores, 1);
     e.shutdown();
     drop(rt);

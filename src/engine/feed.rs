@@ -4,7 +4,7 @@
 //! [`CoreState`] (requests, reports, report flushes, the test fault), the membership
 //! snapshot the state is given each turn and the refresh it asks for, the wake-up of
 //! the callers whose requests completed, and the refusal of what is still queued at
-//! shutdown. The pinned and hosted drivers and the simulation all use it, so the state
+//! shutdown. The core's turn (`super::turn`) and the simulation use it, so the state
 //! itself names no channel, no shared engine state and no waker.
 //! Must not touch: sockets, clocks (instants are parameters), the request path.
 

@@ -43,7 +43,7 @@ use super::turn::{Core, Scheduler, Turn};
 use crate::udp::{SocketId, Waker};
 
 /// A socket's descriptor as Tokio's reactor registers it. The registration is dropped
-/// before the core closes the socket (`Core::prelude`'s close hook), so a reused
+/// before the core closes the socket (the turn unwatches it first), so a reused
 /// descriptor number is never deregistered by mistake.
 struct Fd(RawFd);
 

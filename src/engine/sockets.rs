@@ -3,18 +3,18 @@
 //! Owns: which of the core's sockets is current (new requests are sent from it), the
 //! older sockets still draining their in-flight requests (they keep receiving, then
 //! close), per-socket coalescing of steering hints, the bound on how many sockets a core
-//! may hold, and the queue of socket operations the driver must perform.
-//! A hint asks the driver to open the replacement socket first; only when the driver
+//! may hold, and the queue of socket operations the core must perform.
+//! A hint asks the core to open the replacement socket first; only when the core
 //! reports it open does it become current. A failed open keeps the old socket and is
 //! counted — never a request failure.
-//! Must not touch: sockets themselves (the driver binds and closes them), request state
+//! Must not touch: sockets themselves (the core binds and closes them), request state
 //! or the decision (steering never changes it), clocks.
 
 use std::collections::VecDeque;
 
 use crate::udp::SocketId;
 
-/// A socket operation the driver must perform, in order, after it has sent every
+/// A socket operation the core must perform, in order, after it has sent every
 /// transmit handed to it so far.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SocketOp {
@@ -126,12 +126,12 @@ impl SocketTable {
         true
     }
 
-    /// The next operation for the driver.
+    /// The next operation for the core.
     pub(crate) fn poll_op(&mut self) -> Option<SocketOp> {
         self.ops.pop_front()
     }
 
-    /// The driver's answer to an `Open`: the new socket and its port, or `None` when no
+    /// The core's answer to an `Open`: the new socket and its port, or `None` when no
     /// port could be bound (the old socket stays current; a later hint may try again).
     pub(crate) fn opened(&mut self, new: Option<(SocketId, u16)>) {
         self.opening = false;

@@ -2,8 +2,8 @@
 //!
 //! Owns, for its core: the in-flight table, the timer wheel, the socket bookkeeping
 //! (steering), report coalescing, buffered randomness for unique ids and nonces, and the
-//! core's statistics. It takes inputs — submissions handed to it one by one (its
-//! driver drains the queue: `super::feed`), the endpoint set
+//! core's statistics. It takes inputs — submissions handed to it one by one (the
+//! core's turn drains the queue: `super::feed`), the endpoint set
 //! ([`CoreState::set_membership`]), received datagrams `(now, socket, bytes)`, timeouts
 //! and send failures — and hands out transmits `(socket, destination, bytes, tag)`
 //! through a caller-supplied [`TransmitSink`], socket operations ([`SocketOp`]),
@@ -18,8 +18,9 @@
 //! injected [`Entropy`]). The decisions themselves are the request machine's
 //! (`crate::proto::machine`).
 //!
-//! Ordering contract for drivers: hand every transmit to the network before performing
-//! the socket operations polled after it (a `Close` follows the last transmit of its
+//! Ordering contract for whoever drives the state (the core's turn, the simulation):
+//! hand every transmit to the network before performing the socket operations polled
+//! after it (a `Close` follows the last transmit of its
 //! socket), and handle received datagrams before timers of the same instant. A request
 //! decided by a datagram keeps its completion transmits until the next
 //! [`CoreState::handle_timeout`] (which [`CoreState::poll_timeout`] asks for at once), so
@@ -47,11 +48,11 @@ use crate::proto::wire::{
 };
 use crate::udp::SocketId;
 
-/// Submissions a driver takes from its queue per turn.
+/// Submissions a core takes from its queue per turn.
 pub const DRAIN: usize = 256;
 /// Send tag of latency reports.
 pub const REPORT_TAG: u64 = u64::MAX;
-/// Where a core's transmits go: the driver's send batch, or a simulated network.
+/// Where a core's transmits go: the core's send batch, or a simulated network.
 /// The datagram bytes are only borrowed: copy them.
 pub trait TransmitSink {
     /// Sends `datagram` from socket `sock` to `to`; a failure is reported back later
@@ -86,12 +87,12 @@ pub struct CoreState {
     index: usize,
     /// What the core reads of the configuration (plain values).
     cfg: CoreConfig,
-    /// The completion slots: outcomes are written here; callers are woken by the driver
+    /// The completion slots: outcomes are written here; callers are woken by the core
     /// (see [`CoreState::take_wakes`]).
     pool: Arc<SlotPool>,
     /// The endpoint set new requests and reports use ([`CoreState::set_membership`]).
     snapshot: Snapshot,
-    /// A request found no endpoint: the driver asks discovery for a refresh.
+    /// A request found no endpoint: the core asks discovery for a refresh.
     refresh_wanted: bool,
     inflight: InFlight,
     wheel: TimerWheel<u64>,
@@ -165,12 +166,12 @@ impl CoreState {
     }
 
     /// Sets the endpoint set that requests started and reports sent from now on use
-    /// (the driver passes the current one each turn).
+    /// (the core passes the current one each turn).
     pub fn set_membership(&mut self, snapshot: Snapshot) {
         self.snapshot = snapshot;
     }
 
-    /// True once after a request found no endpoint: the driver asks discovery for an
+    /// True once after a request found no endpoint: the core asks discovery for an
     /// early refresh.
     pub fn take_refresh_request(&mut self) -> bool {
         std::mem::take(&mut self.refresh_wanted)
@@ -213,13 +214,13 @@ impl CoreState {
         .min()
     }
 
-    /// The next socket operation for the driver (perform it after sending every
+    /// The next socket operation for the core (perform it after sending every
     /// transmit handed out so far).
     pub fn poll_socket_op(&mut self) -> Option<SocketOp> {
         self.socks.poll_op()
     }
 
-    /// The driver's answer to [`SocketOp::Open`]: the new socket and its port, or `None`
+    /// The core's answer to [`SocketOp::Open`]: the new socket and its port, or `None`
     /// when no port could be bound.
     pub fn socket_opened(&mut self, new: Option<(SocketId, u16)>) {
         if new.is_some() {
@@ -344,11 +345,16 @@ impl CoreState {
         self.pool.complete_to(slot, out, Some(&mut self.wakes));
     }
 
-    /// The completion slots whose callers are to be woken, drained: the driver wakes
+    /// The completion slots whose callers are to be woken, drained: the core wakes
     /// them once per turn, after the turn's sends, so a caller on the same CPU does not
     /// preempt the core in the middle of its turn.
     pub fn take_wakes(&mut self) -> std::vec::Drain<'_, u32> {
         self.wakes.drain(..)
+    }
+
+    /// True when completed requests wait for [`take_wakes`](Self::take_wakes).
+    pub fn has_wakes(&self) -> bool {
+        !self.wakes.is_empty()
     }
 
     fn fail_early(&mut self, slot: u32, f: Failure) {
@@ -657,7 +663,7 @@ impl CoreState {
     // ---------------------------------------------------------------- shutdown
 
     /// Completes every in-flight request with `Failure::Shutdown` (exactly once), after
-    /// sending the pending reports. The driver first refuses what is still queued
+    /// sending the pending reports. The core first refuses what is still queued
     /// ([`CoreState::refuse`]).
     pub fn shutdown(&mut self, now: Instant, out: &mut dyn TransmitSink) {
         self.flush_completing(now, out);
@@ -668,7 +674,7 @@ impl CoreState {
     }
 
     /// After a fault inside this core: completes every in-flight request with `f`
-    /// without touching the network (queued requests are the driver's to fail; the
+    /// without touching the network (queued requests are the core's to fail; the
     /// callers are woken through [`CoreState::take_wakes`]).
     pub(crate) fn fail_in_flight(&mut self, f: &Failure) {
         for key in self.inflight.keys() {

@@ -18,23 +18,26 @@
 //!    flush, so a closing socket's last datagrams leave first; the scheduler hears of it
 //!    before, [`Scheduler::unwatch`]).
 //! 4. **Publication** when a reader asked or every [`PUBLISH_EVERY`](super::PUBLISH_EVERY).
-//! 5. **Completion wakes** for what steps 1–3 completed.
-//! 6. **I/O:** one pass of the I/O layer: it sends what is queued (GSO-grouped, one
+//! 5. **I/O:** one pass of the I/O layer: it sends what is queued (GSO-grouped, one
 //!    `sendmmsg` or one ring submission) and receives; each datagram goes straight to
 //!    the state, whose answers are queued for the next pass. A scheduler that
 //!    [blocks](Scheduler::BLOCKS) lets the pass wait (up to the core's next deadline,
-//!    for a datagram or a submitter's wake-up) when no work is certain; the other never
-//!    waits and receives only where the runtime reported readiness.
-//! 7. **Completion wakes** for what the answers completed.
-//! 8. **Result:** [`Turn::Busy`] when more work is certain (a receive filled its
+//!    for a datagram or a submitter's wake-up) when no work is certain and no caller
+//!    waits to be woken; the other never waits and receives only where the runtime
+//!    reported readiness.
+//! 6. **Completion wakes**, once, for everything the turn completed.
+//! 7. **Result:** [`Turn::Busy`] when more work is certain (a receive filled its
 //!    buffers, submissions or failures wait, a deadline passed), else
 //!    [`Turn::Idle`] until the next deadline. Before it idles the core publishes its
 //!    counters, and its histograms once the pause lasts [`PUBLISH_IDLE_EVERY`], so
 //!    readers see an idle core's figures without asking. [`Turn::Stopped`] once the
 //!    engine shut down and every request completed.
 //!
-//! Callers are woken at steps 5 and 7 only, in both schedulers; a submitter wakes an
-//! idle core with at most one `write(2)` or task wake (see `udp::Waker`).
+//! **The wake order**, the same under both schedulers: callers are woken at step 6
+//! only, after the turn's sends. A decision reached by a datagram is delivered by the
+//! next turn's `handle_timeout` (step 1) with its held completion resends, which leave
+//! in that turn's I/O pass before the caller is woken. A submitter wakes an idle core
+//! with at most one `write(2)` or task wake (see `udp::Waker`).
 //!
 //! # Faults
 //!
@@ -292,9 +295,14 @@ impl Core {
         if self.shared.queues[self.index].stop.load(Ordering::Acquire) {
             return self.stop();
         }
-        self.feed.wake_callers(&mut self.state);
         let got = if S::BLOCKS {
-            let timeout = match self.outcome() {
+            // completed callers are not kept waiting for the pass: no wait then
+            let idle = if self.state.has_wakes() {
+                Turn::Busy
+            } else {
+                self.outcome()
+            };
+            let timeout = match idle {
                 Turn::Idle { until } => {
                     self.spin();
                     until.map(|t| t.saturating_duration_since(Instant::now()))
@@ -344,7 +352,7 @@ impl Core {
         Turn::Stopped
     }
 
-    /// Step 8: the turn's result, and the publication before a pause.
+    /// Step 7: the turn's result, and the publication before a pause.
     fn outcome(&mut self) -> Turn {
         if self.read_all || !self.failed.is_empty() || !self.shared.queues[self.index].rx.is_empty()
         {
@@ -393,7 +401,7 @@ impl Core {
         }
     }
 
-    /// Step 6: one pass of the I/O layer; true when datagrams arrived.
+    /// Step 5: one pass of the I/O layer; true when datagrams arrived.
     fn io_pass(&mut self, wait: Wait<'_>) -> bool {
         let state = &mut self.state;
         let failed = &mut self.failed;
