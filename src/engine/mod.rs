@@ -24,8 +24,7 @@
 mod builder;
 pub mod completion;
 pub mod config;
-#[doc(hidden)] // internal: for the simulation
-pub mod feed;
+mod feed;
 mod handle;
 mod hosted;
 #[doc(hidden)] // internal: for the simulation, the fuzz target and the benches

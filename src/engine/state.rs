@@ -32,13 +32,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::completion::SlotPool;
-use super::config::CoreSettings;
 use super::inflight::{Entry, InFlight, Key};
 use super::random::RandPool;
 use super::reports::Reports;
 use super::sockets::{SocketOp, SocketTable};
 use super::stats::{ROUND_BUCKETS, Stats};
-use super::submit::PduBuf;
 use super::wheel::{TimerHandle, TimerWheel};
 use crate::proto::machine::{Ignored, Plan, Sends, Snapshot, TransmitKind};
 use crate::proto::outcome::{CommError, Failure, Phase, Response};
@@ -67,9 +65,11 @@ fn micros(d: Duration) -> u32 {
     d.as_micros().min(u128::from(u32::MAX - 1)) as u32
 }
 
-/// The configuration one core's state reads, as plain values.
+/// What one core's state is built from, as plain values: the key's authentication, the
+/// request policy and the core's limits. The engine builds it from its validated settings
+/// (`super::feed::CoreFeed`); a simulation or a fuzz target with [`CoreConfig::new`].
 #[derive(Clone)]
-pub(crate) struct CoreConfig {
+pub struct CoreConfig {
     /// The core's index.
     pub(crate) index: usize,
     /// The key's authentication (seal and open).
@@ -78,8 +78,47 @@ pub(crate) struct CoreConfig {
     pub(crate) plan: Plan,
     /// The request policy (its horizon bounds the latency histograms).
     pub(crate) policy: RequestPolicy,
-    /// In-flight limit, sockets and report interval of the core.
-    pub(crate) settings: CoreSettings,
+    /// Requests in flight at once (1..=2^24; beyond it a request fails `Overloaded`).
+    pub in_flight: usize,
+    /// Most sockets open at once (steering; at least 2).
+    pub max_sockets: usize,
+    /// Latency-report flush interval.
+    pub report_interval: Duration,
+}
+
+impl std::fmt::Debug for CoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // the authentication holds key material: never printed
+        f.debug_struct("CoreConfig")
+            .field("index", &self.index)
+            .field("in_flight", &self.in_flight)
+            .field("max_sockets", &self.max_sockets)
+            .field("report_interval", &self.report_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CoreConfig {
+    /// Core `index` for `key` under `policy`, with the engine's default limits; fails
+    /// when the policy exceeds the key's limits (as `EngineBuilder::build` does).
+    pub fn new(
+        index: usize,
+        key: &crate::proto::key::ApiKey,
+        policy: RequestPolicy,
+    ) -> Result<CoreConfig, crate::proto::error::ConfigError> {
+        policy
+            .check_key(key)
+            .map_err(crate::proto::error::ConfigError::Policy)?;
+        Ok(CoreConfig {
+            index,
+            auth: Auth::new(key),
+            plan: Plan::new(&policy),
+            policy,
+            in_flight: super::DEFAULT_IN_FLIGHT,
+            max_sockets: super::sockets::DEFAULT_MAX_SOCKETS,
+            report_interval: super::DEFAULT_REPORT_INTERVAL,
+        })
+    }
 }
 
 /// The state of one engine core.
@@ -125,7 +164,7 @@ impl std::fmt::Debug for CoreState {
 impl CoreState {
     /// The state of core `cfg.index`, whose first socket `first` is bound on `port`;
     /// completions are written to `pool` and requests go to the endpoints of `snapshot`.
-    pub(crate) fn new(
+    pub fn new(
         cfg: CoreConfig,
         pool: Arc<SlotPool>,
         snapshot: Snapshot,
@@ -137,17 +176,17 @@ impl CoreState {
         let mut rng = RandPool::new(entropy);
         let mut mask = [0u8; 5];
         rng.fill(&mut mask)?;
-        let limit = cfg.settings.in_flight_per_core;
+        let limit = cfg.in_flight;
         let max_reports = wire::max_report_entries(cfg.auth.mode());
         Ok(CoreState {
             index: cfg.index,
             inflight: InFlight::new(limit, mask),
             wheel: TimerWheel::new(now, Duration::from_millis(1), 8192, limit.min(1 << 16)),
-            socks: SocketTable::new(first, port, cfg.settings.max_sockets),
+            socks: SocketTable::new(first, port, cfg.max_sockets),
             fired: Vec::with_capacity(1024),
             rng,
             stats: Stats::new(),
-            reports: Reports::new(max_reports, cfg.settings.report_interval),
+            reports: Reports::new(max_reports, cfg.report_interval),
             scratch: Box::new([0u8; wire::MAX_DATAGRAM]),
             wall_ms: 0,
             wakes: Vec::with_capacity(8192),
@@ -304,10 +343,10 @@ impl CoreState {
 
     /// A submitted request: its encoded PDU, its completion slot and when it was
     /// submitted.
-    pub(crate) fn submit(
+    pub fn submit(
         &mut self,
         now: Instant,
-        pdu: &PduBuf,
+        pdu: &[u8],
         slot: u32,
         submitted: Instant,
         out: &mut dyn TransmitSink,
@@ -316,12 +355,7 @@ impl CoreState {
     }
 
     /// A latency report entry for the next report datagram.
-    pub(crate) fn submit_report(
-        &mut self,
-        now: Instant,
-        e: ReportEntry,
-        out: &mut dyn TransmitSink,
-    ) {
+    pub fn submit_report(&mut self, now: Instant, e: ReportEntry, out: &mut dyn TransmitSink) {
         self.stats.report_entries += 1;
         if self.reports.push(e, now) {
             self.flush_reports(out);
@@ -335,7 +369,7 @@ impl CoreState {
 
     /// A request this core will not start (the engine is shutting down): it completes
     /// with [`Failure::Shutdown`].
-    pub(crate) fn refuse(&mut self, slot: u32) {
+    pub fn refuse(&mut self, slot: u32) {
         self.stats.shutdown_failures += 1;
         self.complete(slot, Err(Failure::Shutdown));
     }
@@ -383,7 +417,7 @@ impl CoreState {
     fn start(
         &mut self,
         now: Instant,
-        pdu: &PduBuf,
+        pdu: &[u8],
         slot: u32,
         submitted: Instant,
         out: &mut dyn TransmitSink,
@@ -406,7 +440,6 @@ impl CoreState {
         let (mut tenant, nonce) = wire::request_tenant(self.cfg.auth.key_id(), &rnd, self.wall_ms);
         // the routing bytes (0..5) are untouched by the id's v4 shaping (bytes 6, 8)
         self.inflight.stamp_unique_id(key, &mut tenant.unique_id);
-        let pdu = pdu.as_slice();
         let p = self.cfg.auth.pdu_offset();
         let total = p + pdu.len();
         let mut dgram = self.inflight.alloc_dgram(total);
