@@ -228,3 +228,38 @@ fn graceful_shutdown_lets_submitted_requests_finish() {
         }
     }
 }
+
+/// A panic inside a hosted core's turn takes the same path as on a pinned core
+/// (`a_failed_core_fails_its_requests_and_refuses_new_work` in engine_basic.rs): what it
+/// held and what reaches its queue fails with `CoreFailed`, later submissions fail at
+/// once, and the engine still shuts down.
+#[test]
+fn a_failed_hosted_core_fails_its_requests_and_refuses_new_work() {
+    let _serial = serial();
+    let silent = silent_responder(COOKIE, 1);
+    let rt = runtime(1);
+    let e = hosted(&rt, vec![ep(&silent)]);
+    let h = e.handle();
+    let res = resource("hosted-fault", u32::MAX);
+    let held: Vec<_> = (0..10)
+        .map(|_| h.request().consume(&res, 1).send())
+        .collect();
+    h.inject_core_fault(0);
+    let queued: Vec<_> = (0..10)
+        .map(|_| h.request().consume(&res, 1).send())
+        .collect();
+    for c in held.into_iter().chain(queued) {
+        let o = c
+            .wait_timeout(Duration::from_secs(5))
+            .expect("a waiter of a failed hosted core hangs");
+        assert!(matches!(o, Err(Failure::CoreFailed { core: 0 })), "{o:?}");
+    }
+    let later = h.request().consume(&res, 1).wait();
+    assert!(
+        matches!(later, Err(Failure::CoreFailed { core: 0 })),
+        "{later:?}"
+    );
+    assert_eq!(h.stats().dead_cores, 1);
+    e.shutdown();
+    drop(rt);
+}

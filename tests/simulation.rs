@@ -283,7 +283,7 @@ fn latency_reports_reach_every_endpoint() {
         ratelimitly_engine::proto::ids::LatencyTracker::new("t", Duration::from_secs(60), 100, 1)
             .unwrap();
     for _ in 0..5 {
-        s.handle.report(&t, ms(12)).unwrap();
+        s.report(&t, ms(12));
     }
     s.run_for(ms(20));
     assert_eq!(s.core(0).stats().report_datagrams, 3);

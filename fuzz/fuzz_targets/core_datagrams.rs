@@ -8,15 +8,20 @@
 #![no_main]
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use ratelimitly_engine::engine::sockets::{SockId, SocketOp};
-use ratelimitly_engine::engine::state::TransmitSink;
-use ratelimitly_engine::engine::{Completion, Cores, Engine};
+use ratelimitly_engine::engine::Completion;
+use ratelimitly_engine::engine::completion::SlotPool;
+use ratelimitly_engine::engine::sockets::SocketOp;
+use ratelimitly_engine::engine::state::{CoreConfig, CoreState, TransmitSink};
 use ratelimitly_engine::proto::ids::Resource;
 use ratelimitly_engine::proto::key::ApiKey;
 use ratelimitly_engine::proto::machine::Endpoint;
+use ratelimitly_engine::proto::policy::RequestPolicy;
+use ratelimitly_engine::proto::wire::{self, ResourceSpec};
+use ratelimitly_engine::udp::SocketId;
 
 /// Public test-fixture key (never a real credential).
 const NONE_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
@@ -24,7 +29,7 @@ const NONE_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
 struct Sink(Vec<(Vec<u8>, u64)>);
 
 impl TransmitSink for Sink {
-    fn transmit(&mut self, _sock: SockId, _to: SocketAddr, datagram: &[u8], tag: u64) {
+    fn transmit(&mut self, _sock: SocketId, _to: SocketAddr, datagram: &[u8], tag: u64) {
         if self.0.len() < 4096 {
             self.0.push((datagram.to_vec(), tag));
         }
@@ -34,28 +39,51 @@ impl TransmitSink for Sink {
 fuzz_target!(|data: &[u8]| {
     let key: ApiKey = NONE_KEY.parse().expect("fixture key");
     let eps = vec![
-        Endpoint { server_id: 1 << 23, addr: "127.0.0.1:7000".parse().unwrap() },
-        Endpoint { server_id: 2 << 23, addr: "127.0.0.1:7001".parse().unwrap() },
+        Endpoint {
+            server_id: 1 << 23,
+            addr: "127.0.0.1:7000".parse().unwrap(),
+        },
+        Endpoint {
+            server_id: 2 << 23,
+            addr: "127.0.0.1:7001".parse().unwrap(),
+        },
     ];
     let t0 = Instant::now();
     let mut seed = 7u8;
-    let (h, mut states) = Engine::builder(key)
-        .cores(Cores::Count(1))
-        .endpoints(eps)
-        .in_flight_per_core(64)
-        .max_sockets_per_core(4)
-        .build_states(t0, 50_000, move |_| {
-            Box::new(move |b: &mut [u8]| {
-                for x in b.iter_mut() {
-                    seed = seed.wrapping_mul(31).wrapping_add(17);
-                    *x = seed;
-                }
-                Ok(())
-            })
-        })
-        .expect("states");
-    let (feed, core) = &mut states[0];
+    let entropy = Box::new(move |b: &mut [u8]| {
+        for x in b.iter_mut() {
+            seed = seed.wrapping_mul(31).wrapping_add(17);
+            *x = seed;
+        }
+        Ok(())
+    });
+    let policy = RequestPolicy::default();
+    let mut cfg = CoreConfig::new(0, &key, policy.clone()).expect("default policy");
+    cfg.in_flight = 64;
+    cfg.max_sockets = 4;
+    let pool = SlotPool::new(128).expect("slots");
+    let snapshot: Arc<[Endpoint]> = Arc::from(eps);
+    let mut state = CoreState::new(
+        cfg,
+        pool.clone(),
+        snapshot,
+        t0,
+        SocketId::from_raw(0),
+        50_000,
+        entropy,
+    )
+    .expect("state");
+    let core = &mut state;
     let res = Resource::new("fuzz", Duration::from_secs(60), 100).expect("resource");
+    let spec = ResourceSpec {
+        bucket_id: res.id(),
+        window_ms: res.window_ms(),
+        rate_limit: res.rate_limit(),
+        tokens: 1,
+    };
+    let mut pdu = [0u8; 256];
+    let pdu_len = wire::encode_rate_request_pdu(&mut pdu, policy.horizon_ms(), &[], &[spec], "")
+        .expect("request encodes");
     let mut sink = Sink(Vec::new());
     let mut pending: Vec<Completion> = Vec::new();
     let mut now = t0;
@@ -66,9 +94,11 @@ fuzz_target!(|data: &[u8]| {
         match code {
             0 => {
                 for _ in 0..=(arg % 4) {
-                    pending.push(h.request().consume(&res, 1).send());
+                    // as an engine core takes a request from its queue
+                    let Some(slot) = pool.acquire() else { break };
+                    core.submit(now, &pdu[..pdu_len], slot, now, &mut sink);
+                    pending.push(Completion::new(pool.clone(), slot));
                 }
-                feed.submissions(core, now, &mut sink);
             }
             1 => {
                 now += Duration::from_micros(arg as u64 * 500);
@@ -76,14 +106,19 @@ fuzz_target!(|data: &[u8]| {
             }
             2 | 3 => {
                 // a datagram of the next `arg` input bytes, with a live unique id
-                let mut d: Vec<u8> = ops.by_ref().take(arg.div_ceil(2)).flatten().copied().collect();
+                let mut d: Vec<u8> = ops
+                    .by_ref()
+                    .take(arg.div_ceil(2))
+                    .flatten()
+                    .copied()
+                    .collect();
                 if code == 2 && d.len() >= 28 && !sink.0.is_empty() {
                     let (sent, _) = &sink.0[arg % sink.0.len()];
                     if sent.len() >= 28 {
                         d[12..28].copy_from_slice(&sent[12..28]);
                     }
                 }
-                core.handle_datagram(now, SockId(0), &mut d, &mut sink);
+                core.handle_datagram(now, SocketId::from_raw(0), &mut d, &mut sink);
             }
             4 => {
                 if !sink.0.is_empty() {
@@ -95,13 +130,17 @@ fuzz_target!(|data: &[u8]| {
         }
         while let Some(op) = core.poll_socket_op() {
             if let SocketOp::Open { .. } = op {
-                let id = SockId(next_sock);
+                let id = SocketId::from_raw(next_sock);
                 next_sock += 1;
-                core.socket_opened(if arg % 3 == 0 { None } else { Some((id, 50_000 + next_sock as u16)) });
+                core.socket_opened(if arg % 3 == 0 {
+                    None
+                } else {
+                    Some((id, 50_000 + next_sock as u16))
+                });
             }
         }
     }
-    feed.shutdown(core, now, &mut sink);
+    core.shutdown(now, &mut sink);
     for c in pending {
         assert!(c.try_take().is_ok(), "a request never completed");
     }

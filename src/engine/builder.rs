@@ -6,12 +6,10 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::completion::{SlotPool, futures_oneshot};
 use super::config::{BuildError, Cores, DnsConfig, Settings, Source, Validated};
-use super::feed::CoreFeed;
-use super::handle::EngineHandle;
 use super::lifecycle::Engine;
 #[cfg(feature = "dns")]
 use super::membership;
@@ -19,7 +17,6 @@ use super::membership::Membership;
 use super::shared::{Published, Shared};
 use super::stats::Stats;
 use super::submit::{self, CoreQueue};
-use super::{sockets, state};
 use crate::proto::key::ApiKey;
 use crate::proto::machine::{Endpoint, Plan};
 use crate::proto::policy::RequestPolicy;
@@ -213,32 +210,6 @@ impl EngineBuilder {
             queue_full: AtomicU64::new(0),
             next_thread: AtomicUsize::new(0),
         }))
-    }
-
-    /// For deterministic simulation (tests): validates like [`EngineBuilder::build`] and
-    /// returns the handle with one sans-IO [`state::CoreState`] per configured core and
-    /// the [`CoreFeed`] that connects it to the handle's queue, completion slots and
-    /// membership, starting no thread, opening no socket and running no discovery. The
-    /// caller drives each state (see `tests/simulation.rs`); socket ids are the
-    /// caller's, the first being `SockId(0)` on `port`.
-    #[doc(hidden)]
-    pub fn build_states(
-        self,
-        now: Instant,
-        port: u16,
-        entropy: impl Fn(usize) -> state::Entropy,
-    ) -> Result<(EngineHandle, Vec<(CoreFeed, state::CoreState)>), BuildError> {
-        let cfg = self.settings.validate()?;
-        let shared = Self::prepare(&cfg)?;
-        let mut cores = Vec::with_capacity(cfg.cpus.len());
-        for i in 0..cfg.cpus.len() {
-            let feed = CoreFeed::new(i, shared.clone());
-            let st = feed
-                .new_state(now, sockets::SockId(0), port, entropy(i))
-                .map_err(|_| BuildError::NoRandomness)?;
-            cores.push((feed, st));
-        }
-        Ok((EngineHandle { inner: shared }, cores))
     }
 
     /// Validates everything (before any I/O), then starts discovery and the cores.

@@ -95,18 +95,29 @@ unsafe impl Sync for Slot {}
 // SAFETY: as for `Sync`: the cells hold plain data owned by whichever side the state names.
 unsafe impl Send for Slot {}
 
-/// The engine-wide pool of completion slots.
-pub(crate) struct SlotPool {
+/// The engine-wide pool of completion slots: where a core's state writes outcomes
+/// ([`CoreState`](super::state::CoreState) completes into it; whoever drives the state
+/// wakes the callers it names). Public for the simulation and the fuzz target only.
+#[doc(hidden)]
+pub struct SlotPool {
     slots: Box<[Slot]>,
     free: ArrayQueue<u32>,
     /// Decision to caller-running times (µs), recorded by the callers.
     pub(crate) wake_us: AtomicHist,
 }
 
+impl std::fmt::Debug for SlotPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotPool")
+            .field("slots", &self.slots.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl SlotPool {
     /// A pool of `capacity` slots, or `None` when the memory cannot be had (the
     /// engine reports `BuildError::OutOfMemory` instead of aborting).
-    pub(crate) fn new(capacity: usize) -> Option<Arc<SlotPool>> {
+    pub fn new(capacity: usize) -> Option<Arc<SlotPool>> {
         let capacity = capacity.clamp(1, u32::MAX as usize);
         let mut slots = Vec::new();
         slots.try_reserve_exact(capacity).ok()?;
@@ -136,7 +147,7 @@ impl SlotPool {
     }
 
     /// Takes a free slot, or `None` when every slot is in use (the engine is overloaded).
-    pub(crate) fn acquire(&self) -> Option<u32> {
+    pub fn acquire(&self) -> Option<u32> {
         let idx = self.free.pop()?;
         self.slots[idx as usize]
             .state
@@ -177,7 +188,7 @@ impl SlotPool {
     /// Wakes the caller of slot `idx` (a deferred wake-up). If the caller already took
     /// the outcome and the slot serves another request, that caller is woken
     /// spuriously, which futures and blocking waits tolerate (they poll again).
-    pub(crate) fn wake(&self, idx: u32) {
+    pub fn wake(&self, idx: u32) {
         self.slots[idx as usize].waker.wake();
     }
 
@@ -319,7 +330,8 @@ enum Inner {
 }
 
 impl Completion {
-    pub(crate) fn new(pool: Arc<SlotPool>, idx: u32) -> Self {
+    #[doc(hidden)] // for the simulation and the fuzz target: slot `idx`, just acquired
+    pub fn new(pool: Arc<SlotPool>, idx: u32) -> Self {
         Completion {
             inner: Inner::Slot {
                 pool,

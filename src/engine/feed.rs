@@ -4,7 +4,7 @@
 //! [`CoreState`] (requests, reports, report flushes, the test fault), the membership
 //! snapshot the state is given each turn and the refresh it asks for, the wake-up of
 //! the callers whose requests completed, and the refusal of what is still queued at
-//! shutdown. The pinned and hosted drivers and the simulation all use it, so the state
+//! shutdown. The core's turn (`super::turn`) uses it, so the state
 //! itself names no channel, no shared engine state and no waker.
 //! Must not touch: sockets, clocks (instants are parameters), the request path.
 
@@ -16,7 +16,7 @@ use super::state::{CoreState, DRAIN, TransmitSink};
 use super::submit::Msg;
 
 /// One core's connection to the engine's queue, completion slots and membership.
-pub struct CoreFeed {
+pub(crate) struct CoreFeed {
     index: usize,
     shared: Arc<Shared>,
 }
@@ -38,7 +38,7 @@ impl CoreFeed {
     pub(crate) fn new_state(
         &self,
         now: Instant,
-        first: super::sockets::SockId,
+        first: crate::udp::SocketId,
         port: u16,
         entropy: super::state::Entropy,
     ) -> Result<CoreState, crate::proto::wire::RngError> {
@@ -48,7 +48,9 @@ impl CoreFeed {
             auth: sh.auth.clone(),
             plan: sh.plan,
             policy: sh.policy.clone(),
-            settings: sh.settings,
+            in_flight: sh.settings.in_flight_per_core,
+            max_sockets: sh.settings.max_sockets,
+            report_interval: sh.settings.report_interval,
         };
         CoreState::new(
             cfg,
@@ -89,7 +91,7 @@ impl CoreFeed {
                 pdu,
                 slot,
                 submitted,
-            } => state.submit(now, &pdu, slot, submitted, out),
+            } => state.submit(now, pdu.as_slice(), slot, submitted, out),
             Msg::Report(e) => state.submit_report(now, e, out),
             Msg::FlushReports(tx) => {
                 state.flush_reports_now(out);

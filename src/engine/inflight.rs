@@ -8,10 +8,10 @@
 //! Must not touch: sockets, clocks, the completion protocol; capacity is fixed at start
 //! so the steady state never allocates.
 
-use super::sockets::SockId;
 use super::wheel::TimerHandle;
 use crate::proto::machine::{Delivery, TransmitKind};
 use crate::proto::wire::MAX_DATAGRAM;
+use crate::udp::SocketId;
 
 /// Datagram bytes stored inline in an entry; larger datagrams use a pooled buffer. Sized
 /// for the common request in aes mode: one resource and one guard (72 + 8 + 4 + 28 + 36
@@ -64,7 +64,7 @@ pub(crate) struct Entry {
     /// Its completion slot (which also holds its retained / selected response).
     pub slot: u32,
     /// The socket it sends from.
-    pub sock: SockId,
+    pub sock: SocketId,
     /// Microseconds from submission to t0 (saturating).
     pub queued_us: u32,
     /// Microseconds from t0 to the arrival of the response kept as the decision so far

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use super::completion::futures_oneshot;
 use super::config::BuildError;
 use super::handle::EngineHandle;
-use super::hosted;
 use super::shared::Shared;
 use super::turn;
+use super::{hosted, pinned};
 use crate::proto::outcome::Failure;
 
 /// The running engine. Dropping it shuts it down.
@@ -192,46 +192,14 @@ impl Engine {
             return Ok(engine);
         }
         for (i, cpu) in cpus.iter().copied().enumerate() {
-            let (tx, rx) = crossbeam_channel::bounded(1);
-            let sh = shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("rl-core-{i}"))
-                .spawn(move || {
-                    let _ = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
-                    match turn::Core::new(i, sh) {
-                        Ok(d) => {
-                            let _ = tx.send(Ok(d.local_addr()));
-                            d.run();
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Err(e));
-                        }
-                    }
-                });
-            let handle = match spawned {
-                Ok(h) => h,
+            match pinned::spawn(i, cpu, shared.clone()) {
+                Ok((thread, addr)) => {
+                    engine.threads.push(thread);
+                    engine.local_addrs.push(addr);
+                }
                 Err(e) => {
                     engine.shutdown_inner();
-                    return Err(BuildError::Executor {
-                        core: i,
-                        kind: e.kind(),
-                    });
-                }
-            };
-            let ready = rx.recv_timeout(Duration::from_secs(10));
-            engine.threads.push(handle);
-            match ready {
-                Ok(Ok(addr)) => engine.local_addrs.push(addr),
-                Ok(Err(e)) => {
-                    engine.shutdown_inner();
                     return Err(e);
-                }
-                Err(_) => {
-                    engine.shutdown_inner();
-                    return Err(BuildError::Executor {
-                        core: i,
-                        kind: std::io::ErrorKind::TimedOut,
-                    });
                 }
             }
         }

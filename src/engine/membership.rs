@@ -145,71 +145,96 @@ fn discovery_loop(
         let next = match result {
             Ok(d) if !d.servers.is_empty() => {
                 failed_before = false;
-                let mut eps = discovery::endpoints(&d);
-                if eps.len() > MAX_ENDPOINTS {
-                    tracing::warn!(
-                        endpoints = eps.len(),
-                        kept = MAX_ENDPOINTS,
-                        "discovery found more endpoints than a request addresses"
-                    );
-                    eps.truncate(MAX_ENDPOINTS);
-                }
-                let old = m.snapshot();
-                if old[..] != eps[..] {
-                    tracing::info!(
-                        %domain,
-                        servers = d.servers.len(),
-                        endpoints = eps.len(),
-                        previous = old.len(),
-                        oldest = d.oldest().map(|s| s.server_id),
-                        "discovery: endpoint set changed"
-                    );
-                }
-                m.store(eps);
-                m.refreshes.fetch_add(1, Ordering::Relaxed);
-                REFRESH.min(Duration::from_secs(u64::from(d.min_ttl_s.max(1))))
+                apply(&m, &domain, &d)
             }
             other => {
                 failed_before = true;
-                m.refresh_failures.fetch_add(1, Ordering::Relaxed);
-                let kept = m.snapshot().len();
-                match other {
-                    Err(e) => tracing::warn!(
-                        %domain, error = %e, kept_endpoints = kept,
-                        "discovery failed; keeping the last good endpoint set"
-                    ),
-                    Ok(_) => tracing::warn!(
-                        %domain, kept_endpoints = kept,
-                        "discovery found no server; keeping the last good endpoint set"
-                    ),
-                }
-                if kept == 0 {
-                    FORCE_GAP
-                } else {
-                    REFRESH.min(Duration::from_secs(30))
-                }
+                keep_after_failure(&m, &domain, other.err())
             }
         };
         let _ = ready.try_send(());
-        let due = last_attempt + next;
-        loop {
-            if m.stop.load(Ordering::Acquire) {
-                return;
-            }
-            let now = Instant::now();
-            if now >= due {
-                break;
-            }
-            if m.force.load(Ordering::Acquire) && now >= last_attempt + FORCE_GAP {
-                tracing::debug!(%domain, "discovery: forced refresh (no endpoint)");
-                break;
-            }
-            let wake = if m.force.load(Ordering::Acquire) {
-                (last_attempt + FORCE_GAP).min(due)
-            } else {
-                due
-            };
-            std::thread::park_timeout(wake.saturating_duration_since(now));
+        if !wait_for_next(&m, &domain, last_attempt, last_attempt + next) {
+            return;
         }
+    }
+}
+
+/// Stores a good answer's endpoints (at most [`MAX_ENDPOINTS`]); returns when to ask again.
+#[cfg(feature = "dns")]
+fn apply(m: &Membership, domain: &str, d: &discovery::Discovery) -> Duration {
+    let mut eps = discovery::endpoints(d);
+    if eps.len() > MAX_ENDPOINTS {
+        tracing::warn!(
+            endpoints = eps.len(),
+            kept = MAX_ENDPOINTS,
+            "discovery found more endpoints than a request addresses"
+        );
+        eps.truncate(MAX_ENDPOINTS);
+    }
+    let old = m.snapshot();
+    if old[..] != eps[..] {
+        tracing::info!(
+            %domain,
+            servers = d.servers.len(),
+            endpoints = eps.len(),
+            previous = old.len(),
+            oldest = d.oldest().map(|s| s.server_id),
+            "discovery: endpoint set changed"
+        );
+    }
+    m.store(eps);
+    m.refreshes.fetch_add(1, Ordering::Relaxed);
+    REFRESH.min(Duration::from_secs(u64::from(d.min_ttl_s.max(1))))
+}
+
+/// A failed discovery (`e`), or one that found no server (`None`): the last good set
+/// stays; returns when to ask again (soon when there is none).
+#[cfg(feature = "dns")]
+fn keep_after_failure(
+    m: &Membership,
+    domain: &str,
+    e: Option<discovery::DiscoveryError>,
+) -> Duration {
+    m.refresh_failures.fetch_add(1, Ordering::Relaxed);
+    let kept = m.snapshot().len();
+    match e {
+        Some(e) => tracing::warn!(
+            %domain, error = %e, kept_endpoints = kept,
+            "discovery failed; keeping the last good endpoint set"
+        ),
+        None => tracing::warn!(
+            %domain, kept_endpoints = kept,
+            "discovery found no server; keeping the last good endpoint set"
+        ),
+    }
+    if kept == 0 {
+        FORCE_GAP
+    } else {
+        REFRESH.min(Duration::from_secs(30))
+    }
+}
+
+/// Sleeps until `due`, or until a forced refresh is allowed ([`FORCE_GAP`] after
+/// `last_attempt`); false when the engine stops meanwhile.
+#[cfg(feature = "dns")]
+fn wait_for_next(m: &Membership, domain: &str, last_attempt: Instant, due: Instant) -> bool {
+    loop {
+        if m.stop.load(Ordering::Acquire) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= due {
+            return true;
+        }
+        if m.force.load(Ordering::Acquire) && now >= last_attempt + FORCE_GAP {
+            tracing::debug!(%domain, "discovery: forced refresh (no endpoint)");
+            return true;
+        }
+        let wake = if m.force.load(Ordering::Acquire) {
+            (last_attempt + FORCE_GAP).min(due)
+        } else {
+            due
+        };
+        std::thread::park_timeout(wake.saturating_duration_since(now));
     }
 }

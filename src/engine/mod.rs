@@ -24,14 +24,14 @@
 mod builder;
 pub mod completion;
 pub mod config;
-#[doc(hidden)] // internal: for the simulation
-pub mod feed;
+mod feed;
 mod handle;
 mod hosted;
 #[doc(hidden)] // internal: for the simulation, the fuzz target and the benches
 pub mod inflight;
 mod lifecycle;
 mod membership;
+mod pinned;
 mod random;
 mod reports;
 mod shared;

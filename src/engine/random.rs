@@ -15,7 +15,7 @@ const RNG_POOL: usize = 4096;
 /// entropy source.
 const RESEED_BYTES: usize = 1 << 20;
 
-/// A source of randomness (OS randomness in the driver, seeded in simulation).
+/// A source of randomness (OS randomness in a core, seeded in simulation).
 pub type Entropy = Box<dyn FnMut(&mut [u8]) -> Result<(), RngError> + Send>;
 
 /// The OS randomness source.

@@ -3,20 +3,18 @@
 //! Owns: which of the core's sockets is current (new requests are sent from it), the
 //! older sockets still draining their in-flight requests (they keep receiving, then
 //! close), per-socket coalescing of steering hints, the bound on how many sockets a core
-//! may hold, and the queue of socket operations the driver must perform.
-//! A hint asks the driver to open the replacement socket first; only when the driver
+//! may hold, and the queue of socket operations the core must perform.
+//! A hint asks the core to open the replacement socket first; only when the core
 //! reports it open does it become current. A failed open keeps the old socket and is
 //! counted — never a request failure.
-//! Must not touch: sockets themselves (the driver binds and closes them), request state
+//! Must not touch: sockets themselves (the core binds and closes them), request state
 //! or the decision (steering never changes it), clocks.
 
 use std::collections::VecDeque;
 
-/// Identifies one socket of a core. The driver chooses the values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SockId(pub u32);
+use crate::udp::SocketId;
 
-/// A socket operation the driver must perform, in order, after it has sent every
+/// A socket operation the core must perform, in order, after it has sent every
 /// transmit handed to it so far.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SocketOp {
@@ -27,11 +25,11 @@ pub enum SocketOp {
         after_port: u16,
     },
     /// Close this socket: no request uses it any more.
-    Close(SockId),
+    Close(SocketId),
 }
 
 struct Slot {
-    id: SockId,
+    id: SocketId,
     port: u16,
     inflight: u32,
     steered: bool,
@@ -40,7 +38,7 @@ struct Slot {
 /// The sockets of one core.
 pub(crate) struct SocketTable {
     socks: Vec<Slot>,
-    current: SockId,
+    current: SocketId,
     ops: VecDeque<SocketOp>,
     /// An `Open` was handed out and not yet answered.
     opening: bool,
@@ -53,7 +51,7 @@ pub const DEFAULT_MAX_SOCKETS: usize = 16;
 impl SocketTable {
     /// A table whose first (current) socket is `first`, bound on `port`; at most `max`
     /// sockets open at once (at least 2, so one rebind is always possible).
-    pub(crate) fn new(first: SockId, port: u16, max: usize) -> SocketTable {
+    pub(crate) fn new(first: SocketId, port: u16, max: usize) -> SocketTable {
         let max = max.max(2);
         let mut socks = Vec::with_capacity(max);
         socks.push(Slot {
@@ -72,7 +70,7 @@ impl SocketTable {
     }
 
     /// The socket new requests use.
-    pub(crate) fn current(&self) -> SockId {
+    pub(crate) fn current(&self) -> SocketId {
         self.current
     }
 
@@ -81,19 +79,19 @@ impl SocketTable {
         self.socks.len()
     }
 
-    fn find(&mut self, id: SockId) -> Option<usize> {
+    fn find(&mut self, id: SocketId) -> Option<usize> {
         self.socks.iter().position(|s| s.id == id)
     }
 
     /// A request now sends from `id`.
-    pub(crate) fn acquire(&mut self, id: SockId) {
+    pub(crate) fn acquire(&mut self, id: SocketId) {
         if let Some(i) = self.find(id) {
             self.socks[i].inflight += 1;
         }
     }
 
     /// A request sent from `id` ended; a drained old socket is queued for closing.
-    pub(crate) fn release(&mut self, id: SockId) {
+    pub(crate) fn release(&mut self, id: SocketId) {
         if let Some(i) = self.find(id) {
             let s = &mut self.socks[i];
             s.inflight = s.inflight.saturating_sub(1);
@@ -107,7 +105,7 @@ impl SocketTable {
     /// A valid response to a request sent from `id` asked for another port. Coalesced:
     /// one rebind per socket. Returns false when the hint was refused because the core
     /// already holds its maximum of sockets (counted by the caller).
-    pub(crate) fn hint(&mut self, id: SockId) -> bool {
+    pub(crate) fn hint(&mut self, id: SocketId) -> bool {
         if id != self.current || self.opening {
             return true;
         }
@@ -128,14 +126,14 @@ impl SocketTable {
         true
     }
 
-    /// The next operation for the driver.
+    /// The next operation for the core.
     pub(crate) fn poll_op(&mut self) -> Option<SocketOp> {
         self.ops.pop_front()
     }
 
-    /// The driver's answer to an `Open`: the new socket and its port, or `None` when no
+    /// The core's answer to an `Open`: the new socket and its port, or `None` when no
     /// port could be bound (the old socket stays current; a later hint may try again).
-    pub(crate) fn opened(&mut self, new: Option<(SockId, u16)>) {
+    pub(crate) fn opened(&mut self, new: Option<(SocketId, u16)>) {
         self.opening = false;
         let old = self.current;
         match new {
@@ -169,40 +167,40 @@ mod tests {
 
     #[test]
     fn rebind_keeps_draining_socket_until_released() {
-        let mut s = SocketTable::new(SockId(0), 50000, 4);
-        s.acquire(SockId(0));
-        assert!(s.hint(SockId(0)));
-        assert!(s.hint(SockId(0))); // coalesced
+        let mut s = SocketTable::new(SocketId::from_raw(0), 50000, 4);
+        s.acquire(SocketId::from_raw(0));
+        assert!(s.hint(SocketId::from_raw(0)));
+        assert!(s.hint(SocketId::from_raw(0))); // coalesced
         assert_eq!(s.poll_op(), Some(SocketOp::Open { after_port: 50000 }));
         assert_eq!(s.poll_op(), None);
-        s.opened(Some((SockId(1), 50001)));
-        assert_eq!(s.current(), SockId(1));
+        s.opened(Some((SocketId::from_raw(1), 50001)));
+        assert_eq!(s.current(), SocketId::from_raw(1));
         assert_eq!(s.len(), 2);
-        s.release(SockId(0));
-        assert_eq!(s.poll_op(), Some(SocketOp::Close(SockId(0))));
+        s.release(SocketId::from_raw(0));
+        assert_eq!(s.poll_op(), Some(SocketOp::Close(SocketId::from_raw(0))));
         assert_eq!(s.len(), 1);
         // an idle current socket closes as soon as its replacement is open
-        assert!(s.hint(SockId(1)));
+        assert!(s.hint(SocketId::from_raw(1)));
         assert_eq!(s.poll_op(), Some(SocketOp::Open { after_port: 50001 }));
-        s.opened(Some((SockId(2), 50002)));
-        assert_eq!(s.poll_op(), Some(SocketOp::Close(SockId(1))));
+        s.opened(Some((SocketId::from_raw(2), 50002)));
+        assert_eq!(s.poll_op(), Some(SocketOp::Close(SocketId::from_raw(1))));
         assert_eq!(s.len(), 1);
     }
 
     #[test]
     fn bounded_and_failed_opens() {
-        let mut s = SocketTable::new(SockId(0), 50000, 2);
-        s.acquire(SockId(0));
-        assert!(s.hint(SockId(0)));
+        let mut s = SocketTable::new(SocketId::from_raw(0), 50000, 2);
+        s.acquire(SocketId::from_raw(0));
+        assert!(s.hint(SocketId::from_raw(0)));
         s.poll_op();
         s.opened(None);
-        assert_eq!(s.current(), SockId(0));
-        assert!(s.hint(SockId(0)));
+        assert_eq!(s.current(), SocketId::from_raw(0));
+        assert!(s.hint(SocketId::from_raw(0)));
         s.poll_op();
-        s.opened(Some((SockId(1), 50001)));
-        s.acquire(SockId(1));
+        s.opened(Some((SocketId::from_raw(1), 50001)));
+        s.acquire(SocketId::from_raw(1));
         // two sockets open, both busy: the bound refuses a third
-        assert!(!s.hint(SockId(1)));
+        assert!(!s.hint(SocketId::from_raw(1)));
         assert_eq!(s.poll_op(), None);
     }
 }

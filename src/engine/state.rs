@@ -2,8 +2,8 @@
 //!
 //! Owns, for its core: the in-flight table, the timer wheel, the socket bookkeeping
 //! (steering), report coalescing, buffered randomness for unique ids and nonces, and the
-//! core's statistics. It takes inputs — submissions handed to it one by one (its
-//! driver drains the queue: `super::feed`), the endpoint set
+//! core's statistics. It takes inputs — submissions handed to it one by one (the
+//! core's turn drains the queue: `super::feed`), the endpoint set
 //! ([`CoreState::set_membership`]), received datagrams `(now, socket, bytes)`, timeouts
 //! and send failures — and hands out transmits `(socket, destination, bytes, tag)`
 //! through a caller-supplied [`TransmitSink`], socket operations ([`SocketOp`]),
@@ -18,8 +18,9 @@
 //! injected [`Entropy`]). The decisions themselves are the request machine's
 //! (`crate::proto::machine`).
 //!
-//! Ordering contract for drivers: hand every transmit to the network before performing
-//! the socket operations polled after it (a `Close` follows the last transmit of its
+//! Ordering contract for whoever drives the state (the core's turn, the simulation):
+//! hand every transmit to the network before performing the socket operations polled
+//! after it (a `Close` follows the last transmit of its
 //! socket), and handle received datagrams before timers of the same instant. A request
 //! decided by a datagram keeps its completion transmits until the next
 //! [`CoreState::handle_timeout`] (which [`CoreState::poll_timeout`] asks for at once), so
@@ -31,13 +32,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::completion::SlotPool;
-use super::config::CoreSettings;
 use super::inflight::{Entry, InFlight, Key};
 use super::random::RandPool;
 use super::reports::Reports;
-use super::sockets::{SockId, SocketOp, SocketTable};
+use super::sockets::{SocketOp, SocketTable};
 use super::stats::{ROUND_BUCKETS, Stats};
-use super::submit::PduBuf;
 use super::wheel::{TimerHandle, TimerWheel};
 use crate::proto::machine::{Ignored, Plan, Sends, Snapshot, TransmitKind};
 use crate::proto::outcome::{CommError, Failure, Phase, Response};
@@ -45,17 +44,18 @@ use crate::proto::policy::RequestPolicy;
 use crate::proto::wire::{
     self, Auth, DropReason, RateResponseView, ReportEntry, RngError, TenantView,
 };
+use crate::udp::SocketId;
 
-/// Submissions a driver takes from its queue per turn.
+/// Submissions a core takes from its queue per turn.
 pub const DRAIN: usize = 256;
 /// Send tag of latency reports.
 pub const REPORT_TAG: u64 = u64::MAX;
-/// Where a core's transmits go: the driver's send batch, or a simulated network.
+/// Where a core's transmits go: the core's send batch, or a simulated network.
 /// The datagram bytes are only borrowed: copy them.
 pub trait TransmitSink {
     /// Sends `datagram` from socket `sock` to `to`; a failure is reported back later
     /// with [`CoreState::handle_send_failed`] and this `tag`.
-    fn transmit(&mut self, sock: SockId, to: SocketAddr, datagram: &[u8], tag: u64);
+    fn transmit(&mut self, sock: SocketId, to: SocketAddr, datagram: &[u8], tag: u64);
 }
 
 pub use super::random::{Entropy, os_entropy};
@@ -65,9 +65,11 @@ fn micros(d: Duration) -> u32 {
     d.as_micros().min(u128::from(u32::MAX - 1)) as u32
 }
 
-/// The configuration one core's state reads, as plain values.
+/// What one core's state is built from, as plain values: the key's authentication, the
+/// request policy and the core's limits. The engine builds it from its validated settings
+/// (`super::feed::CoreFeed`); a simulation or a fuzz target with [`CoreConfig::new`].
 #[derive(Clone)]
-pub(crate) struct CoreConfig {
+pub struct CoreConfig {
     /// The core's index.
     pub(crate) index: usize,
     /// The key's authentication (seal and open).
@@ -76,8 +78,47 @@ pub(crate) struct CoreConfig {
     pub(crate) plan: Plan,
     /// The request policy (its horizon bounds the latency histograms).
     pub(crate) policy: RequestPolicy,
-    /// In-flight limit, sockets and report interval of the core.
-    pub(crate) settings: CoreSettings,
+    /// Requests in flight at once (1..=2^24; beyond it a request fails `Overloaded`).
+    pub in_flight: usize,
+    /// Most sockets open at once (steering; at least 2).
+    pub max_sockets: usize,
+    /// Latency-report flush interval.
+    pub report_interval: Duration,
+}
+
+impl std::fmt::Debug for CoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // the authentication holds key material: never printed
+        f.debug_struct("CoreConfig")
+            .field("index", &self.index)
+            .field("in_flight", &self.in_flight)
+            .field("max_sockets", &self.max_sockets)
+            .field("report_interval", &self.report_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CoreConfig {
+    /// Core `index` for `key` under `policy`, with the engine's default limits; fails
+    /// when the policy exceeds the key's limits (as `EngineBuilder::build` does).
+    pub fn new(
+        index: usize,
+        key: &crate::proto::key::ApiKey,
+        policy: RequestPolicy,
+    ) -> Result<CoreConfig, crate::proto::error::ConfigError> {
+        policy
+            .check_key(key)
+            .map_err(crate::proto::error::ConfigError::Policy)?;
+        Ok(CoreConfig {
+            index,
+            auth: Auth::new(key),
+            plan: Plan::new(&policy),
+            policy,
+            in_flight: super::DEFAULT_IN_FLIGHT,
+            max_sockets: super::sockets::DEFAULT_MAX_SOCKETS,
+            report_interval: super::DEFAULT_REPORT_INTERVAL,
+        })
+    }
 }
 
 /// The state of one engine core.
@@ -85,12 +126,12 @@ pub struct CoreState {
     index: usize,
     /// What the core reads of the configuration (plain values).
     cfg: CoreConfig,
-    /// The completion slots: outcomes are written here; callers are woken by the driver
+    /// The completion slots: outcomes are written here; callers are woken by the core
     /// (see [`CoreState::take_wakes`]).
     pool: Arc<SlotPool>,
     /// The endpoint set new requests and reports use ([`CoreState::set_membership`]).
     snapshot: Snapshot,
-    /// A request found no endpoint: the driver asks discovery for a refresh.
+    /// A request found no endpoint: the core asks discovery for a refresh.
     refresh_wanted: bool,
     inflight: InFlight,
     wheel: TimerWheel<u64>,
@@ -123,29 +164,29 @@ impl std::fmt::Debug for CoreState {
 impl CoreState {
     /// The state of core `cfg.index`, whose first socket `first` is bound on `port`;
     /// completions are written to `pool` and requests go to the endpoints of `snapshot`.
-    pub(crate) fn new(
+    pub fn new(
         cfg: CoreConfig,
         pool: Arc<SlotPool>,
         snapshot: Snapshot,
         now: Instant,
-        first: SockId,
+        first: SocketId,
         port: u16,
         entropy: Entropy,
     ) -> Result<CoreState, RngError> {
         let mut rng = RandPool::new(entropy);
         let mut mask = [0u8; 5];
         rng.fill(&mut mask)?;
-        let limit = cfg.settings.in_flight_per_core;
+        let limit = cfg.in_flight;
         let max_reports = wire::max_report_entries(cfg.auth.mode());
         Ok(CoreState {
             index: cfg.index,
             inflight: InFlight::new(limit, mask),
             wheel: TimerWheel::new(now, Duration::from_millis(1), 8192, limit.min(1 << 16)),
-            socks: SocketTable::new(first, port, cfg.settings.max_sockets),
+            socks: SocketTable::new(first, port, cfg.max_sockets),
             fired: Vec::with_capacity(1024),
             rng,
             stats: Stats::new(),
-            reports: Reports::new(max_reports, cfg.settings.report_interval),
+            reports: Reports::new(max_reports, cfg.report_interval),
             scratch: Box::new([0u8; wire::MAX_DATAGRAM]),
             wall_ms: 0,
             wakes: Vec::with_capacity(8192),
@@ -164,12 +205,12 @@ impl CoreState {
     }
 
     /// Sets the endpoint set that requests started and reports sent from now on use
-    /// (the driver passes the current one each turn).
+    /// (the core passes the current one each turn).
     pub fn set_membership(&mut self, snapshot: Snapshot) {
         self.snapshot = snapshot;
     }
 
-    /// True once after a request found no endpoint: the driver asks discovery for an
+    /// True once after a request found no endpoint: the core asks discovery for an
     /// early refresh.
     pub fn take_refresh_request(&mut self) -> bool {
         std::mem::take(&mut self.refresh_wanted)
@@ -196,7 +237,7 @@ impl CoreState {
     }
 
     /// The socket new requests use.
-    pub fn current_socket(&self) -> SockId {
+    pub fn current_socket(&self) -> SocketId {
         self.socks.current()
     }
 
@@ -212,15 +253,15 @@ impl CoreState {
         .min()
     }
 
-    /// The next socket operation for the driver (perform it after sending every
+    /// The next socket operation for the core (perform it after sending every
     /// transmit handed out so far).
     pub fn poll_socket_op(&mut self) -> Option<SocketOp> {
         self.socks.poll_op()
     }
 
-    /// The driver's answer to [`SocketOp::Open`]: the new socket and its port, or `None`
+    /// The core's answer to [`SocketOp::Open`]: the new socket and its port, or `None`
     /// when no port could be bound.
-    pub fn socket_opened(&mut self, new: Option<(SockId, u16)>) {
+    pub fn socket_opened(&mut self, new: Option<(SocketId, u16)>) {
         if new.is_some() {
             self.stats.steering_rebinds += 1;
         } else {
@@ -235,7 +276,7 @@ impl CoreState {
     pub fn handle_datagram(
         &mut self,
         now: Instant,
-        sock: SockId,
+        sock: SocketId,
         buf: &mut [u8],
         out: &mut dyn TransmitSink,
     ) {
@@ -302,10 +343,10 @@ impl CoreState {
 
     /// A submitted request: its encoded PDU, its completion slot and when it was
     /// submitted.
-    pub(crate) fn submit(
+    pub fn submit(
         &mut self,
         now: Instant,
-        pdu: &PduBuf,
+        pdu: &[u8],
         slot: u32,
         submitted: Instant,
         out: &mut dyn TransmitSink,
@@ -314,12 +355,7 @@ impl CoreState {
     }
 
     /// A latency report entry for the next report datagram.
-    pub(crate) fn submit_report(
-        &mut self,
-        now: Instant,
-        e: ReportEntry,
-        out: &mut dyn TransmitSink,
-    ) {
+    pub fn submit_report(&mut self, now: Instant, e: ReportEntry, out: &mut dyn TransmitSink) {
         self.stats.report_entries += 1;
         if self.reports.push(e, now) {
             self.flush_reports(out);
@@ -333,7 +369,7 @@ impl CoreState {
 
     /// A request this core will not start (the engine is shutting down): it completes
     /// with [`Failure::Shutdown`].
-    pub(crate) fn refuse(&mut self, slot: u32) {
+    pub fn refuse(&mut self, slot: u32) {
         self.stats.shutdown_failures += 1;
         self.complete(slot, Err(Failure::Shutdown));
     }
@@ -343,11 +379,16 @@ impl CoreState {
         self.pool.complete_to(slot, out, Some(&mut self.wakes));
     }
 
-    /// The completion slots whose callers are to be woken, drained: the driver wakes
+    /// The completion slots whose callers are to be woken, drained: the core wakes
     /// them once per turn, after the turn's sends, so a caller on the same CPU does not
     /// preempt the core in the middle of its turn.
     pub fn take_wakes(&mut self) -> std::vec::Drain<'_, u32> {
         self.wakes.drain(..)
+    }
+
+    /// True when completed requests wait for [`take_wakes`](Self::take_wakes).
+    pub fn has_wakes(&self) -> bool {
+        !self.wakes.is_empty()
     }
 
     fn fail_early(&mut self, slot: u32, f: Failure) {
@@ -376,7 +417,7 @@ impl CoreState {
     fn start(
         &mut self,
         now: Instant,
-        pdu: &PduBuf,
+        pdu: &[u8],
         slot: u32,
         submitted: Instant,
         out: &mut dyn TransmitSink,
@@ -399,7 +440,6 @@ impl CoreState {
         let (mut tenant, nonce) = wire::request_tenant(self.cfg.auth.key_id(), &rnd, self.wall_ms);
         // the routing bytes (0..5) are untouched by the id's v4 shaping (bytes 6, 8)
         self.inflight.stamp_unique_id(key, &mut tenant.unique_id);
-        let pdu = pdu.as_slice();
         let p = self.cfg.auth.pdu_offset();
         let total = p + pdu.len();
         let mut dgram = self.inflight.alloc_dgram(total);
@@ -656,7 +696,7 @@ impl CoreState {
     // ---------------------------------------------------------------- shutdown
 
     /// Completes every in-flight request with `Failure::Shutdown` (exactly once), after
-    /// sending the pending reports. The driver first refuses what is still queued
+    /// sending the pending reports. The core first refuses what is still queued
     /// ([`CoreState::refuse`]).
     pub fn shutdown(&mut self, now: Instant, out: &mut dyn TransmitSink) {
         self.flush_completing(now, out);
@@ -667,7 +707,7 @@ impl CoreState {
     }
 
     /// After a fault inside this core: completes every in-flight request with `f`
-    /// without touching the network (queued requests are the driver's to fail; the
+    /// without touching the network (queued requests are the core's to fail; the
     /// callers are woken through [`CoreState::take_wakes`]).
     pub(crate) fn fail_in_flight(&mut self, f: &Failure) {
         for key in self.inflight.keys() {

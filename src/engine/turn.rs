@@ -1,24 +1,52 @@
-//! The turn of one engine core ([`Core`]): its I/O shell around [`CoreState`].
+//! The turn of one engine core ([`Core::turn`]): its I/O shell around [`CoreState`],
+//! written once for both schedulers.
 //!
-//! Owns: the core's thread (pinned with `core_affinity`), its [`UdpIo`] (io_uring
-//! or mmsg backend, GSO/GRO, the sockets), the clock, and fault containment: a panic
-//! inside the core fails every request it holds or is queued to it with
-//! [`Failure::CoreFailed`], marks the core dead (submitters then fail at once), and keeps
-//! failing whatever still reaches its queue until the engine shuts down.
-//! Must not touch: request state, the wire format, decisions (all in [`CoreState`]).
+//! Owns: the order of a turn, the core's [`UdpIo`] (mmsg or io_uring backend,
+//! GSO/GRO, the sockets), the clock, the publication of the core's statistics, and
+//! fault containment. Must not touch: request state, the wire format, decisions (all
+//! in [`CoreState`]), threads and tasks (the schedulers: `super::pinned` runs turns on
+//! a pinned thread, `super::hosted` from a task on the application's runtime).
 //!
-//! A pinned core runs [`Core::run`] on its thread. A hosted core (`super::hosted`)
-//! runs the same turn from a task: [`Core::prelude`], then [`Core::io_turn`] with
-//! [`Wait::Never`], waiting in its runtime instead of in the I/O layer.
+//! # A turn
 //!
-//! One iteration: drain submissions and fire due timers (their transmits are queued on
-//! the I/O layer), feed send failures back, perform socket operations (a `Close` after
-//! flushing, so a closing socket's last datagrams leave first), publish statistics, then
-//! one `run_once` of the I/O layer: it sends what is queued (GSO-grouped) and waits
-//! for datagrams, a wake-up from a submitter or the state's next deadline; received
-//! datagrams go straight to the state, whose answers are queued for the next turn.
-//! A busy core never blocks (`run_once` with a zero timeout) and submitters wake an
-//! idle one with at most one `write(2)` (see `udp::Waker`).
+//! 1. **Submissions and timers:** the queue is drained into the state (at most
+//!    `state::DRAIN` messages) and due timers fire; their transmits are queued on the
+//!    I/O layer.
+//! 2. **Fault feedback:** sends that failed are handed back to the state (it retries on
+//!    another server or fails the request).
+//! 3. **Socket operations:** steering opens a socket or closes one (a `Close` after a
+//!    flush, so a closing socket's last datagrams leave first; the scheduler hears of it
+//!    before, [`Scheduler::unwatch`]).
+//! 4. **Publication** when a reader asked or every [`PUBLISH_EVERY`](super::PUBLISH_EVERY).
+//! 5. **I/O:** one pass of the I/O layer: it sends what is queued (GSO-grouped, one
+//!    `sendmmsg` or one ring submission) and receives; each datagram goes straight to
+//!    the state, whose answers are queued for the next pass. A scheduler that
+//!    [blocks](Scheduler::BLOCKS) lets the pass wait (up to the core's next deadline,
+//!    for a datagram or a submitter's wake-up) when no work is certain and no caller
+//!    waits to be woken; the other never waits and receives only where the runtime
+//!    reported readiness.
+//! 6. **Completion wakes**, once, for everything the turn completed.
+//! 7. **Result:** [`Turn::Busy`] when more work is certain (a receive filled its
+//!    buffers, submissions or failures wait, a deadline passed), else
+//!    [`Turn::Idle`] until the next deadline. Before it idles the core publishes its
+//!    counters, and its histograms once the pause lasts [`PUBLISH_IDLE_EVERY`], so
+//!    readers see an idle core's figures without asking. [`Turn::Stopped`] once the
+//!    engine shut down and every request completed.
+//!
+//! **The wake order**, the same under both schedulers: callers are woken at step 6
+//! only, after the turn's sends. A decision reached by a datagram is delivered by the
+//! next turn's `handle_timeout` (step 1) with its held completion resends, which leave
+//! in that turn's I/O pass before the caller is woken. A submitter wakes an idle core
+//! with at most one `write(2)` or task wake (see `udp::Waker`).
+//!
+//! # Faults
+//!
+//! A panic inside a turn is contained here, the same for both schedulers: every request
+//! the core holds fails with [`Failure::CoreFailed`], the core is marked dead
+//! (submitters then fail at once), the scheduler unwatches its sockets, and every later
+//! turn only fails what still reaches the queue (the I/O layer may be the part that
+//! failed, so it is not used again), idling a millisecond between turns, until the
+//! engine shuts down.
 
 use std::cell::Cell;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -30,7 +58,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::config::BuildError;
 use super::feed::CoreFeed;
 use super::shared::Shared;
-use super::sockets::{SockId, SocketOp};
+use super::sockets::SocketOp;
 use super::state::{CoreState, TransmitSink, os_entropy};
 use super::submit::Msg;
 use crate::proto::outcome::Failure;
@@ -81,108 +109,77 @@ impl WallClock {
     }
 }
 
-/// The core's open sockets, indexed by the I/O layer's slot ([`SocketId::index`]):
-/// the state's id of a socket is `slot | opened << 16` (`opened` counts the sockets this
-/// core bound), so a transmit and a datagram each find their socket by one index, never
-/// by a search, and a closed socket's state id never names a later one.
-struct SockMap {
-    slots: Vec<Option<(SockId, SocketId)>>,
-    opened: u32,
+/// What runs a core's turns: the pinned thread or the hosted task.
+pub(crate) trait Scheduler {
+    /// The turn's I/O pass may block the thread (until the next deadline, a datagram or
+    /// a submitter's wake-up) when no work is certain. When false it never waits and
+    /// receives only on the sockets [`readable`](Self::readable) names.
+    const BLOCKS: bool;
+
+    /// The runtime reported `sock` readable since the last turn (asked only when
+    /// [`BLOCKS`](Self::BLOCKS) is false).
+    fn readable(&self, sock: SocketId) -> bool;
+
+    /// The core stops using `sock` (it is about to close, or the core failed): what
+    /// watches it must go first.
+    fn unwatch(&mut self, sock: SocketId);
 }
 
-impl SockMap {
-    /// The map of a core's first socket, and that socket's state id.
-    fn new(first: SocketId) -> (SockMap, SockId) {
-        let mut m = SockMap {
-            slots: Vec::new(),
-            opened: 0,
-        };
-        let id = m.insert(first);
-        (m, id)
-    }
-
-    /// Records a socket just bound; returns the state's id for it.
-    fn insert(&mut self, s: SocketId) -> SockId {
-        let slot = s.index();
-        if self.slots.len() <= slot {
-            self.slots.resize(slot + 1, None);
-        }
-        let id = SockId(slot as u32 & 0xFFFF | (self.opened & 0xFFFF) << 16);
-        self.opened = self.opened.wrapping_add(1);
-        self.slots[slot] = Some((id, s));
-        id
-    }
-
-    /// Forgets a socket about to close; returns the I/O layer's id.
-    fn remove(&mut self, id: SockId) -> Option<SocketId> {
-        let s = self.io(id)?;
-        self.slots[s.index()] = None;
-        Some(s)
-    }
-
-    fn io(&self, id: SockId) -> Option<SocketId> {
-        match self.slots.get((id.0 & 0xFFFF) as usize) {
-            Some(Some((sid, s))) if *sid == id => Some(*s),
-            _ => None,
-        }
-    }
-
-    fn state(&self, id: SocketId) -> Option<SockId> {
-        match self.slots.get(id.index()) {
-            Some(Some((sid, s))) if *s == id => Some(*sid),
-            _ => None,
-        }
-    }
-
-    fn ids(&self) -> impl Iterator<Item = SocketId> + '_ {
-        self.slots.iter().flatten().map(|(_, s)| *s)
-    }
+/// What a turn leaves: more work is certain, nothing to do until a datagram, a
+/// submission or `until`, or the core has stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Turn {
+    Busy,
+    Idle { until: Option<Instant> },
+    Stopped,
 }
 
-/// Transmits queued on the I/O layer's send queue inside a `run_once` callback.
+/// Least time between two publications of an idle core's histograms (its counters are
+/// published at every pause that follows work).
+pub(crate) const PUBLISH_IDLE_EVERY: Duration = Duration::from_millis(10);
+
+/// How long a failed core waits between the turns that fail what reaches its queue.
+const DEAD_POLL: Duration = Duration::from_millis(1);
+
+/// Transmits queued on the I/O layer's send queue inside a pass's callback.
 struct QueueSink<'a> {
     q: &'a mut SendQueue,
-    map: &'a SockMap,
     failed: &'a mut Vec<u64>,
 }
 
 impl TransmitSink for QueueSink<'_> {
-    fn transmit(&mut self, sock: SockId, to: SocketAddr, datagram: &[u8], tag: u64) {
-        let ok = self
-            .map
-            .io(sock)
-            .is_some_and(|s| self.q.push(s, to, datagram, tag));
-        if !ok {
+    fn transmit(&mut self, sock: SocketId, to: SocketAddr, datagram: &[u8], tag: u64) {
+        if !self.q.push(sock, to, datagram, tag) {
             self.failed.push(tag);
         }
     }
 }
 
-/// Transmits queued on the I/O layer between `run_once` calls (flushes when full).
+/// Transmits queued on the I/O layer between passes (flushes when full).
 struct IoSink<'a> {
     io: &'a mut UdpIo,
-    map: &'a SockMap,
     failed: &'a mut Vec<u64>,
 }
 
 impl TransmitSink for IoSink<'_> {
-    fn transmit(&mut self, sock: SockId, to: SocketAddr, datagram: &[u8], tag: u64) {
-        let Some(s) = self.map.io(sock) else {
-            return self.failed.push(tag);
-        };
-        if self.io.queue_send(s, to, datagram, tag) {
+    fn transmit(&mut self, sock: SocketId, to: SocketAddr, datagram: &[u8], tag: u64) {
+        if self.io.queue_send(sock, to, datagram, tag) {
             return;
         }
-        let failed = &mut *self.failed;
-        let _ = self.io.flush(&mut |_, ev| {
-            if let IoEvent::SendFailed { tag, .. } = ev {
-                failed.push(tag);
-            }
-        });
-        if !self.io.queue_send(s, to, datagram, tag) {
+        flush(self.io, self.failed);
+        if !self.io.queue_send(sock, to, datagram, tag) {
             self.failed.push(tag);
         }
     }
+}
+
+/// Sends what is queued now (send failures are collected, fed back next turn).
+fn flush(io: &mut UdpIo, failed: &mut Vec<u64>) {
+    let _ = io.flush(&mut |_, ev| {
+        if let IoEvent::SendFailed { tag, .. } = ev {
+            failed.push(tag);
+        }
+    });
 }
 
 /// One engine core: its state and its I/O.
@@ -190,13 +187,22 @@ pub(crate) struct Core {
     state: CoreState,
     feed: CoreFeed,
     io: UdpIo,
-    map: SockMap,
+    /// The sockets open now (the first, then steering's).
+    open: Vec<SocketId>,
     failed: Vec<u64>,
     v6: bool,
-    /// When this core last published its statistics.
+    /// The last pass filled its receive buffers: the next one receives on every socket.
+    read_all: bool,
+    /// When this core last published its statistics (histograms included).
     published_at: Instant,
+    /// Some turn did work since the last publication: counters are due at the pause.
+    counters_dirty: bool,
+    /// Some turn did work since the histograms were last published.
+    dirty: bool,
+    /// A turn panicked (see the module docs).
+    dead: bool,
     wall: WallClock,
-    /// When the last turn began ([`Core::prelude`]).
+    /// When the current turn began.
     turn_at: Instant,
     shared: Arc<Shared>,
     index: usize,
@@ -232,136 +238,172 @@ impl Core {
             ),
         };
         let port = io.local_addr(first).map_or(0, |a| a.port());
-        let (map, first_id) = SockMap::new(first);
         let feed = CoreFeed::new(index, shared.clone());
         let state = feed
-            .new_state(Instant::now(), first_id, port, os_entropy())
+            .new_state(Instant::now(), first, port, os_entropy())
             .map_err(|_| BuildError::NoRandomness)?;
         let _ = shared.queues[index].waker.set(io.waker());
         tracing::debug!(core = index, backend = %io.kind(), "engine core started");
+        let now = Instant::now();
         Ok(Core {
             state,
             feed,
             io,
-            map,
+            open: vec![first],
             failed: Vec::with_capacity(1024),
             v6,
-            published_at: Instant::now(),
+            read_all: true,
+            published_at: now,
+            counters_dirty: true,
+            dirty: true,
+            dead: false,
             wall: WallClock::new(),
-            turn_at: Instant::now(),
+            turn_at: now,
             shared,
             index,
         })
     }
 
-    /// Local address of the socket new requests use.
-    pub(crate) fn local_addr(&self) -> SocketAddr {
-        self.map
-            .io(self.state.current_socket())
-            .and_then(|s| self.io.local_addr(s))
-            .expect("current socket is open")
-    }
-
-    /// Runs until shutdown; contains a panic of the core (see the module docs).
-    pub(crate) fn run(mut self) {
-        let r = catch_unwind(AssertUnwindSafe(|| self.run_loop()));
-        if r.is_err() {
-            self.after_fault();
+    /// One turn (see the module docs), contained: a panic fails the core's requests
+    /// and marks it dead instead of unwinding into the scheduler.
+    pub(crate) fn turn<S: Scheduler>(&mut self, s: &mut S) -> Turn {
+        if self.dead {
+            return self.dead_turn::<S>();
         }
-    }
-
-    fn sink(&mut self) -> (&mut CoreState, &CoreFeed, IoSink<'_>) {
-        (
-            &mut self.state,
-            &self.feed,
-            IoSink {
-                io: &mut self.io,
-                map: &self.map,
-                failed: &mut self.failed,
-            },
-        )
-    }
-
-    fn run_loop(&mut self) {
-        let mut work = true;
-        loop {
-            let Some(found) = self.prelude(&mut |_| {}) else {
-                return;
-            };
-            work |= found;
-            let timeout = if work {
-                Some(Duration::ZERO)
-            } else {
-                self.spin();
-                if self.shared.queues[self.index].rx.is_empty() {
-                    self.state
-                        .poll_timeout()
-                        .map(|t| t.saturating_duration_since(Instant::now()))
-                } else {
-                    Some(Duration::ZERO)
+        match catch_unwind(AssertUnwindSafe(|| self.live_turn(s))) {
+            Ok(t) => t,
+            Err(_) => {
+                for &id in &self.open {
+                    s.unwatch(id);
                 }
-            };
-            self.feed.wake_callers(&mut self.state);
-            work = self.io_turn(Wait::Upto(timeout));
+                self.fault();
+                self.dead_turn::<S>()
+            }
         }
     }
 
-    /// The part of a turn before the I/O layer runs: takes submissions and due timers
-    /// (their transmits are queued), feeds send failures back, performs socket
-    /// operations (`before_close` hears of each socket just before it closes) and
-    /// publishes statistics when asked or due. Returns whether it found work, or `None`
-    /// once the core has stopped (every request completed, the last datagrams sent).
-    pub(crate) fn prelude(&mut self, before_close: &mut dyn FnMut(SocketId)) -> Option<bool> {
+    fn live_turn<S: Scheduler>(&mut self, s: &mut S) -> Turn {
         let now = Instant::now();
         self.turn_at = now;
-        let wall = self.wall.ms(now);
-        let (state, feed, mut sink) = self.sink();
-        state.set_wall_ms(wall);
-        let mut work = feed.submissions(state, now, &mut sink);
-        work |= state.handle_timeout(now, &mut sink);
-        self.feed_failures(now);
-        self.socket_ops(before_close);
+        let found = self.take_work(now);
+        self.socket_ops(&mut |id| s.unwatch(id));
         if self.shared.stats_wanted(self.index)
             || now.saturating_duration_since(self.published_at) >= super::PUBLISH_EVERY
         {
             self.publish(now);
         }
         if self.shared.queues[self.index].stop.load(Ordering::Acquire) {
-            let (state, feed, mut sink) = self.sink();
-            feed.shutdown(state, Instant::now(), &mut sink);
-            self.flush();
-            self.publish(Instant::now());
+            return self.stop();
+        }
+        let got = if S::BLOCKS {
+            // completed callers are not kept waiting for the pass: no wait then
+            let idle = if self.state.has_wakes() {
+                Turn::Busy
+            } else {
+                self.outcome()
+            };
+            let timeout = match idle {
+                Turn::Idle { until } => {
+                    self.spin();
+                    until.map(|t| t.saturating_duration_since(Instant::now()))
+                }
+                _ => Some(Duration::ZERO),
+            };
+            self.io_pass(Wait::Upto(timeout))
+        } else {
+            let read_all = self.read_all;
+            self.io_pass(Wait::Never(&|id| read_all || s.readable(id)))
+        };
+        self.read_all = self.io.may_have_more();
+        self.feed.wake_callers(&mut self.state);
+        if found || got {
+            self.dirty = true;
+            self.counters_dirty = true;
+        }
+        self.outcome()
+    }
+
+    /// Steps 1 and 2: submissions, due timers, send failures; true when any was found.
+    fn take_work(&mut self, now: Instant) -> bool {
+        let wall = self.wall.ms(now);
+        self.state.set_wall_ms(wall);
+        let mut sink = IoSink {
+            io: &mut self.io,
+            failed: &mut self.failed,
+        };
+        let mut work = self.feed.submissions(&mut self.state, now, &mut sink);
+        work |= self.state.handle_timeout(now, &mut sink);
+        work |= !self.failed.is_empty();
+        self.feed_failures(now);
+        work
+    }
+
+    /// The engine is shutting down: what is queued is refused, what is in flight
+    /// completes with `Shutdown`, the last datagrams leave, the figures are published.
+    fn stop(&mut self) -> Turn {
+        let mut sink = IoSink {
+            io: &mut self.io,
+            failed: &mut self.failed,
+        };
+        self.feed
+            .shutdown(&mut self.state, Instant::now(), &mut sink);
+        flush(&mut self.io, &mut self.failed);
+        self.publish(Instant::now());
+        Turn::Stopped
+    }
+
+    /// Step 7: the turn's result, and the publication before a pause.
+    fn outcome(&mut self) -> Turn {
+        if self.read_all || !self.failed.is_empty() || !self.shared.queues[self.index].rx.is_empty()
+        {
+            return Turn::Busy;
+        }
+        let deadline = self.state.poll_timeout();
+        // a fresh clock reading, not the turn's: a deadline that passed during the turn
+        // is due now, not at the scheduler's next timer tick
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            return Turn::Busy;
+        }
+        let publish_at = self.pause();
+        let until = [deadline, publish_at].into_iter().flatten().min();
+        Turn::Idle { until }
+    }
+
+    /// The publication policy at a pause: counters now (when some turn did work since
+    /// the last publication), the histograms once the pause lasts [`PUBLISH_IDLE_EVERY`];
+    /// returns when that is due.
+    fn pause(&mut self) -> Option<Instant> {
+        if !self.dirty {
             return None;
         }
-        Some(work)
+        let now = self.turn_at;
+        let due = self.published_at + PUBLISH_IDLE_EVERY;
+        if due <= now {
+            self.publish(now);
+            return None;
+        }
+        if std::mem::take(&mut self.counters_dirty) {
+            self.shared
+                .publish(self.index, &self.state, Some(self.io.stats()), false);
+        }
+        Some(due)
     }
 
     /// Publishes this core's statistics (a reader holding the lock defers it a turn).
-    pub(crate) fn publish(&mut self, now: Instant) {
+    fn publish(&mut self, now: Instant) {
         if self
             .shared
             .publish_stats(self.index, &self.state, Some(self.io.stats()))
         {
             self.published_at = now;
+            self.dirty = false;
+            self.counters_dirty = false;
         }
     }
 
-    /// Publishes this core's counters without the histograms (cheap).
-    pub(crate) fn publish_counters(&mut self) {
-        self.shared
-            .publish(self.index, &self.state, Some(self.io.stats()), false);
-    }
-
-    /// When this core last published its statistics.
-    pub(crate) fn published_at(&self) -> Instant {
-        self.published_at
-    }
-
-    /// One pass of the I/O layer: received datagrams go straight to the state; true
-    /// when any arrived.
-    pub(crate) fn io_turn(&mut self, wait: Wait<'_>) -> bool {
+    /// Step 5: one pass of the I/O layer; true when datagrams arrived.
+    fn io_pass(&mut self, wait: Wait<'_>) -> bool {
         let state = &mut self.state;
-        let map = &self.map;
         let failed = &mut self.failed;
         let now: Cell<Option<Instant>> = Cell::new(None);
         let mut any = false;
@@ -373,9 +415,8 @@ impl Core {
                     now.set(Some(t));
                     t
                 });
-                let Some(id) = map.state(sock) else { return };
-                let mut sink = QueueSink { q, map, failed };
-                state.handle_datagram(t, id, data, &mut sink);
+                let mut sink = QueueSink { q, failed };
+                state.handle_datagram(t, sock, data, &mut sink);
             }
             IoEvent::SendFailed { tag, .. } => failed.push(tag),
             IoEvent::Woken => {}
@@ -390,43 +431,6 @@ impl Core {
         any
     }
 
-    /// When the last turn began: a clock reading for the decisions made right after it.
-    pub(crate) fn turn_at(&self) -> Instant {
-        self.turn_at
-    }
-
-    /// Wakes the callers whose requests completed since the last call.
-    pub(crate) fn wake_callers(&mut self) {
-        self.feed.wake_callers(&mut self.state);
-    }
-
-    /// True when the core has nothing to do until a datagram, a submission or its
-    /// next deadline ([`CoreState::poll_timeout`], returned) arrives.
-    pub(crate) fn idle(&self) -> Option<Option<Instant>> {
-        (self.failed.is_empty() && self.shared.queues[self.index].rx.is_empty())
-            .then(|| self.state.poll_timeout())
-    }
-
-    /// The I/O layer's cross-thread waker.
-    pub(crate) fn waker(&self) -> Arc<crate::udp::Waker> {
-        self.io.waker()
-    }
-
-    /// The core's open sockets (the I/O layer's ids).
-    pub(crate) fn socket_ids(&self) -> impl Iterator<Item = SocketId> + '_ {
-        self.map.ids()
-    }
-
-    /// The I/O layer.
-    pub(crate) fn io(&mut self) -> &mut UdpIo {
-        &mut self.io
-    }
-
-    /// The core's index.
-    pub(crate) fn index(&self) -> usize {
-        self.index
-    }
-
     fn spin(&self) {
         let Some(d) = self.shared.settings.spin else {
             return;
@@ -438,25 +442,18 @@ impl Core {
         }
     }
 
-    /// Sends what is queued now (send failures are collected, fed back next turn).
-    fn flush(&mut self) {
-        let failed = &mut self.failed;
-        let _ = self.io.flush(&mut |_, ev| {
-            if let IoEvent::SendFailed { tag, .. } = ev {
-                failed.push(tag);
-            }
-        });
-    }
-
     fn feed_failures(&mut self, now: Instant) {
         for _ in 0..FAILURE_ROUNDS {
             if self.failed.is_empty() {
                 return;
             }
             let mut failed = std::mem::take(&mut self.failed);
-            let (state, _, mut sink) = self.sink();
+            let mut sink = IoSink {
+                io: &mut self.io,
+                failed: &mut self.failed,
+            };
             for tag in failed.drain(..) {
-                state.handle_send_failed(now, tag, &mut sink);
+                self.state.handle_send_failed(now, tag, &mut sink);
             }
             // keep the allocation; failures raised meanwhile stay queued
             failed.append(&mut self.failed);
@@ -464,17 +461,17 @@ impl Core {
         }
     }
 
-    fn socket_ops(&mut self, before_close: &mut dyn FnMut(SocketId)) {
+    fn socket_ops(&mut self, unwatch: &mut dyn FnMut(SocketId)) {
         while let Some(op) = self.state.poll_socket_op() {
             match op {
                 SocketOp::Open { after_port } => {
                     let opened = self.io.bind_steering(self.v6, after_port, REBIND_TRIES);
                     let new = match opened {
                         Ok(s) => {
-                            let id = self.map.insert(s);
+                            self.open.push(s);
                             let port = self.io.local_addr(s).map_or(0, |a| a.port());
                             tracing::debug!(core = self.index, port, "steering: new source port");
-                            Some((id, port))
+                            Some((s, port))
                         }
                         Err(e) => {
                             tracing::warn!(core = self.index, error = %e, "steering rebind failed");
@@ -485,29 +482,21 @@ impl Core {
                 }
                 SocketOp::Close(id) => {
                     // its last datagrams leave before it closes
-                    self.flush();
-                    if let Some(s) = self.map.remove(id) {
-                        before_close(s);
-                        self.io.close(s);
+                    flush(&mut self.io, &mut self.failed);
+                    if let Some(i) = self.open.iter().position(|&s| s == id) {
+                        self.open.swap_remove(i);
+                        unwatch(id);
+                        self.io.close(id);
                     }
                 }
             }
         }
     }
 
-    /// After a panic: fail everything, mark the core dead, then keep failing what still
-    /// reaches the queue until shutdown (polling every millisecond: the I/O layer may
-    /// be the part that failed, so it is not used again).
-    fn after_fault(&mut self) {
-        self.fault();
-        while !self.fail_queued() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    /// A panic inside the core: marks it dead (submitters fail at once) and fails every
-    /// request it holds with [`Failure::CoreFailed`].
-    pub(crate) fn fault(&mut self) {
+    /// A panic inside a turn: marks the core dead (submitters fail at once) and fails
+    /// every request it holds with [`Failure::CoreFailed`].
+    fn fault(&mut self) {
+        self.dead = true;
         let q = &self.shared.queues[self.index];
         q.dead.store(true, Ordering::SeqCst);
         tracing::error!(
@@ -522,15 +511,28 @@ impl Core {
         }));
     }
 
-    /// After [`fault`](Self::fault): fails what reached the queue since; true once
-    /// the engine is shutting down (nothing more will be queued).
-    pub(crate) fn fail_queued(&self) -> bool {
+    /// A turn of a failed core: fails what reached the queue since; stopped once the
+    /// engine is shutting down (nothing more will be queued), else idle for
+    /// [`DEAD_POLL`] (a blocking scheduler sleeps it here).
+    fn dead_turn<S: Scheduler>(&mut self) -> Turn {
         let q = &self.shared.queues[self.index];
         let f = Failure::CoreFailed { core: self.index };
         while let Ok(msg) = q.rx.try_recv() {
             fail_msg(&self.shared, msg, &f);
         }
-        q.stop.load(Ordering::SeqCst)
+        if q.stop.load(Ordering::SeqCst) {
+            return Turn::Stopped;
+        }
+        // a submitter's wake-up is answered here, not by the I/O layer
+        if let Some(w) = q.waker.get() {
+            w.clear();
+        }
+        if S::BLOCKS {
+            std::thread::sleep(DEAD_POLL);
+        }
+        Turn::Idle {
+            until: Some(Instant::now() + DEAD_POLL),
+        }
     }
 
     /// The core's task went away before it stopped (its runtime shut down first): fails
@@ -548,22 +550,51 @@ impl Core {
             fail_msg(&self.shared, msg, &Failure::Shutdown);
         }
     }
-}
 
-/// What a turn found: more work is certain, nothing to do until a datagram, a
-/// submission or `until` (the state's next deadline), or the core has stopped.
-pub(crate) enum Turn {
-    Busy,
-    Idle { until: Option<Instant> },
-    Stopped,
+    /// Local address of the socket new requests use.
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.io
+            .local_addr(self.state.current_socket())
+            .expect("current socket is open")
+    }
+
+    /// The I/O layer's cross-thread waker.
+    pub(crate) fn waker(&self) -> Arc<crate::udp::Waker> {
+        self.io.waker()
+    }
+
+    /// The core's open sockets, for a scheduler that watches their readiness.
+    pub(crate) fn sockets(&self) -> &[SocketId] {
+        &self.open
+    }
+
+    /// The descriptor of open socket `id`, for a readiness registration.
+    pub(crate) fn socket_fd(&self, id: SocketId) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.io.socket(id).map(|s| s.as_raw_fd())
+    }
+
+    /// Sends on `id` wait for room in its send buffer: watch it for writability.
+    pub(crate) fn wants_write(&self, id: SocketId) -> bool {
+        self.io.wants_write(id)
+    }
+
+    /// `id` became writable: the waiting sends go on the next pass.
+    pub(crate) fn writable(&mut self, id: SocketId) {
+        self.io.writable(id);
+    }
+
+    /// The core's index.
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
 }
 
 /// How a pass of the I/O layer waits.
-pub(crate) enum Wait<'a> {
+enum Wait<'a> {
     /// Blocks in the I/O layer until an event or the timeout (`None`: no limit).
     Upto(Option<Duration>),
-    /// Never blocks or polls: receives only on the sockets the function picks (a
-    /// hosted core learns readiness from its runtime).
+    /// Never blocks or polls: receives only on the sockets the function picks.
     Never(&'a dyn Fn(SocketId) -> bool),
 }
 

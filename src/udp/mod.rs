@@ -216,6 +216,12 @@ impl SocketId {
     pub fn raw(self) -> u32 {
         self.0
     }
+
+    /// The id whose [`raw`](Self::raw) value is `raw`: for a simulation or a test that
+    /// drives a core's state without sockets and chooses the ids itself.
+    pub fn from_raw(raw: u32) -> SocketId {
+        SocketId(raw)
+    }
 }
 
 /// What [`UdpIo::run_once`] reports.

@@ -1,7 +1,7 @@
 //! A deterministic simulation of engine cores on a virtual network.
 //!
-//! The engine's sans-IO core states (`EngineBuilder::build_states`, each fed by its
-//! `CoreFeed`) run against simulated servers built on the responder's sans-IO decision logic
+//! The engine's sans-IO core states (`CoreState`, built directly from a `CoreConfig` and
+//! fed submissions as an engine core's turn feeds them) run against simulated servers built on the responder's sans-IO decision logic
 //! (`rl_responder::decide::Responder`), on a virtual clock, with seeded loss, delay,
 //! reordering (random delay), duplication, send failures, server death and restart,
 //! steering hints and endpoint changes. No socket is opened and no thread is started:
@@ -19,19 +19,20 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratelimitly_engine::engine::Completion;
-use ratelimitly_engine::engine::feed::CoreFeed;
-use ratelimitly_engine::engine::sockets::{SockId, SocketOp};
-use ratelimitly_engine::engine::state::{CoreState, REPORT_TAG, TransmitSink};
-use ratelimitly_engine::engine::{Cores, Engine, EngineHandle};
-use ratelimitly_engine::proto::ids::Resource;
+use ratelimitly_engine::engine::completion::SlotPool;
+use ratelimitly_engine::engine::sockets::SocketOp;
+use ratelimitly_engine::engine::state::{CoreConfig, CoreState, REPORT_TAG, TransmitSink};
+use ratelimitly_engine::proto::ids::{LatencyTracker, Resource};
 use ratelimitly_engine::proto::key::ApiKey;
-use ratelimitly_engine::proto::machine::Endpoint;
+use ratelimitly_engine::proto::machine::{Endpoint, Snapshot};
 use ratelimitly_engine::proto::outcome::{Failure, Outcome};
 use ratelimitly_engine::proto::policy::RequestPolicy;
-use ratelimitly_engine::proto::wire::RngError;
+use ratelimitly_engine::proto::wire::{self, ReportEntry, ResourceSpec, RngError};
+use ratelimitly_engine::udp::SocketId;
 use rl_responder::Faults;
 use rl_responder::decide::{Capacities, Responder};
 
@@ -99,14 +100,14 @@ enum Packet {
     },
     ToClient {
         core: usize,
-        sock: SockId,
+        sock: SocketId,
         bytes: Vec<u8>,
     },
 }
 
 /// One transmit handed out by a core.
 struct Handed {
-    sock: SockId,
+    sock: SocketId,
     to: SocketAddr,
     bytes: Vec<u8>,
     tag: u64,
@@ -115,7 +116,7 @@ struct Handed {
 struct Sink<'a>(&'a mut Vec<Handed>);
 
 impl TransmitSink for Sink<'_> {
-    fn transmit(&mut self, sock: SockId, to: SocketAddr, datagram: &[u8], tag: u64) {
+    fn transmit(&mut self, sock: SocketId, to: SocketAddr, datagram: &[u8], tag: u64) {
         self.0.push(Handed {
             sock,
             to,
@@ -125,14 +126,24 @@ impl TransmitSink for Sink<'_> {
     }
 }
 
+/// What a core takes at its next turn, as an engine core takes its queue.
+enum Queued {
+    Request {
+        pdu: Vec<u8>,
+        slot: u32,
+        submitted: Instant,
+    },
+    Report(ReportEntry),
+}
+
 /// Per-core bookkeeping of the simulator.
 struct CoreSim {
     state: CoreState,
-    /// The state's connection to the handle's queue, completion slots and membership.
-    feed: CoreFeed,
+    /// Submissions for the next turn.
+    queued: Vec<Queued>,
     /// Open sockets and their (virtual) local ports.
-    open: BTreeMap<SockId, u16>,
-    closed: HashSet<SockId>,
+    open: BTreeMap<SocketId, u16>,
+    closed: HashSet<SocketId>,
     next_sock: u32,
     next_port: u16,
     /// Request datagrams handed out (not report datagrams).
@@ -149,8 +160,13 @@ pub struct Sim {
     pub now: Instant,
     pub rng: Rng,
     pub faults: NetFaults,
-    pub handle: EngineHandle,
+    /// The completion slots every core completes into.
+    pool: Arc<SlotPool>,
+    /// The endpoint set the cores are given each turn.
+    snapshot: Snapshot,
     cores: Vec<CoreSim>,
+    /// The core the next submission goes to (round robin).
+    next_core: usize,
     pub servers: Vec<Server>,
     net: BinaryHeap<Reverse<(Instant, u64, usize)>>,
     packets: HashMap<usize, Packet>,
@@ -225,30 +241,36 @@ impl Sim {
                 server_id: s.id,
                 addr: s.addr,
             })
-            .collect();
+            .collect::<Vec<_>>();
         let seed = cfg.seed;
-        let (handle, states) = Engine::builder(key.clone())
-            .cores(Cores::Count(cfg.cores))
-            .policy(cfg.policy.clone())
-            .endpoints(eps)
-            .in_flight_per_core(cfg.in_flight)
-            .max_sockets_per_core(cfg.max_sockets)
-            .build_states(t0, 50_000, move |i| {
+        let pool = SlotPool::new(cfg.cores * cfg.in_flight * 2).expect("completion slots");
+        let snapshot: Snapshot = Arc::from(eps);
+        let cores = (0..cfg.cores)
+            .map(|i| {
+                let mut cc = CoreConfig::new(i, &key, cfg.policy.clone()).expect("policy");
+                cc.in_flight = cfg.in_flight;
+                cc.max_sockets = cfg.max_sockets;
                 let mut r = Rng::new(seed.wrapping_mul(31).wrapping_add(i as u64 + 1));
-                Box::new(move |buf: &mut [u8]| -> Result<(), RngError> {
+                let entropy = Box::new(move |buf: &mut [u8]| -> Result<(), RngError> {
                     r.fill(buf);
                     Ok(())
-                })
-            })
-            .expect("states build");
-        let cores = states
-            .into_iter()
-            .map(|(feed, state)| {
+                });
+                let first = SocketId::from_raw(0);
+                let state = CoreState::new(
+                    cc,
+                    pool.clone(),
+                    snapshot.clone(),
+                    t0,
+                    first,
+                    50_000,
+                    entropy,
+                )
+                .expect("core state");
                 let mut open = BTreeMap::new();
-                open.insert(SockId(0), 50_000);
+                open.insert(first, 50_000);
                 CoreSim {
                     state,
-                    feed,
+                    queued: Vec::new(),
                     open,
                     closed: HashSet::new(),
                     next_sock: 1,
@@ -265,8 +287,10 @@ impl Sim {
             now: t0,
             rng,
             faults: cfg.faults,
-            handle,
+            pool,
+            snapshot,
             cores,
+            next_core: 0,
             servers,
             net: BinaryHeap::new(),
             packets: HashMap::new(),
@@ -292,13 +316,55 @@ impl Sim {
         Responder::new(std::slice::from_ref(key), id, caps, t0).expect("responder")
     }
 
-    /// Submits `n` requests of one token of `res` (through the public handle).
+    /// Submits `n` requests of one token of `res`, one core after the other; each is
+    /// encoded as `RequestBuilder` encodes it and taken by its core at its next turn.
     pub fn submit(&mut self, res: &Resource, n: usize) {
+        let spec = ResourceSpec {
+            bucket_id: res.id(),
+            window_ms: res.window_ms(),
+            rate_limit: res.rate_limit(),
+            tokens: 1,
+        };
+        let mut buf = [0u8; 256];
+        let len = wire::encode_rate_request_pdu(
+            &mut buf,
+            self.horizon.as_millis() as u32,
+            &[],
+            &[spec],
+            "",
+        )
+        .expect("request encodes");
         for _ in 0..n {
-            let c = self.handle.request().consume(res, 1).send();
+            let Some(slot) = self.pool.acquire() else {
+                // every slot in use: the handle answers `Overloaded` at once
+                self.outcomes
+                    .push((self.next_req, Err(Failure::Overloaded)));
+                self.next_req += 1;
+                continue;
+            };
+            let c = self.next_core;
+            self.next_core = (c + 1) % self.cores.len();
+            self.cores[c].queued.push(Queued::Request {
+                pdu: buf[..len].to_vec(),
+                slot,
+                submitted: self.now,
+            });
+            let c = Completion::new(self.pool.clone(), slot);
             self.pending.push((self.next_req, c));
             self.next_req += 1;
         }
+    }
+
+    /// Reports an observed latency for `tracker` (whole ms) to core 0, as
+    /// `EngineHandle::report` does.
+    pub fn report(&mut self, tracker: &LatencyTracker, observed: Duration) {
+        self.cores[0].queued.push(Queued::Report(ReportEntry {
+            tracker_id: tracker.id(),
+            ttl_ms: tracker.ttl_ms(),
+            max_samples: tracker.max_samples(),
+            min_samples: tracker.min_samples(),
+            observed_ms: observed.as_millis() as u32,
+        }));
     }
 
     pub fn submitted(&self) -> u64 {
@@ -328,8 +394,8 @@ impl Sim {
                 server_id: self.servers[i].id,
                 addr: self.servers[i].addr,
             })
-            .collect();
-        self.handle.set_endpoints(eps);
+            .collect::<Vec<_>>();
+        self.snapshot = Arc::from(eps);
     }
 
     fn delay(&mut self) -> Duration {
@@ -478,10 +544,19 @@ impl Sim {
         {
             let core = &mut self.cores[c];
             core.state.set_wall_ms(wall);
-            while core
-                .feed
-                .submissions(&mut core.state, now, &mut Sink(&mut handed))
-            {}
+            core.state.set_membership(self.snapshot.clone());
+            for q in core.queued.drain(..) {
+                let out = &mut Sink(&mut handed);
+                match q {
+                    Queued::Request {
+                        pdu,
+                        slot,
+                        submitted,
+                    } => core.state.submit(now, &pdu, slot, submitted, out),
+                    Queued::Report(e) => core.state.submit_report(now, e, out),
+                }
+            }
+            let _ = core.state.take_refresh_request();
             core.state.handle_timeout(now, &mut Sink(&mut handed));
         }
         self.route(c, &mut handed);
@@ -498,8 +573,7 @@ impl Sim {
             self.route(c, &mut handed);
         }
         self.handed_buf = handed;
-        let core = &mut self.cores[c];
-        core.feed.wake_callers(&mut core.state);
+        self.wake_callers(c);
         self.socket_ops(c);
         let core = &self.cores[c];
         assert_eq!(
@@ -514,7 +588,7 @@ impl Sim {
             let core = &mut self.cores[c];
             match op {
                 SocketOp::Open { .. } => {
-                    let id = SockId(core.next_sock);
+                    let id = SocketId::from_raw(core.next_sock);
                     core.next_sock += 1;
                     let port = core.next_port;
                     core.next_port += 1;
@@ -640,12 +714,25 @@ impl Sim {
         let mut handed = std::mem::take(&mut self.handed_buf);
         for c in 0..self.cores.len() {
             let core = &mut self.cores[c];
-            core.feed
-                .shutdown(&mut core.state, now, &mut Sink(&mut handed));
+            // what is still queued is refused, as an engine core refuses it
+            for q in core.queued.drain(..) {
+                if let Queued::Request { slot, .. } = q {
+                    core.state.refuse(slot);
+                }
+            }
+            core.state.shutdown(now, &mut Sink(&mut handed));
+            self.wake_callers(c);
             self.route(c, &mut handed);
         }
         self.handed_buf = handed;
         self.collect();
+    }
+
+    /// Wakes the callers whose requests core `c` completed.
+    fn wake_callers(&mut self, c: usize) {
+        for idx in self.cores[c].state.take_wakes() {
+            self.pool.wake(idx);
+        }
     }
 
     pub fn count(&self, f: impl Fn(&Outcome) -> bool) -> usize {
