@@ -103,7 +103,7 @@ impl SendQueue {
             slot_size,
             data: vec![0u8; n * slot_size].into_boxed_slice(),
             lens: vec![0; n].into_boxed_slice(),
-            socks: vec![SocketId(0); n].into_boxed_slice(),
+            socks: vec![SocketId::from_raw(0); n].into_boxed_slice(),
             dests: vec![SocketAddr::from(([0, 0, 0, 0], 0)); n].into_boxed_slice(),
             tags: vec![0; n].into_boxed_slice(),
             retried: vec![false; n].into_boxed_slice(),
@@ -416,8 +416,8 @@ mod tests {
     #[test]
     fn groups_by_socket_destination_and_length() {
         let mut q = SendQueue::new(512, 2048);
-        let s0 = SocketId(0);
-        let s1 = SocketId(1);
+        let s0 = SocketId::from_raw(0);
+        let s1 = SocketId::from_raw(1);
         // 130 equal datagrams to one destination: 64 + 64 + 2
         for i in 0..130 {
             assert!(q.push(s0, a(1), &[1; 200], i));
@@ -433,7 +433,7 @@ mod tests {
         let groups: Vec<(u32, u32, u32)> = (0..n)
             .map(|g| {
                 let x = q.group(g);
-                (x.sock.0, x.count, x.seg)
+                (x.sock.raw(), x.count, x.seg)
             })
             .collect();
         assert_eq!(
@@ -460,11 +460,21 @@ mod tests {
         let mut q = SendQueue::new(256, 2048);
         // interleaved, the higher address first: its group leaves first
         for i in 0..6 {
-            assert!(q.push(SocketId(0), a(9 - (i % 2) as u16 * 8), &[0; 100], i));
+            assert!(q.push(
+                SocketId::from_raw(0),
+                a(9 - (i % 2) as u16 * 8),
+                &[0; 100],
+                i
+            ));
         }
         // past RANKED_FLOWS pairs, the rest follow in address order
         for p in 0..RANKED_FLOWS as u16 + 3 {
-            assert!(q.push(SocketId(0), a(1000 - p), &[0; 100], 100 + u64::from(p)));
+            assert!(q.push(
+                SocketId::from_raw(0),
+                a(1000 - p),
+                &[0; 100],
+                100 + u64::from(p)
+            ));
         }
         let n = q.build(info);
         let dests: Vec<u16> = (0..n).map(|g| q.group(g).dest.port()).collect();
@@ -479,7 +489,7 @@ mod tests {
     fn byte_limit_splits_groups() {
         let mut q = SendQueue::new(256, 2048);
         for i in 0..60 {
-            q.push(SocketId(0), a(1), &[0; 1500], i);
+            q.push(SocketId::from_raw(0), a(1), &[0; 1500], i);
         }
         let n = q.build(info);
         // 43 * 1500 = 64500 <= 65507 < 44 * 1500
@@ -492,7 +502,7 @@ mod tests {
     fn no_gso_means_one_datagram_per_group() {
         let mut q = SendQueue::new(64, 2048);
         for i in 0..5 {
-            q.push(SocketId(0), a(1), &[0; 100], i);
+            q.push(SocketId::from_raw(0), a(1), &[0; 100], i);
         }
         let n = q.build(|_| {
             Some(SockInfo {
@@ -507,20 +517,23 @@ mod tests {
     fn full_queue_evicts_retried_datagrams_only() {
         let mut q = SendQueue::new(4, 64);
         for i in 0..4 {
-            assert!(q.push(SocketId(0), a(1), &[0; 10], i));
+            assert!(q.push(SocketId::from_raw(0), a(1), &[0; 10], i));
         }
-        assert!(!q.push(SocketId(0), a(1), &[0; 10], 9));
-        assert!(!q.push(SocketId(0), a(1), &[0; 65], 9), "too long");
+        assert!(!q.push(SocketId::from_raw(0), a(1), &[0; 10], 9));
+        assert!(
+            !q.push(SocketId::from_raw(0), a(1), &[0; 65], 9),
+            "too long"
+        );
         let n = q.build(info);
         assert_eq!(n, 1);
         q.finish(0, GroupResult::Retry { eagain: true });
         q.clear_groups();
         assert_eq!(q.len(), 4);
-        assert!(q.push(SocketId(0), a(1), &[0; 10], 10));
+        assert!(q.push(SocketId::from_raw(0), a(1), &[0; 10], 10));
         assert_eq!(q.take_failure(), Some((0, io::ErrorKind::WouldBlock)));
         assert_eq!(q.take_failure(), None);
         // closed socket: queued datagrams fail
-        q.fail_socket(SocketId(0));
+        q.fail_socket(SocketId::from_raw(0));
         assert_eq!(q.len(), 0);
         let mut tags: Vec<u64> = std::iter::from_fn(|| q.take_failure().map(|f| f.0)).collect();
         tags.sort();

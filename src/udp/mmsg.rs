@@ -17,9 +17,10 @@ use std::time::Duration;
 
 use super::gro::{self, CONTROL_LEN};
 use super::gso::GroupResult;
+use super::shared::Common;
 use super::socket::from_c;
 use super::wake::Waker;
-use super::{Common, GRO_BUFFER, IoConfig, IoEvent, SendQueue, sock_info};
+use super::{GRO_BUFFER, IoConfig, IoEvent, SendQueue};
 
 /// Loops without a `poll` at most while busy.
 const HOT_LOOPS: u32 = 8;
@@ -156,8 +157,8 @@ impl Mmsg {
         }
         if self.hot && self.hot_loops < HOT_LOOPS {
             self.hot_loops += 1;
-            for i in 0..c.socks.len() {
-                if c.socks[i].is_some() {
+            for i in 0..c.table.slots() {
+                if c.table.get(i).is_some() {
                     got += self.recv_from(c, i, batch.saturating_sub(got), on_event);
                 }
             }
@@ -176,19 +177,17 @@ impl Mmsg {
             revents: 0,
         });
         self.pollidx.push(usize::MAX);
-        for (i, s) in c.socks.iter().enumerate() {
-            if let Some(e) = s {
-                let mut events = libc::POLLIN;
-                if e.want_write {
-                    events |= libc::POLLOUT;
-                }
-                self.pollfds.push(libc::pollfd {
-                    fd: e.sock.as_raw_fd(),
-                    events,
-                    revents: 0,
-                });
-                self.pollidx.push(i);
+        for (i, _, e) in c.table.iter() {
+            let mut events = libc::POLLIN;
+            if e.want_write {
+                events |= libc::POLLOUT;
             }
+            self.pollfds.push(libc::pollfd {
+                fd: e.sock.as_raw_fd(),
+                events,
+                revents: 0,
+            });
+            self.pollidx.push(i);
         }
         let may_block = events == 0
             && got == 0
@@ -226,7 +225,7 @@ impl Mmsg {
             }
             let i = self.pollidx[k];
             if rev & libc::POLLOUT != 0
-                && let Some(e) = c.socks[i].as_mut()
+                && let Some(e) = c.table.get_mut(i)
             {
                 e.want_write = false;
                 writable = true;
@@ -259,11 +258,11 @@ impl Mmsg {
         let batch = c.cfg.batch;
         self.filled = false;
         let mut got = self.deliver(c, batch, on_event);
-        for i in 0..c.socks.len() {
+        for i in 0..c.table.slots() {
             if self.backlog.is_some() {
                 break;
             }
-            if c.id_at(i).is_some_and(read) {
+            if c.table.id_at(i).is_some_and(read) {
                 got += self.recv_from(c, i, batch.saturating_sub(got), on_event);
             }
         }
@@ -307,8 +306,8 @@ impl Mmsg {
         if self.backlog.is_some() || budget == 0 {
             return 0;
         }
-        let Some(id) = c.id_at(i) else { return 0 };
-        let Some(e) = c.socks[i].as_ref() else {
+        let Some(id) = c.table.id_at(i) else { return 0 };
+        let Some(e) = c.table.get(i) else {
             return 0;
         };
         let (fd, gro) = (e.sock.as_raw_fd(), e.gro);
@@ -358,7 +357,7 @@ impl Mmsg {
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) -> usize {
         let Some(b) = self.backlog else { return 0 };
-        if c.id_at(b.slot) != Some(b.id) {
+        if c.table.id_at(b.slot) != Some(b.id) {
             self.backlog = None; // closed meanwhile
             return 0;
         }
@@ -421,8 +420,8 @@ impl Mmsg {
                 return;
             }
             let n = {
-                let (socks, gens) = (&c.socks, &c.gens);
-                c.sendq.build(|id| sock_info(socks, gens, id))
+                let table = &c.table;
+                c.sendq.build(|id| table.info(id))
             };
             let mut again = false;
             let mut g = 0;
@@ -432,7 +431,7 @@ impl Mmsg {
                 while h < n && c.sendq.group(h).sock == sock {
                     h += 1;
                 }
-                let Some(fd) = c.entry(sock).map(|e| e.sock.as_raw_fd()) else {
+                let Some(fd) = c.table.entry(sock).map(|e| e.sock.as_raw_fd()) else {
                     for k in g..h {
                         c.sendq
                             .finish(k, GroupResult::Failed(io::ErrorKind::NotConnected));
@@ -479,7 +478,7 @@ impl Mmsg {
                             for k in at..h {
                                 c.sendq.finish(k, GroupResult::Retry { eagain: true });
                             }
-                            if let Some(e) = c.entry_mut(sock) {
+                            if let Some(e) = c.table.entry_mut(sock) {
                                 e.want_write = true;
                             }
                             at = h;

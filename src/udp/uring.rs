@@ -36,9 +36,10 @@ use io_uring::{IoUring, cqueue, opcode, squeue};
 
 use super::gro::{self, CONTROL_LEN};
 use super::gso::GroupResult;
+use super::shared::Common;
 use super::socket::from_c_bytes;
 use super::wake::Waker;
-use super::{Common, GRO_BUFFER, IoConfig, IoEvent, SendQueue, SocketId, sock_info};
+use super::{GRO_BUFFER, IoConfig, IoEvent, SendQueue, SocketId};
 
 const K_RECV: u64 = 1;
 const K_SEND: u64 = 2;
@@ -266,8 +267,8 @@ impl Uring {
             return Ok(false);
         }
         let n = {
-            let (socks, gens) = (&c.socks, &c.gens);
-            c.sendq.build(|id| sock_info(socks, gens, id))
+            let table = &c.table;
+            c.sendq.build(|id| table.info(id))
         };
         if n == 0 {
             c.sendq.clear_groups();
@@ -279,13 +280,13 @@ impl Uring {
             if c.fake_eagain() {
                 c.stats.eagain_waits += 1;
                 c.sendq.finish(g, GroupResult::Retry { eagain: true });
-                if let Some(e) = c.entry_mut(grp.sock) {
+                if let Some(e) = c.table.entry_mut(grp.sock) {
                     e.want_write = true;
                     self.need_arm = true;
                 }
                 continue;
             }
-            let fd = match c.entry(grp.sock) {
+            let fd = match c.table.entry(grp.sock) {
                 Some(e) => e.sock.as_raw_fd(),
                 None => -1, // cannot happen: build() dropped closed sockets
             };
@@ -331,9 +332,9 @@ impl Uring {
             Some(m) => &*m.recv_hdr,
             None => return Err(io::Error::other("io_uring driver memory released")),
         };
-        for i in 0..c.socks.len() {
-            let Some(id) = c.id_at(i) else { continue };
-            let (fd, want_write) = match c.socks[i].as_ref() {
+        for i in 0..c.table.slots() {
+            let Some(id) = c.table.id_at(i) else { continue };
+            let (fd, want_write) = match c.table.get(i) {
                 Some(e) => (e.sock.as_raw_fd(), e.want_write),
                 None => continue,
             };
@@ -470,8 +471,8 @@ impl Uring {
         };
         let mut got = 0;
         for &(low, bid, res) in &self.deferred {
-            let id = SocketId(low);
-            if res >= 0 && c.entry(id).is_some() {
+            let id = SocketId::from_raw(low);
+            if res >= 0 && c.table.entry(id).is_some() {
                 let at = bid as usize * self.buf_size;
                 let buf = &mut mem.bufs[at..at + (res as usize).min(self.buf_size)];
                 got += deliver(c, id, buf, &mem.recv_hdr, on_event);
@@ -527,8 +528,8 @@ impl Uring {
                 let flags = cqe.flags();
                 match kind {
                     K_RECV => {
-                        let id = SocketId(low);
-                        let current = c.entry(id).is_some();
+                        let id = SocketId::from_raw(low);
+                        let current = c.table.entry(id).is_some();
                         if let Some(bid) = cqueue::buffer_select(flags) {
                             if !deliver_now {
                                 deferred.push((low, bid, res));
@@ -564,7 +565,7 @@ impl Uring {
                                 match -res {
                                     libc::EAGAIN => {
                                         c.stats.eagain_waits += 1;
-                                        if let Some(e) = c.entry_mut(grp.sock) {
+                                        if let Some(e) = c.table.entry_mut(grp.sock) {
                                             e.want_write = true;
                                             *need_arm = true;
                                         }
@@ -597,8 +598,8 @@ impl Uring {
                         }
                     }
                     K_POLLOUT => {
-                        let id = SocketId(low);
-                        if let Some(e) = c.entry_mut(id) {
+                        let id = SocketId::from_raw(low);
+                        if let Some(e) = c.table.entry_mut(id) {
                             pollout_armed[id.index()] = false;
                             e.want_write = false;
                             *need_arm = true;

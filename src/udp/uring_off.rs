@@ -7,8 +7,9 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::shared::Common;
 use super::wake::Waker;
-use super::{Common, IoConfig, IoEvent, SendQueue, SocketId};
+use super::{IoConfig, IoEvent, SendQueue, SocketId};
 
 /// No io_uring driver exists in this build.
 pub(crate) enum Uring {}
