@@ -93,7 +93,6 @@ pub(crate) fn recv_shape(cfg: &IoConfig) -> (usize, usize) {
 /// Messages of the last `recvmmsg` not yet handed to the caller.
 #[derive(Clone, Copy)]
 struct Backlog {
-    slot: usize,
     id: super::SocketId,
     gro: bool,
     next: usize,
@@ -148,7 +147,7 @@ impl Mmsg {
         events += c.report_failures(on_event);
         let batch = c.cfg.batch;
         // a wake-up that came while we were busy: reported without a system call
-        events += usize::from(self.take_wake(c, false, on_event));
+        events += usize::from(c.take_wake(on_event));
         // what the last loop received beyond its batch goes first, without a syscall
         let mut got = self.deliver(c, batch, on_event);
         if self.backlog.is_some() {
@@ -162,7 +161,7 @@ impl Mmsg {
                     got += self.recv_from(c, i, batch.saturating_sub(got), on_event);
                 }
             }
-            let woken = self.take_wake(c, false, on_event);
+            let woken = c.take_wake(on_event);
             if got > 0 || woken {
                 self.hot = got > 0;
                 return Ok(());
@@ -234,7 +233,7 @@ impl Mmsg {
                 got += self.recv_from(c, i, batch.saturating_sub(got), on_event);
             }
         }
-        self.take_wake(c, false, on_event);
+        c.take_wake(on_event);
         if writable && !c.sendq.is_empty() {
             self.send_all(c);
         }
@@ -254,7 +253,7 @@ impl Mmsg {
         c.report_failures(on_event);
         self.send_all(c);
         c.report_failures(on_event);
-        self.take_wake(c, false, on_event);
+        c.take_wake(on_event);
         let batch = c.cfg.batch;
         self.filled = false;
         let mut got = self.deliver(c, batch, on_event);
@@ -273,25 +272,6 @@ impl Mmsg {
     /// out); false means every socket it read was drained.
     pub(crate) fn may_have_more(&self) -> bool {
         self.filled || self.backlog.is_some()
-    }
-
-    /// Reports a pending wake-up (clears the flag; the eventfd is drained by the poll
-    /// path when it is readable, so a busy loop makes no system call here).
-    fn take_wake(
-        &mut self,
-        c: &mut Common,
-        drain: bool,
-        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
-    ) -> bool {
-        if !c.waker.clear() {
-            return false;
-        }
-        if drain {
-            c.waker.drain();
-        }
-        c.stats.wakes += 1;
-        on_event(&mut c.sendq, IoEvent::Woken);
-        true
     }
 
     /// One `recvmmsg` on socket slot `i`, then delivers up to `budget` datagrams (whole
@@ -339,7 +319,6 @@ impl Mmsg {
         c.stats.recv_calls += 1;
         self.filled |= n as usize == self.rx.hdrs.len();
         self.backlog = Some(Backlog {
-            slot: i,
             id,
             gro,
             next: 0,
@@ -357,7 +336,7 @@ impl Mmsg {
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) -> usize {
         let Some(b) = self.backlog else { return 0 };
-        if c.table.id_at(b.slot) != Some(b.id) {
+        if !c.table.is_open(b.id) {
             self.backlog = None; // closed meanwhile
             return 0;
         }
@@ -387,20 +366,7 @@ impl Mmsg {
             };
             let at = idx * self.rx.buf_size;
             let data = &mut self.rx.bufs[at..at + len];
-            let sendq = &mut c.sendq;
-            let m = gro::split(data, seg, |d| {
-                on_event(
-                    sendq,
-                    IoEvent::Datagram {
-                        sock: b.id,
-                        from,
-                        data: d,
-                    },
-                )
-            });
-            c.stats.count_recv_op(m);
-            c.stats.datagrams_received += m as u64;
-            total += m;
+            total += c.deliver(b.id, from, data, seg, on_event);
         }
         self.backlog = if k < b.len {
             Some(Backlog { next: k, ..b })
@@ -431,11 +397,7 @@ impl Mmsg {
                 while h < n && c.sendq.group(h).sock == sock {
                     h += 1;
                 }
-                let Some(fd) = c.table.entry(sock).map(|e| e.sock.as_raw_fd()) else {
-                    for k in g..h {
-                        c.sendq
-                            .finish(k, GroupResult::Failed(io::ErrorKind::NotConnected));
-                    }
+                let Some(fd) = c.send_fd(g..h) else {
                     g = h;
                     continue;
                 };
@@ -459,40 +421,34 @@ impl Mmsg {
                     c.stats.send_calls += 1;
                     if r > 0 {
                         for k in at..at + r as usize {
-                            c.stats.count_send_op(c.sendq.group(k).count as usize);
-                            c.sendq.finish(k, GroupResult::Sent);
+                            c.group_sent(k);
                         }
                         at += r as usize;
                         continue;
                     }
-                    let err = if r == -1 && c.faked() {
-                        io::Error::from_raw_os_error(libc::EAGAIN)
+                    let errno = if r == -1 && c.faked() {
+                        libc::EAGAIN
                     } else {
                         io::Error::last_os_error()
+                            .raw_os_error()
+                            .unwrap_or(libc::EIO)
                     };
-                    let grp = c.sendq.group(at);
-                    match err.raw_os_error() {
-                        Some(libc::EINTR) => {}
-                        Some(libc::EAGAIN) => {
-                            c.stats.eagain_waits += 1;
-                            for k in at..h {
+                    if errno == libc::EINTR {
+                        continue;
+                    }
+                    match c.group_failed(at, errno) {
+                        // the socket's buffer is full: its later groups wait too
+                        GroupResult::Retry { eagain: true } => {
+                            for k in at + 1..h {
                                 c.sendq.finish(k, GroupResult::Retry { eagain: true });
-                            }
-                            if let Some(e) = c.table.entry_mut(sock) {
-                                e.want_write = true;
                             }
                             at = h;
                         }
-                        Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE) if grp.count > 1 => {
-                            c.gso_refused(sock);
-                            c.sendq.finish(at, GroupResult::Retry { eagain: false });
+                        GroupResult::Retry { eagain: false } => {
                             again = true;
                             at += 1;
                         }
-                        _ => {
-                            c.sendq.finish(at, GroupResult::Failed(err.kind()));
-                            at += 1;
-                        }
+                        _ => at += 1,
                     }
                 }
                 g = h;

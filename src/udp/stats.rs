@@ -164,8 +164,10 @@ impl IoStats {
         self.send_hist[hist_bucket(datagrams)] += 1;
     }
 
+    /// One received buffer that held `datagrams` datagrams, all delivered.
     pub(crate) fn count_recv_op(&mut self, datagrams: usize) {
         self.recv_ops += 1;
+        self.datagrams_received += datagrams as u64;
         if datagrams > 1 {
             self.gro_buffers += 1;
         }

@@ -100,6 +100,11 @@ impl SockTable {
         self.socks.get_mut(i)?.as_mut()
     }
 
+    /// True while socket `id` is open (false once closed, even if its slot was reused).
+    pub(crate) fn is_open(&self, id: SocketId) -> bool {
+        self.entry(id).is_some()
+    }
+
     /// The entry in slot `index` when one is open there.
     pub(crate) fn get(&self, index: usize) -> Option<&SockEntry> {
         self.socks.get(index)?.as_ref()

@@ -276,19 +276,14 @@ impl Uring {
         }
         let mut pushed = false;
         for g in 0..n {
-            let grp = c.sendq.group(g);
             if c.fake_eagain() {
-                c.stats.eagain_waits += 1;
-                c.sendq.finish(g, GroupResult::Retry { eagain: true });
-                if let Some(e) = c.table.entry_mut(grp.sock) {
-                    e.want_write = true;
-                    self.need_arm = true;
-                }
+                c.group_failed(g, libc::EAGAIN);
+                self.need_arm = true;
                 continue;
             }
-            let fd = match c.table.entry(grp.sock) {
-                Some(e) => e.sock.as_raw_fd(),
-                None => -1, // cannot happen: build() dropped closed sockets
+            // a closed socket's groups fail here, nothing is submitted for them
+            let Some(fd) = c.send_fd(g..g + 1) else {
+                continue;
             };
             let sqe = opcode::SendMsg::new(Fd(fd), c.sendq.msghdr(g))
                 .flags(libc::MSG_DONTWAIT as u32)
@@ -389,12 +384,8 @@ impl Uring {
         self.enable()?;
         let mut events = self.deliver_deferred(c, on_event);
         // a wake-up that came while we were busy: reported without a system call
-        if c.waker.clear() {
-            c.stats.wakes += 1;
-            events += 1;
-            on_event(&mut c.sendq, IoEvent::Woken);
-        }
-        events += report(c, on_event);
+        events += usize::from(c.take_wake(on_event));
+        events += c.report_failures(on_event);
         let start = match timeout {
             Some(d) if !d.is_zero() => Some(Instant::now()),
             _ => None,
@@ -419,13 +410,9 @@ impl Uring {
                 c.stats.send_calls += 1;
             }
             events += self.reap(c, on_event, true);
-            events += report(c, on_event);
+            events += c.report_failures(on_event);
             // a wake-up that kept us from blocking (or came meanwhile without a write)
-            if c.waker.clear() {
-                c.stats.wakes += 1;
-                events += 1;
-                on_event(&mut c.sendq, IoEvent::Woken);
-            }
+            events += usize::from(c.take_wake(on_event));
             let expired = timed_out || wait.is_some_and(|w| w.is_zero());
             if events > 0 || expired {
                 break;
@@ -447,7 +434,7 @@ impl Uring {
         self.arm(c)?;
         self.enter(Some(Duration::ZERO))?;
         self.reap(c, on_event, false);
-        report(c, on_event);
+        c.report_failures(on_event);
         Ok(())
     }
 
@@ -459,9 +446,8 @@ impl Uring {
     ) -> usize {
         let mut events = 0;
         if std::mem::take(&mut self.deferred_wake) {
-            c.stats.wakes += 1;
+            c.report_woken(on_event);
             events += 1;
-            on_event(&mut c.sendq, IoEvent::Woken);
         }
         if self.deferred.is_empty() {
             return events;
@@ -472,7 +458,7 @@ impl Uring {
         let mut got = 0;
         for &(low, bid, res) in &self.deferred {
             let id = SocketId::from_raw(low);
-            if res >= 0 && c.table.entry(id).is_some() {
+            if res >= 0 && c.table.is_open(id) {
                 let at = bid as usize * self.buf_size;
                 let buf = &mut mem.bufs[at..at + (res as usize).min(self.buf_size)];
                 got += deliver(c, id, buf, &mem.recv_hdr, on_event);
@@ -529,7 +515,7 @@ impl Uring {
                 match kind {
                     K_RECV => {
                         let id = SocketId::from_raw(low);
-                        let current = c.table.entry(id).is_some();
+                        let current = c.table.is_open(id);
                         if let Some(bid) = cqueue::buffer_select(flags) {
                             if !deliver_now {
                                 deferred.push((low, bid, res));
@@ -557,30 +543,13 @@ impl Uring {
                         *sends_in_flight = sends_in_flight.saturating_sub(1);
                         let g = low as usize;
                         if g < c.sendq.group_count() {
-                            let grp = c.sendq.group(g);
-                            let outcome = if res >= 0 {
-                                c.stats.count_send_op(grp.count as usize);
-                                GroupResult::Sent
-                            } else {
-                                match -res {
-                                    libc::EAGAIN => {
-                                        c.stats.eagain_waits += 1;
-                                        if let Some(e) = c.table.entry_mut(grp.sock) {
-                                            e.want_write = true;
-                                            *need_arm = true;
-                                        }
-                                        GroupResult::Retry { eagain: true }
-                                    }
-                                    libc::EIO | libc::EINVAL | libc::EMSGSIZE if grp.count > 1 => {
-                                        c.gso_refused(grp.sock);
-                                        GroupResult::Retry { eagain: false }
-                                    }
-                                    e => {
-                                        GroupResult::Failed(io::Error::from_raw_os_error(e).kind())
-                                    }
-                                }
-                            };
-                            c.sendq.finish(g, outcome);
+                            if res >= 0 {
+                                c.group_sent(g);
+                            } else if c.group_failed(g, -res)
+                                == (GroupResult::Retry { eagain: true })
+                            {
+                                *need_arm = true; // arms the POLLOUT poll
+                            }
                         }
                         if *sends_in_flight == 0 {
                             c.sendq.clear_groups();
@@ -590,11 +559,9 @@ impl Uring {
                         *wake_armed = false;
                         if !deliver_now {
                             *deferred_wake |= c.waker.clear();
-                        } else if !woken && c.waker.clear() {
+                        } else if !woken && c.take_wake(on_event) {
                             woken = true;
-                            c.stats.wakes += 1;
                             events += 1;
-                            on_event(&mut c.sendq, IoEvent::Woken);
                         }
                     }
                     K_POLLOUT => {
@@ -633,17 +600,6 @@ fn recycle(mem: &mut KernelMem, tail: &mut u16, mask: u16, buf_size: usize, bid:
     *tail = tail.wrapping_add(1);
 }
 
-/// Reports queued send failures; returns how many.
-fn report(c: &mut Common, on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>)) -> usize {
-    let mut n = 0;
-    while let Some((tag, error)) = c.sendq.take_failure() {
-        c.stats.count_send_error(error, 1);
-        on_event(&mut c.sendq, IoEvent::SendFailed { tag, error });
-        n += 1;
-    }
-    n
-}
-
 /// Parses one multishot receive buffer and hands its datagrams to the caller.
 fn deliver(
     c: &mut Common,
@@ -670,20 +626,7 @@ fn deliver(
     let Some(data) = buf.get_mut(start..start + payload_len) else {
         return 0;
     };
-    let sendq = &mut c.sendq;
-    let n = gro::split(data, seg, |d| {
-        on_event(
-            sendq,
-            IoEvent::Datagram {
-                sock: id,
-                from,
-                data: d,
-            },
-        )
-    });
-    c.stats.count_recv_op(n);
-    c.stats.datagrams_received += n as u64;
-    n
+    c.deliver(id, from, data, seg, on_event)
 }
 
 impl Drop for Uring {
