@@ -60,6 +60,36 @@ pub(crate) struct SockInfo {
     pub(crate) gso: bool,
 }
 
+/// `n` message headers with their iovecs (zeroed: null pointers, zero lengths), as
+/// `sendmmsg`, `recvmmsg` and io_uring's `SENDMSG` read them.
+pub(crate) struct MsgHeaders {
+    pub(crate) hdrs: Box<[libc::mmsghdr]>,
+    pub(crate) iovs: Box<[libc::iovec]>,
+}
+
+// SAFETY: the raw pointers in these C structs are never dereferenced by Rust code; the
+// kernel follows them during a system call of the owning driver's thread (or, for an
+// io_uring SQE, until its completion; see uring.rs `push`). Each owner (`SendQueue`,
+// mmsg.rs `RecvBufs`) points them only into heap buffers it owns itself, which move
+// with it, and rewrites them before each use, so moving the owner to another thread
+// moves everything they reach and leaves nothing behind that another thread could touch.
+unsafe impl Send for MsgHeaders {}
+
+impl MsgHeaders {
+    pub(crate) fn new(n: usize) -> MsgHeaders {
+        MsgHeaders {
+            // SAFETY: all-zero is a valid mmsghdr (null pointers, zero lengths).
+            hdrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
+            iovs: (0..n)
+                .map(|_| libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// The queue of datagrams waiting to be sent (see the `udp` module docs for its bound).
 /// Handed to `UdpIo::run_once`'s callback so replies can be queued while events are
 /// being handled.
@@ -80,10 +110,10 @@ pub struct SendQueue {
     flows: Vec<(SocketId, SocketAddr)>,
     groups: Vec<Group>,
     group_slots: Vec<u32>,
-    hdrs: Box<[libc::mmsghdr]>,
+    /// Per group: its header and, per datagram of the built groups, an iovec.
+    msgs: MsgHeaders,
     addrs: Box<[libc::sockaddr_storage]>,
     ctrl: Box<[[u64; 4]]>,
-    iovs: Box<[libc::iovec]>,
 }
 
 impl std::fmt::Debug for SendQueue {
@@ -114,17 +144,10 @@ impl SendQueue {
             flows: Vec::with_capacity(RANKED_FLOWS),
             groups: Vec::with_capacity(n),
             group_slots: Vec::with_capacity(n),
-            // SAFETY: all-zero is a valid value of these plain C structs.
-            hdrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
+            msgs: MsgHeaders::new(n),
             // SAFETY: all-zero is a valid (unspecified-family) sockaddr_storage.
             addrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
             ctrl: vec![[0u64; 4]; n].into_boxed_slice(),
-            iovs: (0..n)
-                .map(|_| libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0,
-                })
-                .collect(),
         }
     }
 
@@ -318,18 +341,18 @@ impl SendQueue {
         let start = grp.start as usize;
         for i in 0..grp.count as usize {
             let slot = self.group_slots[start + i] as usize;
-            self.iovs[start + i] = libc::iovec {
+            self.msgs.iovs[start + i] = libc::iovec {
                 iov_base: self.data[slot * self.slot_size..].as_mut_ptr().cast(),
                 iov_len: self.lens[slot] as usize,
             };
         }
         let addr_len = to_c(grp.dest, v6, &mut self.addrs[g]);
-        let h = &mut self.hdrs[g];
+        let h = &mut self.msgs.hdrs[g];
         h.msg_len = 0;
         let m = &mut h.msg_hdr;
         m.msg_name = (&mut self.addrs[g] as *mut libc::sockaddr_storage).cast();
         m.msg_namelen = addr_len;
-        m.msg_iov = &mut self.iovs[start];
+        m.msg_iov = &mut self.msgs.iovs[start];
         m.msg_iovlen = grp.count as usize;
         m.msg_flags = 0;
         if grp.count > 1 {
@@ -362,13 +385,13 @@ impl SendQueue {
 
     /// The message headers of groups `g..` (contiguous, for `sendmmsg`).
     pub(crate) fn hdrs_from(&mut self, g: usize) -> *mut libc::mmsghdr {
-        self.hdrs[g..].as_mut_ptr()
+        self.msgs.hdrs[g..].as_mut_ptr()
     }
 
     /// The message header of group `g` (stable until [`clear_groups`](Self::clear_groups)).
     #[cfg(feature = "io-uring")]
     pub(crate) fn msghdr(&self, g: usize) -> *const libc::msghdr {
-        &self.hdrs[g].msg_hdr
+        &self.msgs.hdrs[g].msg_hdr
     }
 
     /// Records what became of group `g`.

@@ -59,10 +59,12 @@ pub struct UdpIo {
     common: Common,
 }
 
-// SAFETY: the raw pointers inside (io_uring's mapped rings, the buffer ring, message
-// headers pointing into the driver's own boxes) all point into memory the driver owns;
-// nothing is shared with another thread except the `Arc<Waker>`, which is Sync.
-unsafe impl Send for UdpIo {}
+// `UdpIo` is `Send` by derivation: the fields that hold raw pointers assert it each
+// with its own reason (gso.rs `Headers`, mmsg.rs `RecvBufs`, uring.rs `KernelMem`).
+const _: fn() = || {
+    fn is_send<T: Send>() {}
+    is_send::<UdpIo>();
+};
 
 /// True for the errors with which a kernel or sandbox refuses io_uring, or a build
 /// without the `io-uring` feature does (`Unsupported`).
@@ -327,6 +329,20 @@ impl UdpIo {
     /// The counters.
     pub fn stats(&self) -> &IoStats {
         &self.common.stats
+    }
+}
+
+impl Drop for UdpIo {
+    fn drop(&mut self) {
+        // io_uring may read the send queue's buffers until its sends complete (see
+        // uring.rs `push`): its requests are cancelled before `common` is freed, and
+        // where the kernel does not confirm, the queue is leaked with the ring's memory.
+        if let Backend::Uring(u) = &mut self.backend
+            && !u.shut_down()
+        {
+            let q = std::mem::replace(&mut self.common.sendq, SendQueue::new(1, 64));
+            std::mem::forget(q);
+        }
     }
 }
 

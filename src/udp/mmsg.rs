@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::gro::{self, CONTROL_LEN};
-use super::gso::GroupResult;
+use super::gso::{GroupResult, MsgHeaders};
 use super::shared::Common;
 use super::socket::from_c;
 use super::wake::Waker;
@@ -32,8 +32,8 @@ struct RecvBufs {
     bufs: Box<[u8]>,
     addrs: Box<[libc::sockaddr_storage]>,
     ctrl: Box<[[u64; CONTROL_LEN / 8]]>,
-    iovs: Box<[libc::iovec]>,
-    hdrs: Box<[libc::mmsghdr]>,
+    /// Point into `bufs`, `addrs` and `ctrl` once `prepare` ran.
+    msgs: MsgHeaders,
 }
 
 impl RecvBufs {
@@ -44,30 +44,23 @@ impl RecvBufs {
             // SAFETY: all-zero is a valid value of these plain C structs.
             addrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
             ctrl: vec![[0u64; CONTROL_LEN / 8]; n].into_boxed_slice(),
-            iovs: (0..n)
-                .map(|_| libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0,
-                })
-                .collect(),
-            // SAFETY: all-zero is a valid mmsghdr (null pointers, zero lengths); `prepare`
-            // points it at this batch's buffers before any syscall reads it.
-            hdrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
+            // `prepare` points them at this batch's buffers before any syscall reads them
+            msgs: MsgHeaders::new(n),
         }
     }
 
     fn prepare(&mut self, control: bool) {
-        for i in 0..self.hdrs.len() {
-            self.iovs[i] = libc::iovec {
+        for i in 0..self.msgs.hdrs.len() {
+            self.msgs.iovs[i] = libc::iovec {
                 iov_base: self.bufs[i * self.buf_size..].as_mut_ptr().cast(),
                 iov_len: self.buf_size,
             };
-            let h = &mut self.hdrs[i];
+            let h = &mut self.msgs.hdrs[i];
             h.msg_len = 0;
             let m = &mut h.msg_hdr;
             m.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
             m.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
-            m.msg_iov = &mut self.iovs[i];
+            m.msg_iov = &mut self.msgs.iovs[i];
             m.msg_iovlen = 1;
             if control {
                 m.msg_control = self.ctrl[i].as_mut_ptr().cast();
@@ -297,8 +290,8 @@ impl Mmsg {
         let n = unsafe {
             libc::recvmmsg(
                 fd,
-                self.rx.hdrs.as_mut_ptr(),
-                self.rx.hdrs.len() as u32,
+                self.rx.msgs.hdrs.as_mut_ptr(),
+                self.rx.msgs.hdrs.len() as u32,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
@@ -317,7 +310,7 @@ impl Mmsg {
             return 0;
         }
         c.stats.recv_calls += 1;
-        self.filled |= n as usize == self.rx.hdrs.len();
+        self.filled |= n as usize == self.rx.msgs.hdrs.len();
         self.backlog = Some(Backlog {
             id,
             gro,
@@ -343,7 +336,7 @@ impl Mmsg {
         let mut total = 0;
         let mut k = b.next;
         while k < b.len && total < budget {
-            let h = &self.rx.hdrs[k];
+            let h = &self.rx.msgs.hdrs[k];
             let idx = k;
             k += 1;
             if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {

@@ -62,21 +62,40 @@ fn ud(kind: u64, low: u32) -> u64 {
     (kind << 56) | u64::from(low)
 }
 
-/// Memory the kernel reads or writes asynchronously.
-struct KernelMem {
-    ring: *mut BufRingEntry,
-    ring_bytes: usize,
-    bufs: Box<[u8]>,
-    wake_buf: Box<u64>,
-    recv_hdr: Box<libc::msghdr>,
+/// The mapping that holds the provided-buffer ring's entries (unmapped on drop).
+struct RingMap {
+    ptr: *mut BufRingEntry,
+    bytes: usize,
 }
 
-impl Drop for KernelMem {
+// SAFETY: the mapping is private and anonymous, owned by this value alone; only the
+// driver's thread writes it (`recycle`, `publish`) and only the kernel's side of the
+// ring that this driver owns reads it. Moving the driver to another thread moves the
+// sole owner of the pointer; nothing is left behind that another thread could reach.
+unsafe impl Send for RingMap {}
+
+impl Drop for RingMap {
     fn drop(&mut self) {
-        // SAFETY: `ring` was mapped with this length in `Uring::new`, and the ring that
-        // used it is gone (or never got it).
-        unsafe { libc::munmap(self.ring.cast(), self.ring_bytes) };
+        // SAFETY: `ptr` was mapped with this length in `Uring::new`, and the ring that
+        // used it is gone (or never got it): `KernelMem` is leaked instead of dropped
+        // while the kernel may still use it.
+        unsafe { libc::munmap(self.ptr.cast(), self.bytes) };
     }
+}
+
+/// The `msghdr` template of the multishot receives: only its lengths matter (the
+/// kernel lays out every buffer by them); its pointers stay null.
+struct RecvTemplate(libc::msghdr);
+
+// SAFETY: its pointers are null and never set; it is plain data.
+unsafe impl Send for RecvTemplate {}
+
+/// Memory the kernel reads or writes asynchronously.
+struct KernelMem {
+    ring: RingMap,
+    bufs: Box<[u8]>,
+    wake_buf: Box<u64>,
+    recv_hdr: Box<RecvTemplate>,
 }
 
 pub(crate) struct Uring {
@@ -103,6 +122,8 @@ pub(crate) struct Uring {
     deferred: Vec<(u32, u16, i32)>,
     /// A wake-up reaped by `flush`, reported by the next `run_once`.
     deferred_wake: bool,
+    /// The answer of [`shut_down`](Self::shut_down) once it ran.
+    shut: Option<bool>,
     ts: Timespec,
 }
 
@@ -155,12 +176,14 @@ impl Uring {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: all-zero is a valid msghdr.
-        let mut recv_hdr: Box<libc::msghdr> = Box::new(unsafe { zeroed() });
-        recv_hdr.msg_namelen = NAME_LEN as u32;
-        recv_hdr.msg_controllen = control;
+        let mut recv_hdr = Box::new(RecvTemplate(unsafe { zeroed() }));
+        recv_hdr.0.msg_namelen = NAME_LEN as u32;
+        recv_hdr.0.msg_controllen = control;
         let mem = KernelMem {
-            ring: ring_mem.cast(),
-            ring_bytes,
+            ring: RingMap {
+                ptr: ring_mem.cast(),
+                bytes: ring_bytes,
+            },
             bufs: vec![0u8; count * buf_size].into_boxed_slice(),
             wake_buf: Box::new(0),
             recv_hdr,
@@ -169,7 +192,7 @@ impl Uring {
         // `mem` until the ring is gone (see Drop).
         unsafe {
             ring.submitter().register_buf_ring_with_flags(
-                mem.ring as u64,
+                mem.ring.ptr as u64,
                 count as u16,
                 BGID,
                 0,
@@ -192,6 +215,7 @@ impl Uring {
             sends_in_flight: 0,
             deferred: Vec::with_capacity(count),
             deferred_wake: false,
+            shut: None,
             ts: Timespec::new(),
         };
         for bid in 0..count {
@@ -213,7 +237,7 @@ impl Uring {
         // SAFETY: the tail field lives in the first ring entry, inside our mapping; the
         // kernel reads it concurrently, hence the atomic release store.
         unsafe {
-            let tail = BufRingEntry::tail(mem.ring) as *mut u16;
+            let tail = BufRingEntry::tail(mem.ring.ptr) as *mut u16;
             AtomicU16::from_ptr(tail).store(self.tail, Ordering::Release);
         }
     }
@@ -246,11 +270,20 @@ impl Uring {
     }
 
     /// Pushes one SQE, submitting what is queued when the SQ is full.
-    fn push(&mut self, e: &squeue::Entry, c: &mut Common) -> io::Result<()> {
+    ///
+    /// # Safety
+    ///
+    /// Every buffer `e` points at (a message header with its iovecs, address, control
+    /// message and payload; a read target; the receive template and the provided
+    /// buffers) stays alive and unmoved, and Rust neither writes it nor (for what the
+    /// kernel writes) reads it, until the completion of `e` is reaped, or until
+    /// [`shut_down`](Self::shut_down) confirmed that the kernel cancelled it (without
+    /// that confirmation the memory is leaked, never freed). The fd in `e` stays open
+    /// until `e` is submitted (the kernel holds its own reference from then on).
+    unsafe fn push(&mut self, e: &squeue::Entry, c: &mut Common) -> io::Result<()> {
         for _ in 0..3 {
-            // SAFETY: every entry points into memory owned by the driver that stays
-            // valid until its completion is reaped (send arena, kernel memory, sockets
-            // kept open by the ring's file references).
+            // SAFETY: what `e` points at stays valid until its completion, as this
+            // function's caller guarantees.
             if unsafe { self.ring.submission().push(e) }.is_ok() {
                 return Ok(());
             }
@@ -289,7 +322,17 @@ impl Uring {
                 .flags(libc::MSG_DONTWAIT as u32)
                 .build()
                 .user_data(ud(K_SEND, g as u32));
-            self.push(&sqe, c)?;
+            // SAFETY: the header, iovecs, address, control message and arena slots of
+            // group `g` live in `c.sendq`, which `UdpIo` keeps in `Common` beside this
+            // backend: boxed slices allocated once, so moving the driver moves none of
+            // them. They are not rewritten until this send's completion is reaped: no
+            // other build runs while a group is in flight, `clear_groups` waits until
+            // `sends_in_flight` is zero, and an in-flight group's slots are neither free
+            // nor pending, so nothing queued meanwhile reuses them. `UdpIo`'s drop shuts
+            // this ring down before it frees the queue, and leaks the queue when the
+            // kernel does not confirm. The fd is submitted by this call's enter, before
+            // any `close`.
+            unsafe { self.push(&sqe, c)? };
             self.sends_in_flight += 1;
             pushed = true;
         }
@@ -306,7 +349,8 @@ impl Uring {
             let sqe = opcode::AsyncCancel::new(target)
                 .build()
                 .user_data(ud(K_CANCEL, 0));
-            self.push(&sqe, c)?;
+            // SAFETY: a cancellation points at no memory.
+            unsafe { self.push(&sqe, c)? };
         }
         if !self.wake_armed {
             let buf: *mut u64 = match self.mem.as_mut() {
@@ -316,7 +360,10 @@ impl Uring {
             let sqe = opcode::Read::new(Fd(c.waker.as_raw_fd()), buf.cast(), 8)
                 .build()
                 .user_data(ud(K_WAKE, 0));
-            self.push(&sqe, c)?;
+            // SAFETY: the 8-byte target is boxed in `self.mem`, freed only after
+            // `shut_down` confirmed the cancellation (leaked otherwise); one read is armed
+            // at a time (`wake_armed`) and Rust never reads the target.
+            unsafe { self.push(&sqe, c)? };
             self.wake_armed = true;
         }
         if !self.need_arm {
@@ -324,7 +371,7 @@ impl Uring {
         }
         self.need_arm = false;
         let hdr: *const libc::msghdr = match self.mem.as_ref() {
-            Some(m) => &*m.recv_hdr,
+            Some(m) => &m.recv_hdr.0,
             None => return Err(io::Error::other("io_uring driver memory released")),
         };
         for i in 0..c.table.slots() {
@@ -337,7 +384,10 @@ impl Uring {
                 let sqe = opcode::RecvMsgMulti::new(Fd(fd), hdr, BGID)
                     .build()
                     .user_data(ud(K_RECV, id.raw()));
-                self.push(&sqe, c)?;
+                // SAFETY: the template and the provided buffers live boxed in
+                // `self.mem` (freed as the wake target is); Rust reads a buffer only
+                // after a completion hands it over, and gives it back with `recycle`.
+                unsafe { self.push(&sqe, c)? };
                 self.recv_armed[i] = true;
                 if self.armed_once[i] {
                     c.stats.recv_rearms += 1;
@@ -348,7 +398,9 @@ impl Uring {
                 let sqe = opcode::PollAdd::new(Fd(fd), libc::POLLOUT as u32)
                     .build()
                     .user_data(ud(K_POLLOUT, id.raw()));
-                self.push(&sqe, c)?;
+                // SAFETY: a poll points at no memory; the fd is submitted by this
+                // call's enter.
+                unsafe { self.push(&sqe, c)? };
                 self.pollout_armed[i] = true;
             }
         }
@@ -461,7 +513,7 @@ impl Uring {
             if res >= 0 && c.table.is_open(id) {
                 let at = bid as usize * self.buf_size;
                 let buf = &mut mem.bufs[at..at + (res as usize).min(self.buf_size)];
-                got += deliver(c, id, buf, &mem.recv_hdr, on_event);
+                got += deliver(c, id, buf, &mem.recv_hdr.0, on_event);
             }
             recycle(mem, &mut self.tail, self.buf_mask, self.buf_size, bid);
         }
@@ -522,7 +574,7 @@ impl Uring {
                             } else if res >= 0 && current {
                                 let at = bid as usize * *buf_size;
                                 let buf = &mut mem.bufs[at..at + (res as usize).min(*buf_size)];
-                                let n = deliver(c, id, buf, &mem.recv_hdr, on_event);
+                                let n = deliver(c, id, buf, &mem.recv_hdr.0, on_event);
                                 datagrams += n;
                                 events += n;
                             }
@@ -592,7 +644,7 @@ fn recycle(mem: &mut KernelMem, tail: &mut u16, mask: u16, buf_size: usize, bid:
     // SAFETY: the index is masked into the ring's entries; the kernel reads entries
     // only between its head and our published tail, and this one is past the tail.
     unsafe {
-        let e = mem.ring.add((*tail & mask) as usize);
+        let e = mem.ring.ptr.add((*tail & mask) as usize);
         (*e).set_addr(addr);
         (*e).set_len(buf_size as u32);
         (*e).set_bid(bid);
@@ -629,10 +681,17 @@ fn deliver(
     c.deliver(id, from, data, seg, on_event)
 }
 
-impl Drop for Uring {
-    fn drop(&mut self) {
+impl Uring {
+    /// Cancels every request synchronously (the first call does; later calls repeat
+    /// its answer). False when the kernel did not confirm: it may still read or write
+    /// what the requests point at, so this backend leaks its own memory and the caller
+    /// must leak the send queue (it lives in `Common`).
+    pub(crate) fn shut_down(&mut self) -> bool {
         if self.disabled {
-            return; // nothing was ever submitted
+            return true; // nothing was ever submitted
+        }
+        if let Some(ok) = self.shut {
+            return ok;
         }
         let ok = match self.ring.submitter().register_sync_cancel(
             Some(Timespec::from(Duration::from_secs(1))),
@@ -642,8 +701,19 @@ impl Drop for Uring {
             Err(e) => e.raw_os_error() == Some(libc::ENOENT),
         };
         if !ok {
+            tracing::warn!(
+                "io_uring did not confirm the cancellation of its requests: leaking its buffers"
+            );
             // The kernel may still write into these buffers: never free them.
             std::mem::forget(self.mem.take());
         }
+        self.shut = Some(ok);
+        ok
+    }
+}
+
+impl Drop for Uring {
+    fn drop(&mut self) {
+        self.shut_down();
     }
 }
