@@ -135,9 +135,7 @@ impl Mmsg {
         timeout: Option<Duration>,
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) -> io::Result<()> {
-        let mut events = c.report_failures(on_event);
-        self.send_all(c);
-        events += c.report_failures(on_event);
+        let mut events = self.send_and_report(c, on_event);
         let batch = c.cfg.batch;
         // a wake-up that came while we were busy: reported without a system call
         events += usize::from(c.take_wake(on_event));
@@ -149,11 +147,7 @@ impl Mmsg {
         }
         if self.hot && self.hot_loops < HOT_LOOPS {
             self.hot_loops += 1;
-            for i in 0..c.table.slots() {
-                if c.table.get(i).is_some() {
-                    got += self.recv_from(c, i, batch.saturating_sub(got), on_event);
-                }
-            }
+            got += self.recv_all(c, batch.saturating_sub(got), on_event);
             let woken = c.take_wake(on_event);
             if got > 0 || woken {
                 self.hot = got > 0;
@@ -161,6 +155,60 @@ impl Mmsg {
             }
         }
         self.hot_loops = 0;
+        let may_block = events == 0
+            && got == 0
+            && !matches!(timeout, Some(d) if d.is_zero())
+            && !c.sendq.has_failures();
+        self.poll(c, may_block, timeout)?;
+        let (received, writable) = self.handle_ready(c, batch.saturating_sub(got), on_event);
+        got += received;
+        c.take_wake(on_event);
+        if writable && !c.sendq.is_empty() {
+            self.send_all(c);
+        }
+        c.report_failures(on_event);
+        self.hot = got > 0;
+        Ok(())
+    }
+
+    /// Reports the failures recorded so far, sends what is queued, and reports what
+    /// that sending failed. Returns the events reported.
+    fn send_and_report(
+        &mut self,
+        c: &mut Common,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> usize {
+        let events = c.report_failures(on_event);
+        self.send_all(c);
+        events + c.report_failures(on_event)
+    }
+
+    /// One `recvmmsg` on every open socket (the busy path, without `poll`), up to
+    /// `budget` datagrams in all. Returns those delivered.
+    fn recv_all(
+        &mut self,
+        c: &mut Common,
+        budget: usize,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> usize {
+        let mut got = 0;
+        for i in 0..c.table.slots() {
+            if c.table.get(i).is_some() {
+                got += self.recv_from(c, i, budget.saturating_sub(got), on_event);
+            }
+        }
+        got
+    }
+
+    /// Waits in `poll(2)` on the waker's eventfd and every socket (readable, and
+    /// writable while its sends wait for room): until one is ready or `timeout` passed
+    /// when `may_block` and no wake-up is pending, else without blocking.
+    fn poll(
+        &mut self,
+        c: &mut Common,
+        may_block: bool,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
         self.pollfds.clear();
         self.pollidx.clear();
         self.pollfds.push(libc::pollfd {
@@ -181,11 +229,8 @@ impl Mmsg {
             });
             self.pollidx.push(i);
         }
-        let may_block = events == 0
-            && got == 0
-            && !matches!(timeout, Some(d) if d.is_zero())
-            && !c.sendq.has_failures();
         let mut ms = 0;
+        // block only if no wake-up is pending (see wake.rs for the handshake)
         if may_block && c.waker.park() {
             ms = poll_ms(timeout);
         }
@@ -201,14 +246,25 @@ impl Mmsg {
         if may_block {
             c.waker.unpark();
         }
-        if let Some(e) = err
-            && e.kind() != io::ErrorKind::Interrupted
-        {
-            return Err(e);
+        match err {
+            Some(e) if e.kind() != io::ErrorKind::Interrupted => Err(e),
+            _ => Ok(()),
         }
+    }
+
+    /// After [`poll`](Self::poll): drains the eventfd when it was readable, marks the
+    /// writable sockets, and receives from the readable ones up to `budget` datagrams.
+    /// Returns those delivered and whether a socket became writable.
+    fn handle_ready(
+        &mut self,
+        c: &mut Common,
+        budget: usize,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> (usize, bool) {
         if self.pollfds[0].revents & libc::POLLIN != 0 {
             c.waker.drain();
         }
+        let mut got = 0;
         let mut writable = false;
         for k in 1..self.pollfds.len() {
             let rev = self.pollfds[k].revents;
@@ -223,16 +279,10 @@ impl Mmsg {
                 writable = true;
             }
             if rev & (libc::POLLIN | libc::POLLERR) != 0 {
-                got += self.recv_from(c, i, batch.saturating_sub(got), on_event);
+                got += self.recv_from(c, i, budget.saturating_sub(got), on_event);
             }
         }
-        c.take_wake(on_event);
-        if writable && !c.sendq.is_empty() {
-            self.send_all(c);
-        }
-        c.report_failures(on_event);
-        self.hot = got > 0;
-        Ok(())
+        (got, writable)
     }
 
     /// `run_once` without the wait and without `poll(2)`: sends, reports a pending
@@ -243,9 +293,7 @@ impl Mmsg {
         read: &dyn Fn(super::SocketId) -> bool,
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) {
-        c.report_failures(on_event);
-        self.send_all(c);
-        c.report_failures(on_event);
+        self.send_and_report(c, on_event);
         c.take_wake(on_event);
         let batch = c.cfg.batch;
         self.filled = false;

@@ -54,7 +54,10 @@
 //! | `socket.rs` | socket creation, [`BindOptions`], steering rebinds |
 //! | `wake.rs` | [`Waker`] and its handshake |
 //! | `mmsg.rs`, `uring.rs` | the two backends: their system calls and ring mechanics only (`uring_off.rs` stands in for `uring.rs` without the `io-uring` feature) |
+//! | `bufring.rs` | io_uring's provided-buffer ring: the memory the kernel writes, and parsing a filled buffer |
 
+#[cfg(feature = "io-uring")]
+mod bufring;
 mod config;
 mod gro;
 mod gso;

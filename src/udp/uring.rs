@@ -18,28 +18,26 @@
 //! the first `run_once`, so the thread that runs the driver becomes its issuer. It needs
 //! Linux 6.1; older kernels refuse with EINVAL and `Auto` falls back to mmsg.
 //!
-//! Owns: the ring, the buffer ring and every byte the kernel may write asynchronously
-//! (receive buffers, the eventfd read's target, the receive template). Must not touch:
-//! grouping (gso.rs), socket creation (socket.rs). On drop it cancels everything
+//! Owns: the ring (what is armed, submitted and in flight, the reaping of completions,
+//! the wait) and, through bufring.rs, the provided-buffer ring and every byte the kernel
+//! may write asynchronously. Must not touch: grouping (gso.rs), socket creation
+//! (socket.rs), the glue both backends share (shared.rs). On drop it cancels everything
 //! synchronously before freeing that memory, and leaks it if the kernel does not
-//! confirm.
+//! confirm; `UdpIo`'s drop does the same before it frees the send queue.
 
 use std::io;
-use std::mem::{size_of, zeroed};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
-use io_uring::types::{BufRingEntry, CancelBuilder, Fd, SubmitArgs, Timespec};
+use io_uring::types::{CancelBuilder, Fd, SubmitArgs, Timespec};
 use io_uring::{IoUring, cqueue, opcode, squeue};
 
-use super::gro::{self, CONTROL_LEN};
+use super::bufring::{BGID, BufRing};
 use super::gso::GroupResult;
 use super::shared::Common;
-use super::socket::from_c_bytes;
 use super::wake::Waker;
-use super::{GRO_BUFFER, IoConfig, IoEvent, SendQueue, SocketId};
+use super::{IoConfig, IoEvent, SendQueue, SocketId};
 
 const K_RECV: u64 = 1;
 const K_SEND: u64 = 2;
@@ -47,12 +45,6 @@ const K_WAKE: u64 = 3;
 const K_POLLOUT: u64 = 4;
 const K_CANCEL: u64 = 5;
 
-/// Buffer group id of the receive buffers.
-const BGID: u16 = 0;
-/// Size of `io_uring_recvmsg_out` at the start of every receive buffer.
-const RECVMSG_OUT: usize = 16;
-/// Address room reserved per receive buffer.
-const NAME_LEN: usize = size_of::<libc::sockaddr_storage>();
 /// Submission queue entries.
 const SQ_ENTRIES: u32 = 256;
 /// Loops of wait inside one `run_once` that produced nothing for the caller.
@@ -62,50 +54,11 @@ fn ud(kind: u64, low: u32) -> u64 {
     (kind << 56) | u64::from(low)
 }
 
-/// The mapping that holds the provided-buffer ring's entries (unmapped on drop).
-struct RingMap {
-    ptr: *mut BufRingEntry,
-    bytes: usize,
-}
-
-// SAFETY: the mapping is private and anonymous, owned by this value alone; only the
-// driver's thread writes it (`recycle`, `publish`) and only the kernel's side of the
-// ring that this driver owns reads it. Moving the driver to another thread moves the
-// sole owner of the pointer; nothing is left behind that another thread could reach.
-unsafe impl Send for RingMap {}
-
-impl Drop for RingMap {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` was mapped with this length in `Uring::new`, and the ring that
-        // used it is gone (or never got it): `KernelMem` is leaked instead of dropped
-        // while the kernel may still use it.
-        unsafe { libc::munmap(self.ptr.cast(), self.bytes) };
-    }
-}
-
-/// The `msghdr` template of the multishot receives: only its lengths matter (the
-/// kernel lays out every buffer by them); its pointers stay null.
-struct RecvTemplate(libc::msghdr);
-
-// SAFETY: its pointers are null and never set; it is plain data.
-unsafe impl Send for RecvTemplate {}
-
-/// Memory the kernel reads or writes asynchronously.
-struct KernelMem {
-    ring: RingMap,
-    bufs: Box<[u8]>,
-    wake_buf: Box<u64>,
-    recv_hdr: Box<RecvTemplate>,
-}
-
 pub(crate) struct Uring {
     ring: IoUring,
     /// Created disabled; enabled by the first `run_once` (its thread becomes the issuer).
     disabled: bool,
-    mem: Option<KernelMem>,
-    buf_size: usize,
-    buf_mask: u16,
-    tail: u16,
+    bufs: BufRing,
     /// Per socket slot: a multishot receive is armed for the current socket.
     recv_armed: Vec<bool>,
     /// Per socket slot: armed at least once (a new arm is a re-arm).
@@ -147,65 +100,13 @@ impl Uring {
         if !ring.params().is_feature_ext_arg() || !ring.params().is_feature_nodrop() {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        let payload = if cfg.gro {
-            GRO_BUFFER
-        } else {
-            cfg.max_datagram
-        };
-        let count: usize = if cfg.gro {
-            (cfg.batch / 4).next_power_of_two().clamp(16, 256)
-        } else {
-            (cfg.batch * 2).next_power_of_two().clamp(16, 4096)
-        };
-        let control = if cfg.gro { CONTROL_LEN } else { 0 };
-        let buf_size = RECVMSG_OUT + NAME_LEN + control + payload;
-        let page = 4096;
-        let ring_bytes = (count * size_of::<BufRingEntry>()).div_ceil(page) * page;
-        // SAFETY: anonymous private mapping; checked below.
-        let ring_mem = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                ring_bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ring_mem == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: all-zero is a valid msghdr.
-        let mut recv_hdr = Box::new(RecvTemplate(unsafe { zeroed() }));
-        recv_hdr.0.msg_namelen = NAME_LEN as u32;
-        recv_hdr.0.msg_controllen = control;
-        let mem = KernelMem {
-            ring: RingMap {
-                ptr: ring_mem.cast(),
-                bytes: ring_bytes,
-            },
-            bufs: vec![0u8; count * buf_size].into_boxed_slice(),
-            wake_buf: Box::new(0),
-            recv_hdr,
-        };
-        // SAFETY: the ring memory is page aligned, `count` entries long, and lives in
-        // `mem` until the ring is gone (see Drop).
-        unsafe {
-            ring.submitter().register_buf_ring_with_flags(
-                mem.ring.ptr as u64,
-                count as u16,
-                BGID,
-                0,
-            )?;
-        }
+        let bufs = BufRing::new(cfg, &ring)?;
         let waker = Arc::new(Waker::new(false)?);
-        let mut u = Uring {
+        let u = Uring {
             ring,
             disabled,
-            mem: Some(mem),
-            buf_size,
-            buf_mask: (count - 1) as u16,
-            tail: 0,
+            deferred: Vec::with_capacity(bufs.count()),
+            bufs,
             recv_armed: vec![false; cfg.max_sockets],
             armed_once: vec![false; cfg.max_sockets],
             pollout_armed: vec![false; cfg.max_sockets],
@@ -213,33 +114,11 @@ impl Uring {
             need_arm: true,
             cancels: Vec::with_capacity(cfg.max_sockets * 2),
             sends_in_flight: 0,
-            deferred: Vec::with_capacity(count),
             deferred_wake: false,
             shut: None,
             ts: Timespec::new(),
         };
-        for bid in 0..count {
-            u.recycle(bid as u16);
-        }
-        u.publish();
         Ok((u, waker))
-    }
-
-    /// Puts buffer `bid` back at the ring's tail (published by [`publish`](Self::publish)).
-    fn recycle(&mut self, bid: u16) {
-        if let Some(mem) = self.mem.as_mut() {
-            recycle(mem, &mut self.tail, self.buf_mask, self.buf_size, bid);
-        }
-    }
-
-    fn publish(&mut self) {
-        let Some(mem) = self.mem.as_ref() else { return };
-        // SAFETY: the tail field lives in the first ring entry, inside our mapping; the
-        // kernel reads it concurrently, hence the atomic release store.
-        unsafe {
-            let tail = BufRingEntry::tail(mem.ring.ptr) as *mut u16;
-            AtomicU16::from_ptr(tail).store(self.tail, Ordering::Release);
-        }
     }
 
     pub(crate) fn socket_added(&mut self, slot: usize) {
@@ -353,14 +232,14 @@ impl Uring {
             unsafe { self.push(&sqe, c)? };
         }
         if !self.wake_armed {
-            let buf: *mut u64 = match self.mem.as_mut() {
+            let buf: *mut u64 = match self.bufs.mem.as_mut() {
                 Some(m) => &mut *m.wake_buf,
                 None => return Err(io::Error::other("io_uring driver memory released")),
             };
             let sqe = opcode::Read::new(Fd(c.waker.as_raw_fd()), buf.cast(), 8)
                 .build()
                 .user_data(ud(K_WAKE, 0));
-            // SAFETY: the 8-byte target is boxed in `self.mem`, freed only after
+            // SAFETY: the 8-byte target is boxed in `self.bufs.mem`, freed only after
             // `shut_down` confirmed the cancellation (leaked otherwise); one read is armed
             // at a time (`wake_armed`) and Rust never reads the target.
             unsafe { self.push(&sqe, c)? };
@@ -370,8 +249,8 @@ impl Uring {
             return Ok(());
         }
         self.need_arm = false;
-        let hdr: *const libc::msghdr = match self.mem.as_ref() {
-            Some(m) => &m.recv_hdr.0,
+        let hdr: *const libc::msghdr = match self.bufs.mem.as_ref() {
+            Some(m) => m.recv_template(),
             None => return Err(io::Error::other("io_uring driver memory released")),
         };
         for i in 0..c.table.slots() {
@@ -385,7 +264,7 @@ impl Uring {
                     .build()
                     .user_data(ud(K_RECV, id.raw()));
                 // SAFETY: the template and the provided buffers live boxed in
-                // `self.mem` (freed as the wake target is); Rust reads a buffer only
+                // `self.bufs.mem` (freed as the wake target is); Rust reads a buffer only
                 // after a completion hands it over, and gives it back with `recycle`.
                 unsafe { self.push(&sqe, c)? };
                 self.recv_armed[i] = true;
@@ -501,24 +380,16 @@ impl Uring {
             c.report_woken(on_event);
             events += 1;
         }
-        if self.deferred.is_empty() {
-            return events;
-        }
-        let Some(mem) = self.mem.as_mut() else {
-            return events;
-        };
         let mut got = 0;
         for &(low, bid, res) in &self.deferred {
             let id = SocketId::from_raw(low);
             if res >= 0 && c.table.is_open(id) {
-                let at = bid as usize * self.buf_size;
-                let buf = &mut mem.bufs[at..at + (res as usize).min(self.buf_size)];
-                got += deliver(c, id, buf, &mem.recv_hdr.0, on_event);
+                got += self.bufs.deliver(c, id, bid, res as usize, on_event);
             }
-            recycle(mem, &mut self.tail, self.buf_mask, self.buf_size, bid);
+            self.bufs.recycle(bid);
         }
         self.deferred.clear();
-        self.publish();
+        self.bufs.publish();
         if got > 0 {
             c.stats.recv_calls += 1;
         }
@@ -526,7 +397,7 @@ impl Uring {
     }
 
     /// Handles completions until the CQ is empty or a batch of datagrams went to the
-    /// caller. Returns the events delivered. Without `deliver` (flush), datagrams and
+    /// caller. Returns the events delivered. Without `deliver_now` (flush), datagrams and
     /// wake-ups are kept for the next `run_once`; send results are handled at once.
     fn reap(
         &mut self,
@@ -537,14 +408,10 @@ impl Uring {
         let batch = c.cfg.batch;
         let mut datagrams = 0usize;
         let mut events = 0usize;
-        let mut recycled = false;
         let mut woken = false;
         let Uring {
             ring,
-            mem,
-            buf_size,
-            buf_mask,
-            tail,
+            bufs,
             recv_armed,
             pollout_armed,
             wake_armed,
@@ -554,131 +421,110 @@ impl Uring {
             deferred_wake,
             ..
         } = self;
-        let Some(mem) = mem.as_mut() else { return 0 };
-        {
-            let mut cq = ring.completion();
-            while datagrams < batch {
-                let Some(cqe) = cq.next() else { break };
-                let data = cqe.user_data();
-                let kind = data >> 56;
-                let low = data as u32;
-                let res = cqe.result();
-                let flags = cqe.flags();
-                match kind {
-                    K_RECV => {
-                        let id = SocketId::from_raw(low);
-                        let current = c.table.is_open(id);
-                        if let Some(bid) = cqueue::buffer_select(flags) {
-                            if !deliver_now {
-                                deferred.push((low, bid, res));
-                            } else if res >= 0 && current {
-                                let at = bid as usize * *buf_size;
-                                let buf = &mut mem.bufs[at..at + (res as usize).min(*buf_size)];
-                                let n = deliver(c, id, buf, &mem.recv_hdr.0, on_event);
-                                datagrams += n;
-                                events += n;
-                            }
-                            if deliver_now {
-                                recycle(mem, tail, *buf_mask, *buf_size, bid);
-                                recycled = true;
-                            }
-                        }
-                        if res < 0 && res != -libc::ENOBUFS && res != -libc::ECANCELED {
-                            c.stats.recv_errors += 1;
-                        }
-                        if !cqueue::more(flags) && current {
-                            recv_armed[id.index()] = false;
-                            *need_arm = true;
-                        }
+        let mut cq = ring.completion();
+        while datagrams < batch {
+            let Some(cqe) = cq.next() else { break };
+            let low = cqe.user_data() as u32;
+            match cqe.user_data() >> 56 {
+                K_RECV => {
+                    let id = SocketId::from_raw(low);
+                    let current = c.table.is_open(id);
+                    let received = if deliver_now {
+                        recv_done(c, bufs, &cqe, on_event)
+                    } else {
+                        recv_kept(c, deferred, &cqe);
+                        0
+                    };
+                    datagrams += received;
+                    events += received;
+                    if !cqueue::more(cqe.flags()) && current {
+                        recv_armed[id.index()] = false; // the multishot ended: re-arm
+                        *need_arm = true;
                     }
-                    K_SEND => {
-                        *sends_in_flight = sends_in_flight.saturating_sub(1);
-                        let g = low as usize;
-                        if g < c.sendq.group_count() {
-                            if res >= 0 {
-                                c.group_sent(g);
-                            } else if c.group_failed(g, -res)
-                                == (GroupResult::Retry { eagain: true })
-                            {
-                                *need_arm = true; // arms the POLLOUT poll
-                            }
-                        }
-                        if *sends_in_flight == 0 {
-                            c.sendq.clear_groups();
-                        }
-                    }
-                    K_WAKE => {
-                        *wake_armed = false;
-                        if !deliver_now {
-                            *deferred_wake |= c.waker.clear();
-                        } else if !woken && c.take_wake(on_event) {
-                            woken = true;
-                            events += 1;
-                        }
-                    }
-                    K_POLLOUT => {
-                        let id = SocketId::from_raw(low);
-                        if let Some(e) = c.table.entry_mut(id) {
-                            pollout_armed[id.index()] = false;
-                            e.want_write = false;
-                            *need_arm = true;
-                        }
-                    }
-                    _ => {} // K_CANCEL and anything stale
                 }
+                K_SEND => {
+                    *sends_in_flight = sends_in_flight.saturating_sub(1);
+                    send_done(c, low as usize, cqe.result(), need_arm);
+                    if *sends_in_flight == 0 {
+                        c.sendq.clear_groups();
+                    }
+                }
+                K_WAKE => {
+                    *wake_armed = false;
+                    if !deliver_now {
+                        *deferred_wake |= c.waker.clear();
+                    } else if !woken && c.take_wake(on_event) {
+                        woken = true;
+                        events += 1;
+                    }
+                }
+                K_POLLOUT => {
+                    let id = SocketId::from_raw(low);
+                    if let Some(e) = c.table.entry_mut(id) {
+                        pollout_armed[id.index()] = false;
+                        e.want_write = false;
+                        *need_arm = true;
+                    }
+                }
+                _ => {} // K_CANCEL and anything stale
             }
         }
+        drop(cq);
         if datagrams > 0 {
             c.stats.recv_calls += 1;
         }
-        if recycled {
-            self.publish();
-        }
+        bufs.publish();
         events
     }
 }
 
-/// Puts buffer `bid` back at the ring's tail (not yet published).
-fn recycle(mem: &mut KernelMem, tail: &mut u16, mask: u16, buf_size: usize, bid: u16) {
-    let addr = mem.bufs[bid as usize * buf_size..].as_mut_ptr() as u64;
-    // SAFETY: the index is masked into the ring's entries; the kernel reads entries
-    // only between its head and our published tail, and this one is past the tail.
-    unsafe {
-        let e = mem.ring.ptr.add((*tail & mask) as usize);
-        (*e).set_addr(addr);
-        (*e).set_len(buf_size as u32);
-        (*e).set_bid(bid);
-    }
-    *tail = tail.wrapping_add(1);
-}
-
-/// Parses one multishot receive buffer and hands its datagrams to the caller.
-fn deliver(
+/// A receive completion while datagrams go to the caller: delivers its buffer (unless
+/// its socket was closed meanwhile) and recycles it. Returns the datagrams delivered.
+fn recv_done(
     c: &mut Common,
-    id: SocketId,
-    buf: &mut [u8],
-    hdr: &libc::msghdr,
+    bufs: &mut BufRing,
+    cqe: &cqueue::Entry,
     on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
 ) -> usize {
-    let (from, seg, payload_len, truncated) = match io_uring::types::RecvMsgOut::parse(buf, hdr) {
-        Ok(out) => (
-            from_c_bytes(out.name_data()),
-            gro::segment_size(out.control_data()),
-            out.payload_data().len(),
-            out.is_payload_truncated(),
-        ),
-        Err(()) => return 0,
-    };
-    if truncated {
-        c.stats.recv_truncated += 1;
+    let (id, res) = (SocketId::from_raw(cqe.user_data() as u32), cqe.result());
+    count_recv_error(c, res);
+    let Some(bid) = cqueue::buffer_select(cqe.flags()) else {
         return 0;
+    };
+    let n = if res >= 0 && c.table.is_open(id) {
+        bufs.deliver(c, id, bid, res as usize, on_event)
+    } else {
+        0
+    };
+    bufs.recycle(bid);
+    n
+}
+
+/// A receive completion reaped by `flush`: its buffer is kept for the next `run_once`.
+fn recv_kept(c: &mut Common, deferred: &mut Vec<(u32, u16, i32)>, cqe: &cqueue::Entry) {
+    count_recv_error(c, cqe.result());
+    if let Some(bid) = cqueue::buffer_select(cqe.flags()) {
+        deferred.push((cqe.user_data() as u32, bid, cqe.result()));
     }
-    let Some(from) = from else { return 0 };
-    let start = RECVMSG_OUT + hdr.msg_namelen as usize + hdr.msg_controllen;
-    let Some(data) = buf.get_mut(start..start + payload_len) else {
-        return 0;
-    };
-    c.deliver(id, from, data, seg, on_event)
+}
+
+/// Counts a receive error other than running out of buffers or a cancellation.
+fn count_recv_error(c: &mut Common, res: i32) {
+    if res < 0 && res != -libc::ENOBUFS && res != -libc::ECANCELED {
+        c.stats.recv_errors += 1;
+    }
+}
+
+/// The completion of group `g`'s SENDMSG (result `res`); an EAGAIN arms a POLLOUT poll.
+fn send_done(c: &mut Common, g: usize, res: i32, need_arm: &mut bool) {
+    if g >= c.sendq.group_count() {
+        return;
+    }
+    if res >= 0 {
+        c.group_sent(g);
+    } else if c.group_failed(g, -res) == (GroupResult::Retry { eagain: true }) {
+        *need_arm = true;
+    }
 }
 
 impl Uring {
@@ -705,7 +551,7 @@ impl Uring {
                 "io_uring did not confirm the cancellation of its requests: leaking its buffers"
             );
             // The kernel may still write into these buffers: never free them.
-            std::mem::forget(self.mem.take());
+            std::mem::forget(self.bufs.mem.take());
         }
         self.shut = Some(ok);
         ok
