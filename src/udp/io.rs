@@ -1,8 +1,11 @@
-//! The driver: [`UdpIo`] dispatches to its backend and owns the socket table, the send
-//! queue and the counters through [`Common`]; [`IoEvent`] is what it reports.
+//! [`UdpIo`], one thread's UDP I/O: it dispatches to its backend and owns the socket
+//! table, the send queue and the counters through `Common` (shared.rs); [`IoEvent`] is
+//! what it reports.
 //!
-//! Owns: the public driver API, the choice of backend at start and the clamping of the
-//! configuration. Must not touch: system calls (the backends make them).
+//! Owns: the public API, the choice of backend at start, the clamping of the
+//! configuration, and the drop order (the backend's requests are cancelled before the
+//! send queue they point into is freed). Must not touch: system calls (the backends
+//! make them).
 
 use std::fmt;
 use std::io;
