@@ -1,7 +1,7 @@
 //! The UDP I/O layer on loopback, on both backends (each forced), with GSO and GRO on
 //! and off: echo round trips, a GSO group ending in a shorter datagram, mixed
-//! destinations, closing a socket, a tiny send buffer, wake-ups from another thread, the
-//! socket limit, dual stack, and the GSO fallback.
+//! destinations, closing a socket (and sending on a closed one), a tiny send buffer,
+//! wake-ups from another thread, the socket limit, dual stack, and the GSO fallback.
 
 use std::collections::HashMap;
 use std::io;
@@ -241,6 +241,84 @@ fn closed_socket_fails_its_queued_sends_and_frees_its_slot() {
         assert_eq!(got[0].2, b"after");
         a.close(s3);
         a.close(s3); // twice: ignored
+    }
+}
+
+/// How each entry point hands queued sends to the kernel.
+#[derive(Clone, Copy, Debug)]
+enum Pass {
+    RunOnce,
+    Flush,
+    RunNowait,
+}
+
+/// Runs one send pass of `d` and returns the tags of the sends it reported failed
+/// (each with `NotConnected`); any other event fails the test.
+fn failed_sends(d: &mut UdpIo, pass: Pass) -> Vec<u64> {
+    let mut failed = Vec::new();
+    let mut on_event = |_: &mut _, ev: IoEvent<'_>| match ev {
+        IoEvent::SendFailed { tag, error } => {
+            assert_eq!(error, io::ErrorKind::NotConnected, "{pass:?}");
+            failed.push(tag);
+        }
+        other => panic!("{pass:?}: unexpected {other:?}"),
+    };
+    match pass {
+        Pass::RunOnce => d.run_once(Some(Duration::ZERO), &mut on_event),
+        Pass::Flush => d.flush(&mut on_event),
+        Pass::RunNowait => d.run_nowait(&|_| true, &mut on_event),
+    }
+    .unwrap();
+    failed.sort();
+    failed
+}
+
+/// A send on a closed socket (queued before the close, or queued afterwards on the
+/// stale id while a new socket holds its slot) is reported alike on both backends and
+/// through every entry point: `SendFailed` with `NotConnected`, and nothing reaches
+/// the kernel (no send call, no send operation, nothing arrives).
+#[test]
+fn send_on_a_closed_socket_is_never_submitted_on_either_backend() {
+    for backend in BACKENDS {
+        for pass in [Pass::RunOnce, Pass::Flush, Pass::RunNowait] {
+            let mut c = cfg(backend, true, true);
+            c.max_sockets = 1;
+            let (Some(mut a), Some(mut b)) = (driver(&c), driver(&c)) else {
+                continue;
+            };
+            let sb = b.bind(lo()).unwrap();
+            let to = b.local_addr(sb).unwrap();
+            b.run_once(Some(Duration::ZERO), &mut |_, _| {}).unwrap(); // arms receives
+            let s1 = a.bind(lo()).unwrap();
+            for t in 0..3 {
+                assert!(a.queue_send(s1, to, b"before", t));
+            }
+            a.close(s1);
+            // the one slot is taken again: the stale id must not reach the new socket
+            let s2 = a.bind(lo()).unwrap();
+            assert_eq!(s2.index(), s1.index());
+            assert_ne!(s2, s1);
+            for t in 10..13 {
+                assert!(a.queue_send(s1, to, b"after", t));
+            }
+            let failed = failed_sends(&mut a, pass);
+            assert_eq!(failed, vec![0, 1, 2, 10, 11, 12], "{backend:?} {pass:?}");
+            let st = a.stats();
+            assert_eq!(st.send_errors.closed, 6, "{backend:?} {pass:?}");
+            assert_eq!(
+                (st.send_calls, st.send_ops, st.datagrams_sent),
+                (0, 0, 0),
+                "{backend:?} {pass:?}: nothing submitted"
+            );
+            assert!(a.send_queue().is_empty());
+            // the socket in that slot still sends, and its datagram is the first to
+            // arrive (a stale send that had gone out on it would have come before)
+            assert!(a.queue_send(s2, to, b"new", 20));
+            assert!(failed_sends(&mut a, pass).is_empty());
+            let got = collect(&mut b, 1);
+            assert_eq!(got.len(), 1, "{backend:?} {pass:?}");
+            assert_eq!(got[0].2, b"new", "{backend:?} {pass:?}");
+        }
     }
 }
 

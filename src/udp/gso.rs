@@ -60,6 +60,36 @@ pub(crate) struct SockInfo {
     pub(crate) gso: bool,
 }
 
+/// `n` message headers with their iovecs (zeroed: null pointers, zero lengths), as
+/// `sendmmsg`, `recvmmsg` and io_uring's `SENDMSG` read them.
+pub(crate) struct MsgHeaders {
+    pub(crate) hdrs: Box<[libc::mmsghdr]>,
+    pub(crate) iovs: Box<[libc::iovec]>,
+}
+
+// SAFETY: the raw pointers in these C structs are never dereferenced by Rust code; the
+// kernel follows them during a system call of the owning driver's thread (or, for an
+// io_uring SQE, until its completion; see uring.rs `push`). Each owner (`SendQueue`,
+// mmsg.rs `RecvBufs`) points them only into heap buffers it owns itself, which move
+// with it, and rewrites them before each use, so moving the owner to another thread
+// moves everything they reach and leaves nothing behind that another thread could touch.
+unsafe impl Send for MsgHeaders {}
+
+impl MsgHeaders {
+    pub(crate) fn new(n: usize) -> MsgHeaders {
+        MsgHeaders {
+            // SAFETY: all-zero is a valid mmsghdr (null pointers, zero lengths).
+            hdrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
+            iovs: (0..n)
+                .map(|_| libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// The queue of datagrams waiting to be sent (see the `udp` module docs for its bound).
 /// Handed to `UdpIo::run_once`'s callback so replies can be queued while events are
 /// being handled.
@@ -80,10 +110,10 @@ pub struct SendQueue {
     flows: Vec<(SocketId, SocketAddr)>,
     groups: Vec<Group>,
     group_slots: Vec<u32>,
-    hdrs: Box<[libc::mmsghdr]>,
+    /// Per group: its header and, per datagram of the built groups, an iovec.
+    msgs: MsgHeaders,
     addrs: Box<[libc::sockaddr_storage]>,
     ctrl: Box<[[u64; 4]]>,
-    iovs: Box<[libc::iovec]>,
 }
 
 impl std::fmt::Debug for SendQueue {
@@ -103,7 +133,7 @@ impl SendQueue {
             slot_size,
             data: vec![0u8; n * slot_size].into_boxed_slice(),
             lens: vec![0; n].into_boxed_slice(),
-            socks: vec![SocketId(0); n].into_boxed_slice(),
+            socks: vec![SocketId::from_raw(0); n].into_boxed_slice(),
             dests: vec![SocketAddr::from(([0, 0, 0, 0], 0)); n].into_boxed_slice(),
             tags: vec![0; n].into_boxed_slice(),
             retried: vec![false; n].into_boxed_slice(),
@@ -114,17 +144,10 @@ impl SendQueue {
             flows: Vec::with_capacity(RANKED_FLOWS),
             groups: Vec::with_capacity(n),
             group_slots: Vec::with_capacity(n),
-            // SAFETY: all-zero is a valid value of these plain C structs.
-            hdrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
+            msgs: MsgHeaders::new(n),
             // SAFETY: all-zero is a valid (unspecified-family) sockaddr_storage.
             addrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
             ctrl: vec![[0u64; 4]; n].into_boxed_slice(),
-            iovs: (0..n)
-                .map(|_| libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0,
-                })
-                .collect(),
         }
     }
 
@@ -318,18 +341,18 @@ impl SendQueue {
         let start = grp.start as usize;
         for i in 0..grp.count as usize {
             let slot = self.group_slots[start + i] as usize;
-            self.iovs[start + i] = libc::iovec {
+            self.msgs.iovs[start + i] = libc::iovec {
                 iov_base: self.data[slot * self.slot_size..].as_mut_ptr().cast(),
                 iov_len: self.lens[slot] as usize,
             };
         }
         let addr_len = to_c(grp.dest, v6, &mut self.addrs[g]);
-        let h = &mut self.hdrs[g];
+        let h = &mut self.msgs.hdrs[g];
         h.msg_len = 0;
         let m = &mut h.msg_hdr;
         m.msg_name = (&mut self.addrs[g] as *mut libc::sockaddr_storage).cast();
         m.msg_namelen = addr_len;
-        m.msg_iov = &mut self.iovs[start];
+        m.msg_iov = &mut self.msgs.iovs[start];
         m.msg_iovlen = grp.count as usize;
         m.msg_flags = 0;
         if grp.count > 1 {
@@ -362,13 +385,13 @@ impl SendQueue {
 
     /// The message headers of groups `g..` (contiguous, for `sendmmsg`).
     pub(crate) fn hdrs_from(&mut self, g: usize) -> *mut libc::mmsghdr {
-        self.hdrs[g..].as_mut_ptr()
+        self.msgs.hdrs[g..].as_mut_ptr()
     }
 
     /// The message header of group `g` (stable until [`clear_groups`](Self::clear_groups)).
     #[cfg(feature = "io-uring")]
     pub(crate) fn msghdr(&self, g: usize) -> *const libc::msghdr {
-        &self.hdrs[g].msg_hdr
+        &self.msgs.hdrs[g].msg_hdr
     }
 
     /// Records what became of group `g`.
@@ -416,8 +439,8 @@ mod tests {
     #[test]
     fn groups_by_socket_destination_and_length() {
         let mut q = SendQueue::new(512, 2048);
-        let s0 = SocketId(0);
-        let s1 = SocketId(1);
+        let s0 = SocketId::from_raw(0);
+        let s1 = SocketId::from_raw(1);
         // 130 equal datagrams to one destination: 64 + 64 + 2
         for i in 0..130 {
             assert!(q.push(s0, a(1), &[1; 200], i));
@@ -433,7 +456,7 @@ mod tests {
         let groups: Vec<(u32, u32, u32)> = (0..n)
             .map(|g| {
                 let x = q.group(g);
-                (x.sock.0, x.count, x.seg)
+                (x.sock.raw(), x.count, x.seg)
             })
             .collect();
         assert_eq!(
@@ -460,11 +483,21 @@ mod tests {
         let mut q = SendQueue::new(256, 2048);
         // interleaved, the higher address first: its group leaves first
         for i in 0..6 {
-            assert!(q.push(SocketId(0), a(9 - (i % 2) as u16 * 8), &[0; 100], i));
+            assert!(q.push(
+                SocketId::from_raw(0),
+                a(9 - (i % 2) as u16 * 8),
+                &[0; 100],
+                i
+            ));
         }
         // past RANKED_FLOWS pairs, the rest follow in address order
         for p in 0..RANKED_FLOWS as u16 + 3 {
-            assert!(q.push(SocketId(0), a(1000 - p), &[0; 100], 100 + u64::from(p)));
+            assert!(q.push(
+                SocketId::from_raw(0),
+                a(1000 - p),
+                &[0; 100],
+                100 + u64::from(p)
+            ));
         }
         let n = q.build(info);
         let dests: Vec<u16> = (0..n).map(|g| q.group(g).dest.port()).collect();
@@ -479,7 +512,7 @@ mod tests {
     fn byte_limit_splits_groups() {
         let mut q = SendQueue::new(256, 2048);
         for i in 0..60 {
-            q.push(SocketId(0), a(1), &[0; 1500], i);
+            q.push(SocketId::from_raw(0), a(1), &[0; 1500], i);
         }
         let n = q.build(info);
         // 43 * 1500 = 64500 <= 65507 < 44 * 1500
@@ -492,7 +525,7 @@ mod tests {
     fn no_gso_means_one_datagram_per_group() {
         let mut q = SendQueue::new(64, 2048);
         for i in 0..5 {
-            q.push(SocketId(0), a(1), &[0; 100], i);
+            q.push(SocketId::from_raw(0), a(1), &[0; 100], i);
         }
         let n = q.build(|_| {
             Some(SockInfo {
@@ -507,20 +540,23 @@ mod tests {
     fn full_queue_evicts_retried_datagrams_only() {
         let mut q = SendQueue::new(4, 64);
         for i in 0..4 {
-            assert!(q.push(SocketId(0), a(1), &[0; 10], i));
+            assert!(q.push(SocketId::from_raw(0), a(1), &[0; 10], i));
         }
-        assert!(!q.push(SocketId(0), a(1), &[0; 10], 9));
-        assert!(!q.push(SocketId(0), a(1), &[0; 65], 9), "too long");
+        assert!(!q.push(SocketId::from_raw(0), a(1), &[0; 10], 9));
+        assert!(
+            !q.push(SocketId::from_raw(0), a(1), &[0; 65], 9),
+            "too long"
+        );
         let n = q.build(info);
         assert_eq!(n, 1);
         q.finish(0, GroupResult::Retry { eagain: true });
         q.clear_groups();
         assert_eq!(q.len(), 4);
-        assert!(q.push(SocketId(0), a(1), &[0; 10], 10));
+        assert!(q.push(SocketId::from_raw(0), a(1), &[0; 10], 10));
         assert_eq!(q.take_failure(), Some((0, io::ErrorKind::WouldBlock)));
         assert_eq!(q.take_failure(), None);
         // closed socket: queued datagrams fail
-        q.fail_socket(SocketId(0));
+        q.fail_socket(SocketId::from_raw(0));
         assert_eq!(q.len(), 0);
         let mut tags: Vec<u64> = std::iter::from_fn(|| q.take_failure().map(|f| f.0)).collect();
         tags.sort();

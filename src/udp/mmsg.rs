@@ -16,10 +16,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::gro::{self, CONTROL_LEN};
-use super::gso::GroupResult;
+use super::gso::{GroupResult, MsgHeaders};
+use super::shared::Common;
 use super::socket::from_c;
 use super::wake::Waker;
-use super::{Common, GRO_BUFFER, IoConfig, IoEvent, SendQueue, sock_info};
+use super::{GRO_BUFFER, IoConfig, IoEvent, SendQueue};
 
 /// Loops without a `poll` at most while busy.
 const HOT_LOOPS: u32 = 8;
@@ -31,8 +32,8 @@ struct RecvBufs {
     bufs: Box<[u8]>,
     addrs: Box<[libc::sockaddr_storage]>,
     ctrl: Box<[[u64; CONTROL_LEN / 8]]>,
-    iovs: Box<[libc::iovec]>,
-    hdrs: Box<[libc::mmsghdr]>,
+    /// Point into `bufs`, `addrs` and `ctrl` once `prepare` ran.
+    msgs: MsgHeaders,
 }
 
 impl RecvBufs {
@@ -43,30 +44,23 @@ impl RecvBufs {
             // SAFETY: all-zero is a valid value of these plain C structs.
             addrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
             ctrl: vec![[0u64; CONTROL_LEN / 8]; n].into_boxed_slice(),
-            iovs: (0..n)
-                .map(|_| libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0,
-                })
-                .collect(),
-            // SAFETY: all-zero is a valid mmsghdr (null pointers, zero lengths); `prepare`
-            // points it at this batch's buffers before any syscall reads it.
-            hdrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
+            // `prepare` points them at this batch's buffers before any syscall reads them
+            msgs: MsgHeaders::new(n),
         }
     }
 
     fn prepare(&mut self, control: bool) {
-        for i in 0..self.hdrs.len() {
-            self.iovs[i] = libc::iovec {
+        for i in 0..self.msgs.hdrs.len() {
+            self.msgs.iovs[i] = libc::iovec {
                 iov_base: self.bufs[i * self.buf_size..].as_mut_ptr().cast(),
                 iov_len: self.buf_size,
             };
-            let h = &mut self.hdrs[i];
+            let h = &mut self.msgs.hdrs[i];
             h.msg_len = 0;
             let m = &mut h.msg_hdr;
             m.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
             m.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
-            m.msg_iov = &mut self.iovs[i];
+            m.msg_iov = &mut self.msgs.iovs[i];
             m.msg_iovlen = 1;
             if control {
                 m.msg_control = self.ctrl[i].as_mut_ptr().cast();
@@ -92,7 +86,6 @@ pub(crate) fn recv_shape(cfg: &IoConfig) -> (usize, usize) {
 /// Messages of the last `recvmmsg` not yet handed to the caller.
 #[derive(Clone, Copy)]
 struct Backlog {
-    slot: usize,
     id: super::SocketId,
     gro: bool,
     next: usize,
@@ -142,12 +135,10 @@ impl Mmsg {
         timeout: Option<Duration>,
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) -> io::Result<()> {
-        let mut events = c.report_failures(on_event);
-        self.send_all(c);
-        events += c.report_failures(on_event);
+        let mut events = self.send_and_report(c, on_event);
         let batch = c.cfg.batch;
         // a wake-up that came while we were busy: reported without a system call
-        events += usize::from(self.take_wake(c, false, on_event));
+        events += usize::from(c.take_wake(on_event));
         // what the last loop received beyond its batch goes first, without a syscall
         let mut got = self.deliver(c, batch, on_event);
         if self.backlog.is_some() {
@@ -156,18 +147,68 @@ impl Mmsg {
         }
         if self.hot && self.hot_loops < HOT_LOOPS {
             self.hot_loops += 1;
-            for i in 0..c.socks.len() {
-                if c.socks[i].is_some() {
-                    got += self.recv_from(c, i, batch.saturating_sub(got), on_event);
-                }
-            }
-            let woken = self.take_wake(c, false, on_event);
+            got += self.recv_all(c, batch.saturating_sub(got), on_event);
+            let woken = c.take_wake(on_event);
             if got > 0 || woken {
                 self.hot = got > 0;
                 return Ok(());
             }
         }
         self.hot_loops = 0;
+        let may_block = events == 0
+            && got == 0
+            && !matches!(timeout, Some(d) if d.is_zero())
+            && !c.sendq.has_failures();
+        self.poll(c, may_block, timeout)?;
+        let (received, writable) = self.handle_ready(c, batch.saturating_sub(got), on_event);
+        got += received;
+        c.take_wake(on_event);
+        if writable && !c.sendq.is_empty() {
+            self.send_all(c);
+        }
+        c.report_failures(on_event);
+        self.hot = got > 0;
+        Ok(())
+    }
+
+    /// Reports the failures recorded so far, sends what is queued, and reports what
+    /// that sending failed. Returns the events reported.
+    fn send_and_report(
+        &mut self,
+        c: &mut Common,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> usize {
+        let events = c.report_failures(on_event);
+        self.send_all(c);
+        events + c.report_failures(on_event)
+    }
+
+    /// One `recvmmsg` on every open socket (the busy path, without `poll`), up to
+    /// `budget` datagrams in all. Returns those delivered.
+    fn recv_all(
+        &mut self,
+        c: &mut Common,
+        budget: usize,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> usize {
+        let mut got = 0;
+        for i in 0..c.table.slots() {
+            if c.table.get(i).is_some() {
+                got += self.recv_from(c, i, budget.saturating_sub(got), on_event);
+            }
+        }
+        got
+    }
+
+    /// Waits in `poll(2)` on the waker's eventfd and every socket (readable, and
+    /// writable while its sends wait for room): until one is ready or `timeout` passed
+    /// when `may_block` and no wake-up is pending, else without blocking.
+    fn poll(
+        &mut self,
+        c: &mut Common,
+        may_block: bool,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
         self.pollfds.clear();
         self.pollidx.clear();
         self.pollfds.push(libc::pollfd {
@@ -176,25 +217,20 @@ impl Mmsg {
             revents: 0,
         });
         self.pollidx.push(usize::MAX);
-        for (i, s) in c.socks.iter().enumerate() {
-            if let Some(e) = s {
-                let mut events = libc::POLLIN;
-                if e.want_write {
-                    events |= libc::POLLOUT;
-                }
-                self.pollfds.push(libc::pollfd {
-                    fd: e.sock.as_raw_fd(),
-                    events,
-                    revents: 0,
-                });
-                self.pollidx.push(i);
+        for (i, _, e) in c.table.iter() {
+            let mut events = libc::POLLIN;
+            if e.want_write {
+                events |= libc::POLLOUT;
             }
+            self.pollfds.push(libc::pollfd {
+                fd: e.sock.as_raw_fd(),
+                events,
+                revents: 0,
+            });
+            self.pollidx.push(i);
         }
-        let may_block = events == 0
-            && got == 0
-            && !matches!(timeout, Some(d) if d.is_zero())
-            && !c.sendq.has_failures();
         let mut ms = 0;
+        // block only if no wake-up is pending (see wake.rs for the handshake)
         if may_block && c.waker.park() {
             ms = poll_ms(timeout);
         }
@@ -210,14 +246,25 @@ impl Mmsg {
         if may_block {
             c.waker.unpark();
         }
-        if let Some(e) = err
-            && e.kind() != io::ErrorKind::Interrupted
-        {
-            return Err(e);
+        match err {
+            Some(e) if e.kind() != io::ErrorKind::Interrupted => Err(e),
+            _ => Ok(()),
         }
+    }
+
+    /// After [`poll`](Self::poll): drains the eventfd when it was readable, marks the
+    /// writable sockets, and receives from the readable ones up to `budget` datagrams.
+    /// Returns those delivered and whether a socket became writable.
+    fn handle_ready(
+        &mut self,
+        c: &mut Common,
+        budget: usize,
+        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
+    ) -> (usize, bool) {
         if self.pollfds[0].revents & libc::POLLIN != 0 {
             c.waker.drain();
         }
+        let mut got = 0;
         let mut writable = false;
         for k in 1..self.pollfds.len() {
             let rev = self.pollfds[k].revents;
@@ -226,22 +273,16 @@ impl Mmsg {
             }
             let i = self.pollidx[k];
             if rev & libc::POLLOUT != 0
-                && let Some(e) = c.socks[i].as_mut()
+                && let Some(e) = c.table.get_mut(i)
             {
                 e.want_write = false;
                 writable = true;
             }
             if rev & (libc::POLLIN | libc::POLLERR) != 0 {
-                got += self.recv_from(c, i, batch.saturating_sub(got), on_event);
+                got += self.recv_from(c, i, budget.saturating_sub(got), on_event);
             }
         }
-        self.take_wake(c, false, on_event);
-        if writable && !c.sendq.is_empty() {
-            self.send_all(c);
-        }
-        c.report_failures(on_event);
-        self.hot = got > 0;
-        Ok(())
+        (got, writable)
     }
 
     /// `run_once` without the wait and without `poll(2)`: sends, reports a pending
@@ -252,18 +293,16 @@ impl Mmsg {
         read: &dyn Fn(super::SocketId) -> bool,
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) {
-        c.report_failures(on_event);
-        self.send_all(c);
-        c.report_failures(on_event);
-        self.take_wake(c, false, on_event);
+        self.send_and_report(c, on_event);
+        c.take_wake(on_event);
         let batch = c.cfg.batch;
         self.filled = false;
         let mut got = self.deliver(c, batch, on_event);
-        for i in 0..c.socks.len() {
+        for i in 0..c.table.slots() {
             if self.backlog.is_some() {
                 break;
             }
-            if c.id_at(i).is_some_and(read) {
+            if c.table.id_at(i).is_some_and(read) {
                 got += self.recv_from(c, i, batch.saturating_sub(got), on_event);
             }
         }
@@ -274,25 +313,6 @@ impl Mmsg {
     /// out); false means every socket it read was drained.
     pub(crate) fn may_have_more(&self) -> bool {
         self.filled || self.backlog.is_some()
-    }
-
-    /// Reports a pending wake-up (clears the flag; the eventfd is drained by the poll
-    /// path when it is readable, so a busy loop makes no system call here).
-    fn take_wake(
-        &mut self,
-        c: &mut Common,
-        drain: bool,
-        on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
-    ) -> bool {
-        if !c.waker.clear() {
-            return false;
-        }
-        if drain {
-            c.waker.drain();
-        }
-        c.stats.wakes += 1;
-        on_event(&mut c.sendq, IoEvent::Woken);
-        true
     }
 
     /// One `recvmmsg` on socket slot `i`, then delivers up to `budget` datagrams (whole
@@ -307,8 +327,8 @@ impl Mmsg {
         if self.backlog.is_some() || budget == 0 {
             return 0;
         }
-        let Some(id) = c.id_at(i) else { return 0 };
-        let Some(e) = c.socks[i].as_ref() else {
+        let Some(id) = c.table.id_at(i) else { return 0 };
+        let Some(e) = c.table.get(i) else {
             return 0;
         };
         let (fd, gro) = (e.sock.as_raw_fd(), e.gro);
@@ -318,8 +338,8 @@ impl Mmsg {
         let n = unsafe {
             libc::recvmmsg(
                 fd,
-                self.rx.hdrs.as_mut_ptr(),
-                self.rx.hdrs.len() as u32,
+                self.rx.msgs.hdrs.as_mut_ptr(),
+                self.rx.msgs.hdrs.len() as u32,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
@@ -338,9 +358,8 @@ impl Mmsg {
             return 0;
         }
         c.stats.recv_calls += 1;
-        self.filled |= n as usize == self.rx.hdrs.len();
+        self.filled |= n as usize == self.rx.msgs.hdrs.len();
         self.backlog = Some(Backlog {
-            slot: i,
             id,
             gro,
             next: 0,
@@ -358,14 +377,14 @@ impl Mmsg {
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) -> usize {
         let Some(b) = self.backlog else { return 0 };
-        if c.id_at(b.slot) != Some(b.id) {
+        if !c.table.is_open(b.id) {
             self.backlog = None; // closed meanwhile
             return 0;
         }
         let mut total = 0;
         let mut k = b.next;
         while k < b.len && total < budget {
-            let h = &self.rx.hdrs[k];
+            let h = &self.rx.msgs.hdrs[k];
             let idx = k;
             k += 1;
             if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
@@ -388,20 +407,7 @@ impl Mmsg {
             };
             let at = idx * self.rx.buf_size;
             let data = &mut self.rx.bufs[at..at + len];
-            let sendq = &mut c.sendq;
-            let m = gro::split(data, seg, |d| {
-                on_event(
-                    sendq,
-                    IoEvent::Datagram {
-                        sock: b.id,
-                        from,
-                        data: d,
-                    },
-                )
-            });
-            c.stats.count_recv_op(m);
-            c.stats.datagrams_received += m as u64;
-            total += m;
+            total += c.deliver(b.id, from, data, seg, on_event);
         }
         self.backlog = if k < b.len {
             Some(Backlog { next: k, ..b })
@@ -421,8 +427,8 @@ impl Mmsg {
                 return;
             }
             let n = {
-                let (socks, gens) = (&c.socks, &c.gens);
-                c.sendq.build(|id| sock_info(socks, gens, id))
+                let table = &c.table;
+                c.sendq.build(|id| table.info(id))
             };
             let mut again = false;
             let mut g = 0;
@@ -432,11 +438,7 @@ impl Mmsg {
                 while h < n && c.sendq.group(h).sock == sock {
                     h += 1;
                 }
-                let Some(fd) = c.entry(sock).map(|e| e.sock.as_raw_fd()) else {
-                    for k in g..h {
-                        c.sendq
-                            .finish(k, GroupResult::Failed(io::ErrorKind::NotConnected));
-                    }
+                let Some(fd) = c.send_fd(g..h) else {
                     g = h;
                     continue;
                 };
@@ -460,40 +462,34 @@ impl Mmsg {
                     c.stats.send_calls += 1;
                     if r > 0 {
                         for k in at..at + r as usize {
-                            c.stats.count_send_op(c.sendq.group(k).count as usize);
-                            c.sendq.finish(k, GroupResult::Sent);
+                            c.group_sent(k);
                         }
                         at += r as usize;
                         continue;
                     }
-                    let err = if r == -1 && c.faked() {
-                        io::Error::from_raw_os_error(libc::EAGAIN)
+                    let errno = if r == -1 && c.faked() {
+                        libc::EAGAIN
                     } else {
                         io::Error::last_os_error()
+                            .raw_os_error()
+                            .unwrap_or(libc::EIO)
                     };
-                    let grp = c.sendq.group(at);
-                    match err.raw_os_error() {
-                        Some(libc::EINTR) => {}
-                        Some(libc::EAGAIN) => {
-                            c.stats.eagain_waits += 1;
-                            for k in at..h {
+                    if errno == libc::EINTR {
+                        continue;
+                    }
+                    match c.group_failed(at, errno) {
+                        // the socket's buffer is full: its later groups wait too
+                        GroupResult::Retry { eagain: true } => {
+                            for k in at + 1..h {
                                 c.sendq.finish(k, GroupResult::Retry { eagain: true });
-                            }
-                            if let Some(e) = c.entry_mut(sock) {
-                                e.want_write = true;
                             }
                             at = h;
                         }
-                        Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE) if grp.count > 1 => {
-                            c.gso_refused(sock);
-                            c.sendq.finish(at, GroupResult::Retry { eagain: false });
+                        GroupResult::Retry { eagain: false } => {
                             again = true;
                             at += 1;
                         }
-                        _ => {
-                            c.sendq.finish(at, GroupResult::Failed(err.kind()));
-                            at += 1;
-                        }
+                        _ => at += 1,
                     }
                 }
                 g = h;

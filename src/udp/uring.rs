@@ -18,27 +18,26 @@
 //! the first `run_once`, so the thread that runs the driver becomes its issuer. It needs
 //! Linux 6.1; older kernels refuse with EINVAL and `Auto` falls back to mmsg.
 //!
-//! Owns: the ring, the buffer ring and every byte the kernel may write asynchronously
-//! (receive buffers, the eventfd read's target, the receive template). Must not touch:
-//! grouping (gso.rs), socket creation (socket.rs). On drop it cancels everything
+//! Owns: the ring (what is armed, submitted and in flight, the reaping of completions,
+//! the wait) and, through bufring.rs, the provided-buffer ring and every byte the kernel
+//! may write asynchronously. Must not touch: grouping (gso.rs), socket creation
+//! (socket.rs), the glue both backends share (shared.rs). On drop it cancels everything
 //! synchronously before freeing that memory, and leaks it if the kernel does not
-//! confirm.
+//! confirm; `UdpIo`'s drop does the same before it frees the send queue.
 
 use std::io;
-use std::mem::{size_of, zeroed};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
-use io_uring::types::{BufRingEntry, CancelBuilder, Fd, SubmitArgs, Timespec};
+use io_uring::types::{CancelBuilder, Fd, SubmitArgs, Timespec};
 use io_uring::{IoUring, cqueue, opcode, squeue};
 
-use super::gro::{self, CONTROL_LEN};
+use super::bufring::{BGID, BufRing};
 use super::gso::GroupResult;
-use super::socket::from_c_bytes;
+use super::shared::Common;
 use super::wake::Waker;
-use super::{Common, GRO_BUFFER, IoConfig, IoEvent, SendQueue, SocketId, sock_info};
+use super::{IoConfig, IoEvent, SendQueue, SocketId};
 
 const K_RECV: u64 = 1;
 const K_SEND: u64 = 2;
@@ -46,12 +45,6 @@ const K_WAKE: u64 = 3;
 const K_POLLOUT: u64 = 4;
 const K_CANCEL: u64 = 5;
 
-/// Buffer group id of the receive buffers.
-const BGID: u16 = 0;
-/// Size of `io_uring_recvmsg_out` at the start of every receive buffer.
-const RECVMSG_OUT: usize = 16;
-/// Address room reserved per receive buffer.
-const NAME_LEN: usize = size_of::<libc::sockaddr_storage>();
 /// Submission queue entries.
 const SQ_ENTRIES: u32 = 256;
 /// Loops of wait inside one `run_once` that produced nothing for the caller.
@@ -61,31 +54,11 @@ fn ud(kind: u64, low: u32) -> u64 {
     (kind << 56) | u64::from(low)
 }
 
-/// Memory the kernel reads or writes asynchronously.
-struct KernelMem {
-    ring: *mut BufRingEntry,
-    ring_bytes: usize,
-    bufs: Box<[u8]>,
-    wake_buf: Box<u64>,
-    recv_hdr: Box<libc::msghdr>,
-}
-
-impl Drop for KernelMem {
-    fn drop(&mut self) {
-        // SAFETY: `ring` was mapped with this length in `Uring::new`, and the ring that
-        // used it is gone (or never got it).
-        unsafe { libc::munmap(self.ring.cast(), self.ring_bytes) };
-    }
-}
-
 pub(crate) struct Uring {
     ring: IoUring,
     /// Created disabled; enabled by the first `run_once` (its thread becomes the issuer).
     disabled: bool,
-    mem: Option<KernelMem>,
-    buf_size: usize,
-    buf_mask: u16,
-    tail: u16,
+    bufs: BufRing,
     /// Per socket slot: a multishot receive is armed for the current socket.
     recv_armed: Vec<bool>,
     /// Per socket slot: armed at least once (a new arm is a re-arm).
@@ -102,6 +75,8 @@ pub(crate) struct Uring {
     deferred: Vec<(u32, u16, i32)>,
     /// A wake-up reaped by `flush`, reported by the next `run_once`.
     deferred_wake: bool,
+    /// The answer of [`shut_down`](Self::shut_down) once it ran.
+    shut: Option<bool>,
     ts: Timespec,
 }
 
@@ -125,63 +100,13 @@ impl Uring {
         if !ring.params().is_feature_ext_arg() || !ring.params().is_feature_nodrop() {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        let payload = if cfg.gro {
-            GRO_BUFFER
-        } else {
-            cfg.max_datagram
-        };
-        let count: usize = if cfg.gro {
-            (cfg.batch / 4).next_power_of_two().clamp(16, 256)
-        } else {
-            (cfg.batch * 2).next_power_of_two().clamp(16, 4096)
-        };
-        let control = if cfg.gro { CONTROL_LEN } else { 0 };
-        let buf_size = RECVMSG_OUT + NAME_LEN + control + payload;
-        let page = 4096;
-        let ring_bytes = (count * size_of::<BufRingEntry>()).div_ceil(page) * page;
-        // SAFETY: anonymous private mapping; checked below.
-        let ring_mem = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                ring_bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ring_mem == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: all-zero is a valid msghdr.
-        let mut recv_hdr: Box<libc::msghdr> = Box::new(unsafe { zeroed() });
-        recv_hdr.msg_namelen = NAME_LEN as u32;
-        recv_hdr.msg_controllen = control;
-        let mem = KernelMem {
-            ring: ring_mem.cast(),
-            ring_bytes,
-            bufs: vec![0u8; count * buf_size].into_boxed_slice(),
-            wake_buf: Box::new(0),
-            recv_hdr,
-        };
-        // SAFETY: the ring memory is page aligned, `count` entries long, and lives in
-        // `mem` until the ring is gone (see Drop).
-        unsafe {
-            ring.submitter().register_buf_ring_with_flags(
-                mem.ring as u64,
-                count as u16,
-                BGID,
-                0,
-            )?;
-        }
+        let bufs = BufRing::new(cfg, &ring)?;
         let waker = Arc::new(Waker::new(false)?);
-        let mut u = Uring {
+        let u = Uring {
             ring,
             disabled,
-            mem: Some(mem),
-            buf_size,
-            buf_mask: (count - 1) as u16,
-            tail: 0,
+            deferred: Vec::with_capacity(bufs.count()),
+            bufs,
             recv_armed: vec![false; cfg.max_sockets],
             armed_once: vec![false; cfg.max_sockets],
             pollout_armed: vec![false; cfg.max_sockets],
@@ -189,32 +114,11 @@ impl Uring {
             need_arm: true,
             cancels: Vec::with_capacity(cfg.max_sockets * 2),
             sends_in_flight: 0,
-            deferred: Vec::with_capacity(count),
             deferred_wake: false,
+            shut: None,
             ts: Timespec::new(),
         };
-        for bid in 0..count {
-            u.recycle(bid as u16);
-        }
-        u.publish();
         Ok((u, waker))
-    }
-
-    /// Puts buffer `bid` back at the ring's tail (published by [`publish`](Self::publish)).
-    fn recycle(&mut self, bid: u16) {
-        if let Some(mem) = self.mem.as_mut() {
-            recycle(mem, &mut self.tail, self.buf_mask, self.buf_size, bid);
-        }
-    }
-
-    fn publish(&mut self) {
-        let Some(mem) = self.mem.as_ref() else { return };
-        // SAFETY: the tail field lives in the first ring entry, inside our mapping; the
-        // kernel reads it concurrently, hence the atomic release store.
-        unsafe {
-            let tail = BufRingEntry::tail(mem.ring) as *mut u16;
-            AtomicU16::from_ptr(tail).store(self.tail, Ordering::Release);
-        }
     }
 
     pub(crate) fn socket_added(&mut self, slot: usize) {
@@ -245,11 +149,20 @@ impl Uring {
     }
 
     /// Pushes one SQE, submitting what is queued when the SQ is full.
-    fn push(&mut self, e: &squeue::Entry, c: &mut Common) -> io::Result<()> {
+    ///
+    /// # Safety
+    ///
+    /// Every buffer `e` points at (a message header with its iovecs, address, control
+    /// message and payload; a read target; the receive template and the provided
+    /// buffers) stays alive and unmoved, and Rust neither writes it nor (for what the
+    /// kernel writes) reads it, until the completion of `e` is reaped, or until
+    /// [`shut_down`](Self::shut_down) confirmed that the kernel cancelled it (without
+    /// that confirmation the memory is leaked, never freed). The fd in `e` stays open
+    /// until `e` is submitted (the kernel holds its own reference from then on).
+    unsafe fn push(&mut self, e: &squeue::Entry, c: &mut Common) -> io::Result<()> {
         for _ in 0..3 {
-            // SAFETY: every entry points into memory owned by the driver that stays
-            // valid until its completion is reaped (send arena, kernel memory, sockets
-            // kept open by the ring's file references).
+            // SAFETY: what `e` points at stays valid until its completion, as this
+            // function's caller guarantees.
             if unsafe { self.ring.submission().push(e) }.is_ok() {
                 return Ok(());
             }
@@ -266,8 +179,8 @@ impl Uring {
             return Ok(false);
         }
         let n = {
-            let (socks, gens) = (&c.socks, &c.gens);
-            c.sendq.build(|id| sock_info(socks, gens, id))
+            let table = &c.table;
+            c.sendq.build(|id| table.info(id))
         };
         if n == 0 {
             c.sendq.clear_groups();
@@ -275,25 +188,30 @@ impl Uring {
         }
         let mut pushed = false;
         for g in 0..n {
-            let grp = c.sendq.group(g);
             if c.fake_eagain() {
-                c.stats.eagain_waits += 1;
-                c.sendq.finish(g, GroupResult::Retry { eagain: true });
-                if let Some(e) = c.entry_mut(grp.sock) {
-                    e.want_write = true;
-                    self.need_arm = true;
-                }
+                c.group_failed(g, libc::EAGAIN);
+                self.need_arm = true;
                 continue;
             }
-            let fd = match c.entry(grp.sock) {
-                Some(e) => e.sock.as_raw_fd(),
-                None => -1, // cannot happen: build() dropped closed sockets
+            // a closed socket's groups fail here, nothing is submitted for them
+            let Some(fd) = c.send_fd(g..g + 1) else {
+                continue;
             };
             let sqe = opcode::SendMsg::new(Fd(fd), c.sendq.msghdr(g))
                 .flags(libc::MSG_DONTWAIT as u32)
                 .build()
                 .user_data(ud(K_SEND, g as u32));
-            self.push(&sqe, c)?;
+            // SAFETY: the header, iovecs, address, control message and arena slots of
+            // group `g` live in `c.sendq`, which `UdpIo` keeps in `Common` beside this
+            // backend: boxed slices allocated once, so moving the driver moves none of
+            // them. They are not rewritten until this send's completion is reaped: no
+            // other build runs while a group is in flight, `clear_groups` waits until
+            // `sends_in_flight` is zero, and an in-flight group's slots are neither free
+            // nor pending, so nothing queued meanwhile reuses them. `UdpIo`'s drop shuts
+            // this ring down before it frees the queue, and leaks the queue when the
+            // kernel does not confirm. The fd is submitted by this call's enter, before
+            // any `close`.
+            unsafe { self.push(&sqe, c)? };
             self.sends_in_flight += 1;
             pushed = true;
         }
@@ -310,30 +228,34 @@ impl Uring {
             let sqe = opcode::AsyncCancel::new(target)
                 .build()
                 .user_data(ud(K_CANCEL, 0));
-            self.push(&sqe, c)?;
+            // SAFETY: a cancellation points at no memory.
+            unsafe { self.push(&sqe, c)? };
         }
         if !self.wake_armed {
-            let buf: *mut u64 = match self.mem.as_mut() {
+            let buf: *mut u64 = match self.bufs.mem.as_mut() {
                 Some(m) => &mut *m.wake_buf,
                 None => return Err(io::Error::other("io_uring driver memory released")),
             };
             let sqe = opcode::Read::new(Fd(c.waker.as_raw_fd()), buf.cast(), 8)
                 .build()
                 .user_data(ud(K_WAKE, 0));
-            self.push(&sqe, c)?;
+            // SAFETY: the 8-byte target is boxed in `self.bufs.mem`, freed only after
+            // `shut_down` confirmed the cancellation (leaked otherwise); one read is armed
+            // at a time (`wake_armed`) and Rust never reads the target.
+            unsafe { self.push(&sqe, c)? };
             self.wake_armed = true;
         }
         if !self.need_arm {
             return Ok(());
         }
         self.need_arm = false;
-        let hdr: *const libc::msghdr = match self.mem.as_ref() {
-            Some(m) => &*m.recv_hdr,
+        let hdr: *const libc::msghdr = match self.bufs.mem.as_ref() {
+            Some(m) => m.recv_template(),
             None => return Err(io::Error::other("io_uring driver memory released")),
         };
-        for i in 0..c.socks.len() {
-            let Some(id) = c.id_at(i) else { continue };
-            let (fd, want_write) = match c.socks[i].as_ref() {
+        for i in 0..c.table.slots() {
+            let Some(id) = c.table.id_at(i) else { continue };
+            let (fd, want_write) = match c.table.get(i) {
                 Some(e) => (e.sock.as_raw_fd(), e.want_write),
                 None => continue,
             };
@@ -341,7 +263,10 @@ impl Uring {
                 let sqe = opcode::RecvMsgMulti::new(Fd(fd), hdr, BGID)
                     .build()
                     .user_data(ud(K_RECV, id.raw()));
-                self.push(&sqe, c)?;
+                // SAFETY: the template and the provided buffers live boxed in
+                // `self.bufs.mem` (freed as the wake target is); Rust reads a buffer only
+                // after a completion hands it over, and gives it back with `recycle`.
+                unsafe { self.push(&sqe, c)? };
                 self.recv_armed[i] = true;
                 if self.armed_once[i] {
                     c.stats.recv_rearms += 1;
@@ -352,7 +277,9 @@ impl Uring {
                 let sqe = opcode::PollAdd::new(Fd(fd), libc::POLLOUT as u32)
                     .build()
                     .user_data(ud(K_POLLOUT, id.raw()));
-                self.push(&sqe, c)?;
+                // SAFETY: a poll points at no memory; the fd is submitted by this
+                // call's enter.
+                unsafe { self.push(&sqe, c)? };
                 self.pollout_armed[i] = true;
             }
         }
@@ -388,12 +315,8 @@ impl Uring {
         self.enable()?;
         let mut events = self.deliver_deferred(c, on_event);
         // a wake-up that came while we were busy: reported without a system call
-        if c.waker.clear() {
-            c.stats.wakes += 1;
-            events += 1;
-            on_event(&mut c.sendq, IoEvent::Woken);
-        }
-        events += report(c, on_event);
+        events += usize::from(c.take_wake(on_event));
+        events += c.report_failures(on_event);
         let start = match timeout {
             Some(d) if !d.is_zero() => Some(Instant::now()),
             _ => None,
@@ -418,13 +341,9 @@ impl Uring {
                 c.stats.send_calls += 1;
             }
             events += self.reap(c, on_event, true);
-            events += report(c, on_event);
+            events += c.report_failures(on_event);
             // a wake-up that kept us from blocking (or came meanwhile without a write)
-            if c.waker.clear() {
-                c.stats.wakes += 1;
-                events += 1;
-                on_event(&mut c.sendq, IoEvent::Woken);
-            }
+            events += usize::from(c.take_wake(on_event));
             let expired = timed_out || wait.is_some_and(|w| w.is_zero());
             if events > 0 || expired {
                 break;
@@ -446,7 +365,7 @@ impl Uring {
         self.arm(c)?;
         self.enter(Some(Duration::ZERO))?;
         self.reap(c, on_event, false);
-        report(c, on_event);
+        c.report_failures(on_event);
         Ok(())
     }
 
@@ -458,28 +377,19 @@ impl Uring {
     ) -> usize {
         let mut events = 0;
         if std::mem::take(&mut self.deferred_wake) {
-            c.stats.wakes += 1;
+            c.report_woken(on_event);
             events += 1;
-            on_event(&mut c.sendq, IoEvent::Woken);
         }
-        if self.deferred.is_empty() {
-            return events;
-        }
-        let Some(mem) = self.mem.as_mut() else {
-            return events;
-        };
         let mut got = 0;
         for &(low, bid, res) in &self.deferred {
-            let id = SocketId(low);
-            if res >= 0 && c.entry(id).is_some() {
-                let at = bid as usize * self.buf_size;
-                let buf = &mut mem.bufs[at..at + (res as usize).min(self.buf_size)];
-                got += deliver(c, id, buf, &mem.recv_hdr, on_event);
+            let id = SocketId::from_raw(low);
+            if res >= 0 && c.table.is_open(id) {
+                got += self.bufs.deliver(c, id, bid, res as usize, on_event);
             }
-            recycle(mem, &mut self.tail, self.buf_mask, self.buf_size, bid);
+            self.bufs.recycle(bid);
         }
         self.deferred.clear();
-        self.publish();
+        self.bufs.publish();
         if got > 0 {
             c.stats.recv_calls += 1;
         }
@@ -487,7 +397,7 @@ impl Uring {
     }
 
     /// Handles completions until the CQ is empty or a batch of datagrams went to the
-    /// caller. Returns the events delivered. Without `deliver` (flush), datagrams and
+    /// caller. Returns the events delivered. Without `deliver_now` (flush), datagrams and
     /// wake-ups are kept for the next `run_once`; send results are handled at once.
     fn reap(
         &mut self,
@@ -498,14 +408,10 @@ impl Uring {
         let batch = c.cfg.batch;
         let mut datagrams = 0usize;
         let mut events = 0usize;
-        let mut recycled = false;
         let mut woken = false;
         let Uring {
             ring,
-            mem,
-            buf_size,
-            buf_mask,
-            tail,
+            bufs,
             recv_armed,
             pollout_armed,
             wake_armed,
@@ -515,180 +421,123 @@ impl Uring {
             deferred_wake,
             ..
         } = self;
-        let Some(mem) = mem.as_mut() else { return 0 };
-        {
-            let mut cq = ring.completion();
-            while datagrams < batch {
-                let Some(cqe) = cq.next() else { break };
-                let data = cqe.user_data();
-                let kind = data >> 56;
-                let low = data as u32;
-                let res = cqe.result();
-                let flags = cqe.flags();
-                match kind {
-                    K_RECV => {
-                        let id = SocketId(low);
-                        let current = c.entry(id).is_some();
-                        if let Some(bid) = cqueue::buffer_select(flags) {
-                            if !deliver_now {
-                                deferred.push((low, bid, res));
-                            } else if res >= 0 && current {
-                                let at = bid as usize * *buf_size;
-                                let buf = &mut mem.bufs[at..at + (res as usize).min(*buf_size)];
-                                let n = deliver(c, id, buf, &mem.recv_hdr, on_event);
-                                datagrams += n;
-                                events += n;
-                            }
-                            if deliver_now {
-                                recycle(mem, tail, *buf_mask, *buf_size, bid);
-                                recycled = true;
-                            }
-                        }
-                        if res < 0 && res != -libc::ENOBUFS && res != -libc::ECANCELED {
-                            c.stats.recv_errors += 1;
-                        }
-                        if !cqueue::more(flags) && current {
-                            recv_armed[id.index()] = false;
-                            *need_arm = true;
-                        }
+        let mut cq = ring.completion();
+        while datagrams < batch {
+            let Some(cqe) = cq.next() else { break };
+            let low = cqe.user_data() as u32;
+            match cqe.user_data() >> 56 {
+                K_RECV => {
+                    let id = SocketId::from_raw(low);
+                    let current = c.table.is_open(id);
+                    let received = if deliver_now {
+                        recv_done(c, bufs, &cqe, on_event)
+                    } else {
+                        recv_kept(c, deferred, &cqe);
+                        0
+                    };
+                    datagrams += received;
+                    events += received;
+                    if !cqueue::more(cqe.flags()) && current {
+                        recv_armed[id.index()] = false; // the multishot ended: re-arm
+                        *need_arm = true;
                     }
-                    K_SEND => {
-                        *sends_in_flight = sends_in_flight.saturating_sub(1);
-                        let g = low as usize;
-                        if g < c.sendq.group_count() {
-                            let grp = c.sendq.group(g);
-                            let outcome = if res >= 0 {
-                                c.stats.count_send_op(grp.count as usize);
-                                GroupResult::Sent
-                            } else {
-                                match -res {
-                                    libc::EAGAIN => {
-                                        c.stats.eagain_waits += 1;
-                                        if let Some(e) = c.entry_mut(grp.sock) {
-                                            e.want_write = true;
-                                            *need_arm = true;
-                                        }
-                                        GroupResult::Retry { eagain: true }
-                                    }
-                                    libc::EIO | libc::EINVAL | libc::EMSGSIZE if grp.count > 1 => {
-                                        c.gso_refused(grp.sock);
-                                        GroupResult::Retry { eagain: false }
-                                    }
-                                    e => {
-                                        GroupResult::Failed(io::Error::from_raw_os_error(e).kind())
-                                    }
-                                }
-                            };
-                            c.sendq.finish(g, outcome);
-                        }
-                        if *sends_in_flight == 0 {
-                            c.sendq.clear_groups();
-                        }
-                    }
-                    K_WAKE => {
-                        *wake_armed = false;
-                        if !deliver_now {
-                            *deferred_wake |= c.waker.clear();
-                        } else if !woken && c.waker.clear() {
-                            woken = true;
-                            c.stats.wakes += 1;
-                            events += 1;
-                            on_event(&mut c.sendq, IoEvent::Woken);
-                        }
-                    }
-                    K_POLLOUT => {
-                        let id = SocketId(low);
-                        if let Some(e) = c.entry_mut(id) {
-                            pollout_armed[id.index()] = false;
-                            e.want_write = false;
-                            *need_arm = true;
-                        }
-                    }
-                    _ => {} // K_CANCEL and anything stale
                 }
+                K_SEND => {
+                    *sends_in_flight = sends_in_flight.saturating_sub(1);
+                    send_done(c, low as usize, cqe.result(), need_arm);
+                    if *sends_in_flight == 0 {
+                        c.sendq.clear_groups();
+                    }
+                }
+                K_WAKE => {
+                    *wake_armed = false;
+                    if !deliver_now {
+                        *deferred_wake |= c.waker.clear();
+                    } else if !woken && c.take_wake(on_event) {
+                        woken = true;
+                        events += 1;
+                    }
+                }
+                K_POLLOUT => {
+                    let id = SocketId::from_raw(low);
+                    if let Some(e) = c.table.entry_mut(id) {
+                        pollout_armed[id.index()] = false;
+                        e.want_write = false;
+                        *need_arm = true;
+                    }
+                }
+                _ => {} // K_CANCEL and anything stale
             }
         }
+        drop(cq);
         if datagrams > 0 {
             c.stats.recv_calls += 1;
         }
-        if recycled {
-            self.publish();
-        }
+        bufs.publish();
         events
     }
 }
 
-/// Puts buffer `bid` back at the ring's tail (not yet published).
-fn recycle(mem: &mut KernelMem, tail: &mut u16, mask: u16, buf_size: usize, bid: u16) {
-    let addr = mem.bufs[bid as usize * buf_size..].as_mut_ptr() as u64;
-    // SAFETY: the index is masked into the ring's entries; the kernel reads entries
-    // only between its head and our published tail, and this one is past the tail.
-    unsafe {
-        let e = mem.ring.add((*tail & mask) as usize);
-        (*e).set_addr(addr);
-        (*e).set_len(buf_size as u32);
-        (*e).set_bid(bid);
-    }
-    *tail = tail.wrapping_add(1);
-}
-
-/// Reports queued send failures; returns how many.
-fn report(c: &mut Common, on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>)) -> usize {
-    let mut n = 0;
-    while let Some((tag, error)) = c.sendq.take_failure() {
-        c.stats.count_send_error(error, 1);
-        on_event(&mut c.sendq, IoEvent::SendFailed { tag, error });
-        n += 1;
-    }
-    n
-}
-
-/// Parses one multishot receive buffer and hands its datagrams to the caller.
-fn deliver(
+/// A receive completion while datagrams go to the caller: delivers its buffer (unless
+/// its socket was closed meanwhile) and recycles it. Returns the datagrams delivered.
+fn recv_done(
     c: &mut Common,
-    id: SocketId,
-    buf: &mut [u8],
-    hdr: &libc::msghdr,
+    bufs: &mut BufRing,
+    cqe: &cqueue::Entry,
     on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
 ) -> usize {
-    let (from, seg, payload_len, truncated) = match io_uring::types::RecvMsgOut::parse(buf, hdr) {
-        Ok(out) => (
-            from_c_bytes(out.name_data()),
-            gro::segment_size(out.control_data()),
-            out.payload_data().len(),
-            out.is_payload_truncated(),
-        ),
-        Err(()) => return 0,
-    };
-    if truncated {
-        c.stats.recv_truncated += 1;
-        return 0;
-    }
-    let Some(from) = from else { return 0 };
-    let start = RECVMSG_OUT + hdr.msg_namelen as usize + hdr.msg_controllen;
-    let Some(data) = buf.get_mut(start..start + payload_len) else {
+    let (id, res) = (SocketId::from_raw(cqe.user_data() as u32), cqe.result());
+    count_recv_error(c, res);
+    let Some(bid) = cqueue::buffer_select(cqe.flags()) else {
         return 0;
     };
-    let sendq = &mut c.sendq;
-    let n = gro::split(data, seg, |d| {
-        on_event(
-            sendq,
-            IoEvent::Datagram {
-                sock: id,
-                from,
-                data: d,
-            },
-        )
-    });
-    c.stats.count_recv_op(n);
-    c.stats.datagrams_received += n as u64;
+    let n = if res >= 0 && c.table.is_open(id) {
+        bufs.deliver(c, id, bid, res as usize, on_event)
+    } else {
+        0
+    };
+    bufs.recycle(bid);
     n
 }
 
-impl Drop for Uring {
-    fn drop(&mut self) {
+/// A receive completion reaped by `flush`: its buffer is kept for the next `run_once`.
+fn recv_kept(c: &mut Common, deferred: &mut Vec<(u32, u16, i32)>, cqe: &cqueue::Entry) {
+    count_recv_error(c, cqe.result());
+    if let Some(bid) = cqueue::buffer_select(cqe.flags()) {
+        deferred.push((cqe.user_data() as u32, bid, cqe.result()));
+    }
+}
+
+/// Counts a receive error other than running out of buffers or a cancellation.
+fn count_recv_error(c: &mut Common, res: i32) {
+    if res < 0 && res != -libc::ENOBUFS && res != -libc::ECANCELED {
+        c.stats.recv_errors += 1;
+    }
+}
+
+/// The completion of group `g`'s SENDMSG (result `res`); an EAGAIN arms a POLLOUT poll.
+fn send_done(c: &mut Common, g: usize, res: i32, need_arm: &mut bool) {
+    if g >= c.sendq.group_count() {
+        return;
+    }
+    if res >= 0 {
+        c.group_sent(g);
+    } else if c.group_failed(g, -res) == (GroupResult::Retry { eagain: true }) {
+        *need_arm = true;
+    }
+}
+
+impl Uring {
+    /// Cancels every request synchronously (the first call does; later calls repeat
+    /// its answer). False when the kernel did not confirm: it may still read or write
+    /// what the requests point at, so this backend leaks its own memory and the caller
+    /// must leak the send queue (it lives in `Common`).
+    pub(crate) fn shut_down(&mut self) -> bool {
         if self.disabled {
-            return; // nothing was ever submitted
+            return true; // nothing was ever submitted
+        }
+        if let Some(ok) = self.shut {
+            return ok;
         }
         let ok = match self.ring.submitter().register_sync_cancel(
             Some(Timespec::from(Duration::from_secs(1))),
@@ -698,8 +547,19 @@ impl Drop for Uring {
             Err(e) => e.raw_os_error() == Some(libc::ENOENT),
         };
         if !ok {
+            tracing::warn!(
+                "io_uring did not confirm the cancellation of its requests: leaking its buffers"
+            );
             // The kernel may still write into these buffers: never free them.
-            std::mem::forget(self.mem.take());
+            std::mem::forget(self.bufs.mem.take());
         }
+        self.shut = Some(ok);
+        ok
+    }
+}
+
+impl Drop for Uring {
+    fn drop(&mut self) {
+        self.shut_down();
     }
 }

@@ -7,8 +7,9 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::shared::Common;
 use super::wake::Waker;
-use super::{Common, IoConfig, IoEvent, SendQueue, SocketId};
+use super::{IoConfig, IoEvent, SendQueue, SocketId};
 
 /// No io_uring driver exists in this build.
 pub(crate) enum Uring {}
@@ -19,6 +20,10 @@ impl Uring {
             io::ErrorKind::Unsupported,
             "the io_uring backend is not compiled in (cargo feature `io-uring` is off); use mmsg or auto",
         ))
+    }
+
+    pub(crate) fn shut_down(&mut self) -> bool {
+        match *self {}
     }
 
     pub(crate) fn socket_added(&mut self, _slot: usize) {
