@@ -103,6 +103,7 @@ impl ChaosReport {
                 "end": self.fds.end,
                 "opened": self.fds.opened,
                 "closed": self.fds.closed,
+                "leaked": self.fds.leaked,
             },
             "outcomes_explained": self.explained,
             "outcomes_unexplained": self.unexplained,
@@ -162,6 +163,9 @@ impl ChaosReport {
                 "  chaos: descriptors left open {:?}, closed {:?}",
                 self.fds.opened, self.fds.closed
             )?;
+        }
+        for l in &self.fds.leaked {
+            writeln!(out, "  chaos: left open: {l}")?;
         }
         if self.passed() {
             writeln!(out, "  chaos: passed")

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::control::{Controller, round3};
-use super::measure::{Fds, fd_excess, fd_kinds, rss_kib};
+use super::measure::{Fds, fd_sample, rss_kib};
 use super::report::ChaosReport;
 use super::verdict::{Measured, SLACK, judge};
 use super::{rehearsal, schedule};
@@ -88,7 +88,7 @@ pub fn run(ctx: &RunContext<'_>, responder_cores: &[usize]) -> Result<PhaseResul
     // (its cores, sockets, runtime and DNS discovery closed and joined) with every fault
     // undone and every added server stopped. While it runs the count moves by design (a
     // DNS refresh's sockets, a stopped or added server), so a sample then is no leak test.
-    let fds_start = fd_kinds();
+    let fds_start = fd_sample();
     let (tx, rx) = mpsc::channel();
     let (result, measured) = std::thread::scope(|s| {
         let controller = s.spawn(|| control(ctx, responder_cores, rx));
@@ -97,13 +97,7 @@ pub fn run(ctx: &RunContext<'_>, responder_cores: &[usize]) -> Result<PhaseResul
         });
         (result, controller.join())
     });
-    let fds_end = fd_kinds();
-    let fds = Fds {
-        opened: fd_excess(&fds_end, &fds_start),
-        closed: fd_excess(&fds_start, &fds_end),
-        start: fds_start.values().sum(),
-        end: fds_end.values().sum(),
-    };
+    let fds = Fds::between(&fds_start, &fd_sample());
     let mut result = result?;
     let measured = measured.map_err(|_| "the chaos controller panicked".to_string())?;
     let verdict = judge(ctx, &result, &measured);
