@@ -1,6 +1,8 @@
 //! Resident memory and open descriptors of this process, as the chaos run samples them.
 //!
-//! Owns reading /proc/self. Must not judge (`verdict.rs`) or report (`report.rs`).
+//! Owns reading /proc/self, and opening before the first sample the descriptors a
+//! library keeps for the whole process once it is first used. Must not judge
+//! (`verdict.rs`) or report (`report.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -77,6 +79,20 @@ pub(super) struct Fd {
 
 /// Open descriptors of this process by number; the listing's own descriptor is left out.
 pub(super) type Sample = BTreeMap<i32, Fd>;
+
+/// Opens the descriptors that Tokio opens on first use and keeps for the life of the
+/// process, so that both samples hold them: built with Tokio's `signal` feature (which
+/// the workspace's features unify into loadgen's Tokio whenever it is built together with
+/// rl-proxy, as `cargo test --workspace` does), the first runtime with I/O opens the
+/// signal driver's global socket pair (`socket x 2`, both `unix`), which is never closed.
+/// Sampled before it, a chaos run read those two as a leak of the client. A runtime
+/// that cannot be built opens nothing (the client's own then fails the run).
+pub(super) fn open_process_wide() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build();
+    drop(rt);
+}
 
 /// Resident memory of this process (KiB), from /proc/self/status.
 pub(super) fn rss_kib() -> u64 {

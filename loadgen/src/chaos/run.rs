@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::control::{Controller, round3};
-use super::measure::{Fds, fd_sample, rss_kib};
+use super::measure::{Fds, fd_sample, open_process_wide, rss_kib};
 use super::report::ChaosReport;
 use super::verdict::{Measured, SLACK, judge};
 use super::{rehearsal, schedule};
@@ -88,6 +88,8 @@ pub fn run(ctx: &RunContext<'_>, responder_cores: &[usize]) -> Result<PhaseResul
     // (its cores, sockets, runtime and DNS discovery closed and joined) with every fault
     // undone and every added server stopped. While it runs the count moves by design (a
     // DNS refresh's sockets, a stopped or added server), so a sample then is no leak test.
+    // What Tokio opens once for the whole process is opened before the first sample.
+    open_process_wide();
     let fds_start = fd_sample();
     let (tx, rx) = mpsc::channel();
     let (result, measured) = std::thread::scope(|s| {
