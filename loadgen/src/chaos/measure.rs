@@ -195,7 +195,7 @@ fn socket_table() -> HashMap<u64, String> {
     out
 }
 
-/// An address of /proc/net/{udp,tcp}[6]: `0100007F:0035` (the address as the kernel's
+/// An address of /proc/net/{udp,udp6,tcp,tcp6}: `0100007F:0035` (the address as the kernel's
 /// 32-bit words in host order, in hex; the port in hex).
 fn addr(text: &str) -> Option<SocketAddr> {
     let (ip, port) = text.split_once(':')?;
