@@ -4,7 +4,7 @@
 //! event as it happens.
 //!
 //! Owns the responders' fault settings during `--chaos` and the event log. Must not
-//! drive load or judge outcomes (`chaos/mod.rs`).
+//! drive load (`run.rs`) or judge outcomes (`verdict.rs`).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -101,7 +101,8 @@ impl<'a> Controller<'a> {
         let at = round3(t0.elapsed().as_secs_f64());
         if let Some(e) = self.events.get_mut(event) {
             e.at_s = at;
-            e.details.insert("rss_kib".into(), json!(super::rss_kib()));
+            e.details
+                .insert("rss_kib".into(), json!(super::measure::rss_kib()));
         }
     }
 
