@@ -24,6 +24,9 @@ use super::{GSO_MAX_BYTES, GSO_MAX_SEGMENTS, SocketId};
 /// many clients at once.
 const RANKED_FLOWS: usize = 16;
 
+// A rank (0..=RANKED_FLOWS, the last one for every pair past them) fits a byte.
+const _: () = assert!(RANKED_FLOWS < u8::MAX as usize);
+
 /// One GSO group (or a single datagram) built for sending.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Group {
@@ -104,8 +107,11 @@ pub struct SendQueue {
     free: Vec<u32>,
     pending: Vec<u32>,
     failures: VecDeque<(u64, io::ErrorKind)>,
-    /// Per build: (rank of its (socket, destination) pair, position queued, slot).
-    order: Vec<(u32, u32, u32)>,
+    /// Per build, by position queued: the rank of the datagram's (socket, destination)
+    /// pair.
+    ranks: Vec<u8>,
+    /// Per build: (position queued, slot) in sending order.
+    order: Vec<(u32, u32)>,
     /// Per build: the (socket, destination) pairs in the order first queued.
     flows: Vec<(SocketId, SocketAddr)>,
     groups: Vec<Group>,
@@ -140,6 +146,7 @@ impl SendQueue {
             free: (0..n as u32).rev().collect(),
             pending: Vec::with_capacity(n),
             failures: VecDeque::with_capacity(n),
+            ranks: Vec::with_capacity(n),
             order: Vec::with_capacity(n),
             flows: Vec::with_capacity(RANKED_FLOWS),
             groups: Vec::with_capacity(n),
@@ -251,39 +258,67 @@ impl SendQueue {
     /// longest datagrams first, then in queue order.
     pub(crate) fn build(&mut self, mut info: impl FnMut(SocketId) -> Option<SockInfo>) -> usize {
         debug_assert!(self.groups.is_empty());
-        self.order.clear();
+        // A counting sort by rank: each datagram's rank first, counting each rank's
+        // datagrams and noting whether a ranked pair's lengths differ.
+        self.ranks.clear();
         self.flows.clear();
-        for (pos, &slot) in self.pending.iter().enumerate() {
-            let flow = (self.socks[slot as usize], self.dests[slot as usize]);
+        let mut bounds = [0u32; RANKED_FLOWS + 2];
+        let mut first_len = [0u32; RANKED_FLOWS];
+        let mut mixed = [false; RANKED_FLOWS];
+        for &slot in &self.pending {
+            let s = slot as usize;
+            let (flow, len) = ((self.socks[s], self.dests[s]), self.lens[s]);
             let rank = match self.flows.iter().position(|f| *f == flow) {
-                Some(i) => i,
+                Some(i) => {
+                    mixed[i] |= len != first_len[i];
+                    i
+                }
                 None if self.flows.len() < RANKED_FLOWS => {
+                    first_len[self.flows.len()] = len;
                     self.flows.push(flow);
                     self.flows.len() - 1
                 }
                 None => RANKED_FLOWS,
             };
-            self.order.push((rank as u32, pos as u32, slot));
+            self.ranks.push(rank as u8);
+            bounds[rank + 1] += 1;
+        }
+        // bounds[r]..bounds[r + 1]: where rank r's datagrams go
+        for r in 1..bounds.len() {
+            bounds[r] += bounds[r - 1];
+        }
+        // placed in queue order, so each rank's run is in queue order
+        let mut next = bounds;
+        self.order.clear();
+        self.order.resize(self.pending.len(), (0, 0));
+        for (pos, (&slot, &rank)) in self.pending.iter().zip(&self.ranks).enumerate() {
+            let at = &mut next[rank as usize];
+            self.order[*at as usize] = (pos as u32, slot);
+            *at += 1;
         }
         self.pending.clear();
         {
             let (socks, dests, lens) = (&self.socks, &self.dests, &self.lens);
-            self.order.sort_unstable_by(|a, b| {
-                let (x, y) = (a.2 as usize, b.2 as usize);
-                a.0.cmp(&b.0)
-                    .then_with(|| match a.0 as usize {
-                        RANKED_FLOWS => socks[x]
-                            .cmp(&socks[y])
-                            .then_with(|| dests[x].cmp(&dests[y])),
-                        _ => std::cmp::Ordering::Equal,
-                    })
+            let run = |r: usize| bounds[r] as usize..bounds[r + 1] as usize;
+            // within a ranked pair: longest first, then in queue order (a run of equal
+            // lengths is already in order)
+            for r in (0..self.flows.len()).filter(|&r| mixed[r]) {
+                self.order[run(r)]
+                    .sort_unstable_by_key(|&(pos, slot)| (Reverse(lens[slot as usize]), pos));
+            }
+            // past the ranked pairs: by address, then as within a pair
+            self.order[run(RANKED_FLOWS)].sort_unstable_by(|&(p, x), &(q, y)| {
+                let (x, y) = (x as usize, y as usize);
+                socks[x]
+                    .cmp(&socks[y])
+                    .then_with(|| dests[x].cmp(&dests[y]))
                     .then_with(|| Reverse(lens[x]).cmp(&Reverse(lens[y])))
-                    .then_with(|| a.1.cmp(&b.1))
+                    .then_with(|| p.cmp(&q))
             });
         }
         let mut cur_info: Option<(SocketId, Option<SockInfo>)> = None;
         for k in 0..self.order.len() {
-            let slot = self.order[k].2 as usize;
+            let slot = self.order[k].1 as usize;
             let sock = self.socks[slot];
             let si = match cur_info {
                 Some((s, i)) if s == sock => i,
@@ -561,5 +596,93 @@ mod tests {
         let mut tags: Vec<u64> = std::iter::from_fn(|| q.take_failure().map(|f| f.0)).collect();
         tags.sort();
         assert_eq!(tags, vec![1, 2, 3, 10]);
+    }
+
+    /// The sending order of the queued datagrams' slots as the comparison sort that
+    /// `build` once used gave it: the oracle for the counting sort.
+    fn oracle_order(q: &SendQueue) -> Vec<u32> {
+        let mut flows: Vec<(SocketId, SocketAddr)> = Vec::new();
+        let mut order: Vec<(u32, u32, u32)> = Vec::new();
+        for (pos, &slot) in q.pending.iter().enumerate() {
+            let flow = (q.socks[slot as usize], q.dests[slot as usize]);
+            let rank = match flows.iter().position(|f| *f == flow) {
+                Some(i) => i,
+                None if flows.len() < RANKED_FLOWS => {
+                    flows.push(flow);
+                    flows.len() - 1
+                }
+                None => RANKED_FLOWS,
+            };
+            order.push((rank as u32, pos as u32, slot));
+        }
+        let (socks, dests, lens) = (&q.socks, &q.dests, &q.lens);
+        order.sort_unstable_by(|a, b| {
+            let (x, y) = (a.2 as usize, b.2 as usize);
+            a.0.cmp(&b.0)
+                .then_with(|| match a.0 as usize {
+                    RANKED_FLOWS => socks[x]
+                        .cmp(&socks[y])
+                        .then_with(|| dests[x].cmp(&dests[y])),
+                    _ => std::cmp::Ordering::Equal,
+                })
+                .then_with(|| Reverse(lens[x]).cmp(&Reverse(lens[y])))
+                .then_with(|| a.1.cmp(&b.1))
+        });
+        order.into_iter().map(|o| o.2).collect()
+    }
+
+    /// (flow, length) per datagram: `flows` pairs of 3 sockets and v4 or v6
+    /// destinations, few distinct lengths (ties and mixed runs both common).
+    fn datagrams() -> impl proptest::strategy::Strategy<Value = Vec<(usize, usize)>> {
+        use proptest::prelude::*;
+        (1usize..3 * RANKED_FLOWS).prop_flat_map(|flows| {
+            let len = prop_oneof![
+                4 => Just(200usize),
+                1 => Just(0usize),
+                1 => Just(100usize),
+                1 => 1usize..1500,
+            ];
+            proptest::collection::vec((0..flows, len), 0..160)
+        })
+    }
+
+    fn flow(f: usize) -> (SocketId, SocketAddr) {
+        let port = 5000 - (f * 7919 % 97) as u16;
+        let dest = if f.is_multiple_of(5) {
+            SocketAddr::from(([0, 0, 0, 0, 0, 0, 0, 1], port))
+        } else {
+            a(port)
+        };
+        (SocketId::from_raw((f % 3) as u32), dest)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn build_orders_as_the_comparison_sort(
+            rounds in proptest::collection::vec((datagrams(), proptest::bits::u64::ANY), 1..4)
+        ) {
+            let mut q = SendQueue::new(512, 2048);
+            let mut tag = 0;
+            for (pushes, retry) in rounds {
+                for (f, len) in pushes {
+                    let (sock, dest) = flow(f);
+                    tag += 1;
+                    q.push(sock, dest, &vec![0; len], tag);
+                }
+                let want = oracle_order(&q);
+                let n = q.build(info);
+                proptest::prop_assert_eq!(&q.group_slots, &want);
+                // some groups back into the queue, in a slot order unlike queue order
+                for g in 0..n {
+                    let outcome = if retry >> (g % 64) & 1 == 1 {
+                        GroupResult::Retry { eagain: false }
+                    } else {
+                        GroupResult::Sent
+                    };
+                    q.finish(g, outcome);
+                }
+                q.clear_groups();
+            }
+        }
     }
 }
