@@ -12,7 +12,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::mem::{MaybeUninit, size_of};
+use std::mem::{MaybeUninit, align_of, size_of};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -21,6 +21,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use crate::sync::thread::{self, Thread};
 use crate::sync::{ArrayQueue, AtomicU8, AtomicWaker, UnsafeCell};
 
+use super::pdu::PduInline;
 use crate::proto::outcome::{Outcome, Response};
 
 const FREE: u8 = 0;
@@ -37,6 +38,16 @@ struct Slot {
     decided: UnsafeCell<Option<std::time::Instant>>,
     waker: AtomicWaker,
 }
+
+// The request's inline PDU (`super::pdu::PduInline`) lives in the outcome's memory until
+// its core starts the request: written by the submitter between `acquire` and queueing
+// the request, read by the core when it starts it (the queue's push and pop order the
+// two), overwritten by the outcome after. It is plain bytes (no drop), so writing the
+// outcome over it needs no care.
+const _: () = {
+    assert!(size_of::<PduInline>() <= size_of::<Outcome>());
+    assert!(align_of::<PduInline>() <= align_of::<Outcome>());
+};
 
 /// A lock-free histogram of microsecond values (log-linear, 8 sub-buckets per power of
 /// two: about 12% resolution), recorded by caller threads without a lock.
@@ -90,7 +101,9 @@ impl AtomicHist {
 // SAFETY: `outcome` and `staged` are written only by the completing core while the state
 // is PENDING or ABANDONED (one owner), and `outcome` is read only by the caller after it
 // observed READY with Acquire ordering (the core's write happens-before its Release store
-// of READY).
+// of READY). Before that, the same cell holds the request's PDU, written only by the
+// submitter that acquired the slot, before it queues the request, and read only by the
+// core that took the request from the queue (the queue's push happens-before its pop).
 unsafe impl Sync for Slot {}
 // SAFETY: as for `Sync`: the cells hold plain data owned by whichever side the state names.
 unsafe impl Send for Slot {}
@@ -155,6 +168,34 @@ impl SlotPool {
         Some(idx)
     }
 
+    /// Submitter side: writes the request's PDU into slot `idx`, which it has just
+    /// acquired and not yet queued.
+    pub(crate) fn write_pdu<R>(&self, idx: u32, write: impl FnOnce(&mut PduInline) -> R) -> R {
+        let slot = &self.slots[idx as usize];
+        slot.outcome.with_mut(|o| {
+            let p = o.cast::<PduInline>();
+            // SAFETY: the slot was acquired by this submitter and its request is not
+            // queued yet: nobody else touches the cell (no outcome is in it). The cell
+            // is large and aligned enough for a `PduInline` (asserted above), which is
+            // written whole first, so the reference below points to initialised bytes.
+            unsafe {
+                p.write(PduInline::EMPTY);
+                write(&mut *p)
+            }
+        })
+    }
+
+    /// Core side: reads the PDU of slot `idx`, whose request this core took from its
+    /// queue and has not completed.
+    pub(crate) fn with_pdu<R>(&self, idx: u32, read: impl FnOnce(&[u8]) -> R) -> R {
+        let slot = &self.slots[idx as usize];
+        // SAFETY: the submitter wrote a whole `PduInline` into the cell before queueing
+        // the request, and the queue's pop made that write visible here; the cell is
+        // overwritten only by this core's outcome for the request, after this read.
+        slot.outcome
+            .with(|o| read(unsafe { (*o.cast::<PduInline>()).as_slice() }))
+    }
+
     /// Frees slot `idx`; its owner calls this (the caller that took or dropped the
     /// outcome, or the core that completed an abandoned slot).
     fn release(&self, idx: u32) {
@@ -195,12 +236,19 @@ impl SlotPool {
     /// Core side: builds the request's response in place, before it is delivered (a
     /// retained round-0 candidate or the selected response), replacing one staged
     /// earlier. The caller does not see it until [`SlotPool::complete_staged`].
+    #[cfg(test)]
     pub(crate) fn stage(&self, idx: u32, response: Response) {
+        self.stage_with(idx, || response);
+    }
+
+    /// [`SlotPool::stage`], the response built by `build` straight into the slot.
+    #[inline]
+    pub(crate) fn stage_with(&self, idx: u32, build: impl FnOnce() -> Response) {
         self.unstage(idx);
         let slot = &self.slots[idx as usize];
         // SAFETY: only the owning core touches `staged`/`outcome` while PENDING/ABANDONED.
         slot.outcome
-            .with_mut(|o| unsafe { (*o).write(Ok(response)) });
+            .with_mut(|o| unsafe { (*o).write(Ok(build())) });
         // SAFETY: only the owning core touches this cell while PENDING/ABANDONED (see `stage`).
         slot.staged.with_mut(|st| unsafe { *st = true });
     }

@@ -88,10 +88,15 @@ impl CoreFeed {
     fn feed(&self, state: &mut CoreState, now: Instant, msg: Msg, out: &mut dyn TransmitSink) {
         match msg {
             Msg::Request {
-                pdu,
                 slot,
                 submitted,
-            } => state.submit(now, pdu.as_slice(), slot, submitted, out),
+                heap: None,
+            } => state.submit_queued(now, slot, submitted, out),
+            Msg::Request {
+                slot,
+                submitted,
+                heap: Some(pdu),
+            } => state.submit(now, &pdu, slot, submitted, out),
             Msg::Report(e) => state.submit_report(now, e, out),
             Msg::FlushReports(tx) => {
                 state.flush_reports_now(out);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::completion::{Completion, SlotPool};
 use super::shared::Shared;
 use super::stats::Stats;
-use super::submit::{Batch, Msg, Request, RequestBuilder};
+use super::submit::{Batch, Msg, Request, RequestBuilder, Submission};
 use super::{inflight, wheel};
 use crate::proto::ids::LatencyTracker;
 use crate::proto::machine::Endpoint;
@@ -55,12 +55,12 @@ impl EngineHandle {
         })
     }
 
-    /// Queues one request on `core` without waking it.
-    fn enqueue(&self, core: usize, req: Request) -> Completion {
-        let pdu = match Request::local_outcome(req.kind) {
-            Ok(p) => p,
-            Err(out) => return Completion::ready(out),
-        };
+    /// Queues one request on `core` without waking it: its PDU is written into its
+    /// completion slot, and the queue carries the slot's index.
+    fn enqueue(&self, core: usize, req: &mut impl Submission) -> Completion {
+        if let Some(out) = req.local_outcome() {
+            return Completion::ready(out);
+        }
         let sh = &self.inner;
         if sh.queues[core].dead.load(Ordering::Relaxed) {
             return Completion::ready(Err(Failure::CoreFailed { core }));
@@ -69,10 +69,18 @@ impl EngineHandle {
             sh.queue_full.fetch_add(1, Ordering::Relaxed);
             return Completion::ready(Err(Failure::Overloaded));
         };
+        let heap = match sh.pool.write_pdu(slot, |inline| req.write_pdu(inline)) {
+            Ok(heap) => heap,
+            Err(e) => {
+                // refused by the encoder after the checks of `local_outcome` (not expected)
+                sh.pool.complete(slot, Err(Failure::Configuration(e)));
+                return Completion::new(sh.pool.clone(), slot);
+            }
+        };
         let msg = Msg::Request {
-            pdu,
             slot,
             submitted: Instant::now(),
+            heap,
         };
         if sh.queues[core].push(msg).is_err() {
             sh.queue_full.fetch_add(1, Ordering::Relaxed);
@@ -90,7 +98,13 @@ impl EngineHandle {
     }
 
     /// Submits one built request.
-    pub fn submit(&self, req: Request) -> Completion {
+    pub fn submit(&self, mut req: Request) -> Completion {
+        self.submit_one(&mut req)
+    }
+
+    /// Submits one request (built, or encoded straight into its slot by
+    /// `RequestBuilder::send`).
+    pub(crate) fn submit_one(&self, req: &mut impl Submission) -> Completion {
         if !self.enter() {
             return Completion::ready(Err(Failure::Shutdown));
         }
@@ -111,7 +125,10 @@ impl EngineHandle {
             );
         }
         let core = self.core_for_thread();
-        let out = reqs.into_iter().map(|r| self.enqueue(core, r)).collect();
+        let out = reqs
+            .into_iter()
+            .map(|mut r| self.enqueue(core, &mut r))
+            .collect();
         self.inner.queues[core].wake();
         self.leave();
         Batch::new(out)

@@ -295,6 +295,20 @@ impl InFlight {
         }
     }
 
+    /// Removes an entry in place (nothing is moved out) and gives its datagram back.
+    pub(crate) fn discard(&mut self, key: Key) {
+        let cell = match self.cells.get_mut(key.idx as usize) {
+            Some(c @ Cell::Occupied(_)) if c.generation() == key.generation => c,
+            _ => return,
+        };
+        if let Cell::Occupied(e) = cell
+            && let Some(i) = e.dgram.pool_index()
+        {
+            self.big_free.push(i as u32);
+        }
+        self.push_free(key.idx, key.generation.wrapping_add(1));
+    }
+
     /// A datagram store for `len` bytes: inline, or a pooled buffer when larger. Write it
     /// through [`InFlight::bytes_mut`], then [`Dgram::set_len`].
     pub(crate) fn alloc_dgram(&mut self, len: usize) -> Dgram {

@@ -10,7 +10,7 @@
 //! ```text
 //!  application threads (any runtime)          core i (pinned std thread)
 //!  ─────────────────────────────────          ─────────────────────────────────────────
-//!  RequestBuilder::send() ── encode PDU ──┐
+//!  RequestBuilder::send() ─ PDU → slot ──┐
 //!   (thread → core affinity)              │  crossbeam bounded queue + udp::Waker
 //!  EngineHandle::submit_batch()  ─────────┼─▶ (eventfd written only while the core waits)
 //!  EngineHandle::report()  ───────────────┘       │ turn::Core: ≤256/turn into CoreState
@@ -31,6 +31,7 @@ mod hosted;
 pub mod inflight;
 mod lifecycle;
 mod membership;
+mod pdu;
 mod pinned;
 mod random;
 mod reports;

@@ -160,7 +160,9 @@ pub struct Stats {
     /// wait for the oldest server until the round ends shows here).
     pub decision_us: LatencyHistogram,
     /// Breakdown, completion wake: from the decision until the caller ran (µs; measured
-    /// by the callers, engine-wide: filled in by `EngineHandle::stats`).
+    /// by the callers on one decision in
+    /// [`WAKE_SAMPLE_EVERY`](super::state::WAKE_SAMPLE_EVERY), engine-wide: filled in by
+    /// `EngineHandle::stats`).
     pub completion_wake_us: LatencyHistogram,
 }
 

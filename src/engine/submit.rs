@@ -6,7 +6,9 @@
 //! it is about to park (one syscall per park, not per request); a busy core drains its
 //! queue in batches without any syscall.
 //! Must not touch: sockets, the request machine, clocks other than the submit timestamp.
-//! The PDU is encoded here, on the caller's thread; the core adds the tenant/auth TLVs.
+//! The PDU is encoded on the caller's thread, once, into the request's completion slot
+//! (`super::pdu`); the queue carries the slot's index, and the core seals the PDU from
+//! the slot into the datagram it keeps in flight, adding the tenant/auth TLVs.
 
 use std::fmt;
 use std::future::Future;
@@ -21,39 +23,24 @@ use smallvec::SmallVec;
 
 use super::EngineHandle;
 use super::completion::Completion;
+use super::pdu::{self, PduBuf, PduInline};
 use super::stats::Stats;
 use crate::proto::error::{ConfigError, RequestError};
 use crate::proto::ids::{LatencyTracker, Resource};
 use crate::proto::outcome::{Failure, Outcome, Response};
-use crate::proto::wire::{self, EncodeError, GuardSpec, ReportEntry, ResourceSpec};
+use crate::proto::wire::{GuardSpec, ReportEntry, ResourceSpec};
 use crate::udp::Waker;
 
 use crate::sync::{AtomicBool as GateBool, AtomicUsize};
 
-/// PDU bytes kept inline in a submission (larger PDUs go to the heap).
-pub(crate) const PDU_INLINE: usize = 128;
-
-/// An encoded rate-request PDU.
-pub(crate) enum PduBuf {
-    Inline { len: u16, bytes: [u8; PDU_INLINE] },
-    Heap(Box<[u8]>),
-}
-
-impl PduBuf {
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        match self {
-            PduBuf::Inline { len, bytes } => &bytes[..*len as usize],
-            PduBuf::Heap(b) => b,
-        }
-    }
-}
-
 /// What a core receives.
 pub(crate) enum Msg {
+    /// A request whose PDU waits in its completion slot (`SlotPool::write_pdu`), or in
+    /// `heap` when it is too large to be inline.
     Request {
-        pdu: PduBuf,
         slot: u32,
         submitted: Instant,
+        heap: Option<Box<[u8]>>,
     },
     Report(ReportEntry),
     /// Send the pending latency reports now, then answer with the statistics.
@@ -246,79 +233,34 @@ impl<'a> RequestBuilder<'a> {
     }
 
     /// Validates and encodes the request (for [`EngineHandle::submit_batch`]).
-    pub fn build(self) -> Request {
-        let kind = if let Some(e) = self.error {
-            Kind::Invalid(e)
-        } else if self.guards.is_empty() && self.resources.is_empty() {
-            Kind::Empty
-        } else {
-            match encode(
-                self.handle.inner.horizon_ms,
-                self.handle.inner.max_pdu,
-                &self.guards,
-                &self.resources,
-                self.label,
-            ) {
-                Ok(p) => Kind::Encoded(p),
-                Err(e) => Kind::Invalid(e),
+    pub fn build(mut self) -> Request {
+        let kind = match self.local_outcome() {
+            Some(Ok(_)) => Kind::Empty,
+            Some(Err(Failure::Configuration(e))) => Kind::Invalid(e),
+            Some(Err(_)) => unreachable!("local outcomes are grants or configuration errors"),
+            None => {
+                let mut inline = PduInline::EMPTY;
+                match self.write_pdu(&mut inline) {
+                    Ok(None) => Kind::Encoded(PduBuf::Inline(inline)),
+                    Ok(Some(heap)) => Kind::Encoded(PduBuf::Heap(heap)),
+                    Err(e) => Kind::Invalid(e),
+                }
             }
         };
         Request { kind }
     }
 
-    /// Sends the request; the returned future (or its `wait()`) yields the outcome.
-    pub fn send(self) -> Completion {
+    /// Sends the request; the returned future (or its `wait()`) yields the outcome. The
+    /// PDU is encoded straight into the request's completion slot, where its core
+    /// takes it from.
+    pub fn send(mut self) -> Completion {
         let h = self.handle;
-        h.submit(self.build())
+        h.submit_one(&mut self)
     }
 
     /// Sends the request and blocks until its outcome.
     pub fn wait(self) -> Outcome {
         self.send().wait()
-    }
-}
-
-fn encode(
-    horizon_ms: u32,
-    max_pdu: usize,
-    guards: &[GuardSpec],
-    resources: &[ResourceSpec],
-    label: &str,
-) -> Result<PduBuf, ConfigError> {
-    let map = |e: EncodeError| -> ConfigError {
-        match e {
-            EncodeError::LabelTooLong { len } => RequestError::LabelTooLong { len }.into(),
-            EncodeError::TooManyBlocks => RequestError::TooManyBlocks.into(),
-            _ => RequestError::TooLarge {
-                needed: wire::MAX_DATAGRAM + 1,
-                max: wire::MAX_DATAGRAM,
-            }
-            .into(),
-        }
-    };
-    let len = wire::rate_request_pdu_len(guards.len(), resources.len(), label.len())
-        .ok_or(ConfigError::Request(RequestError::TooManyBlocks))?;
-    if len > max_pdu {
-        return Err(RequestError::TooLarge {
-            needed: len + (wire::MAX_DATAGRAM - max_pdu),
-            max: wire::MAX_DATAGRAM,
-        }
-        .into());
-    }
-    if len <= PDU_INLINE {
-        let mut bytes = [0u8; PDU_INLINE];
-        let n = wire::encode_rate_request_pdu(&mut bytes, horizon_ms, guards, resources, label)
-            .map_err(map)?;
-        Ok(PduBuf::Inline {
-            len: n as u16,
-            bytes,
-        })
-    } else {
-        let mut v = vec![0u8; len];
-        let n = wire::encode_rate_request_pdu(&mut v, horizon_ms, guards, resources, label)
-            .map_err(map)?;
-        v.truncate(n);
-        Ok(PduBuf::Heap(v.into_boxed_slice()))
     }
 }
 
@@ -339,15 +281,70 @@ impl fmt::Debug for Request {
     }
 }
 
-impl Request {
-    /// The outcome decided without a core, if any (empty → local grant; invalid).
-    #[allow(clippy::result_large_err)] // Err is the final outcome, returned once
-    pub(crate) fn local_outcome(kind: Kind) -> Result<PduBuf, Outcome> {
-        match kind {
-            Kind::Empty => Err(Ok(Response::local_grant())),
-            Kind::Invalid(e) => Err(Err(Failure::Configuration(e))),
-            Kind::Encoded(p) => Ok(p),
+/// What a submitter hands the engine: an outcome known without a core, or a PDU to
+/// write into the request's completion slot.
+pub(crate) trait Submission {
+    /// The outcome known without a core (a configuration error, or the local grant of
+    /// an empty request), if any; asked once, before a slot is taken.
+    fn local_outcome(&mut self) -> Option<Outcome>;
+
+    /// Writes the encoded PDU into `inline` (in the request's completion slot) when it
+    /// fits; else returns it in a heap buffer.
+    fn write_pdu(&mut self, inline: &mut PduInline) -> Result<Option<Box<[u8]>>, ConfigError>;
+}
+
+impl Submission for RequestBuilder<'_> {
+    /// The outcome known without a core (a configuration error, or the local grant of
+    /// an empty request), if any.
+    fn local_outcome(&mut self) -> Option<Outcome> {
+        if let Some(e) = self.error.take() {
+            return Some(Err(Failure::Configuration(e)));
         }
+        if self.guards.is_empty() && self.resources.is_empty() {
+            return Some(Ok(Response::local_grant()));
+        }
+        let sh = &self.handle.inner;
+        match pdu::check(sh.max_pdu, &self.guards, &self.resources, self.label) {
+            Ok(_) => None,
+            Err(e) => Some(Err(Failure::Configuration(e))),
+        }
+    }
+
+    /// Encodes the request into `inline`, or a heap buffer when it does not fit.
+    fn write_pdu(&mut self, inline: &mut PduInline) -> Result<Option<Box<[u8]>>, ConfigError> {
+        let sh = &self.handle.inner;
+        pdu::encode(
+            inline,
+            sh.horizon_ms,
+            sh.max_pdu,
+            &self.guards,
+            &self.resources,
+            self.label,
+        )
+    }
+}
+
+impl Submission for Request {
+    fn local_outcome(&mut self) -> Option<Outcome> {
+        match std::mem::replace(&mut self.kind, Kind::Empty) {
+            Kind::Empty => Some(Ok(Response::local_grant())),
+            Kind::Invalid(e) => Some(Err(Failure::Configuration(e))),
+            k @ Kind::Encoded(_) => {
+                self.kind = k;
+                None
+            }
+        }
+    }
+
+    fn write_pdu(&mut self, inline: &mut PduInline) -> Result<Option<Box<[u8]>>, ConfigError> {
+        Ok(match std::mem::replace(&mut self.kind, Kind::Empty) {
+            Kind::Encoded(PduBuf::Inline(p)) => {
+                *inline = p;
+                None
+            }
+            Kind::Encoded(PduBuf::Heap(h)) => Some(h),
+            _ => None,
+        })
     }
 }
 
