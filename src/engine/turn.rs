@@ -199,6 +199,11 @@ pub(crate) struct Core {
     counters_dirty: bool,
     /// Some turn did work since the histograms were last published.
     dirty: bool,
+    /// When the current pause began (`None` while turns find work). Under load pauses
+    /// are short and end at the next turn: the histograms, whose copy costs tens of µs,
+    /// are then published every [`PUBLISH_EVERY`](super::PUBLISH_EVERY), not at each
+    /// pause.
+    idle_since: Option<Instant>,
     /// A turn panicked (see the module docs).
     dead: bool,
     wall: WallClock,
@@ -256,6 +261,7 @@ impl Core {
             published_at: now,
             counters_dirty: true,
             dirty: true,
+            idle_since: None,
             dead: false,
             wall: WallClock::new(),
             turn_at: now,
@@ -319,6 +325,7 @@ impl Core {
         if found || got {
             self.dirty = true;
             self.counters_dirty = true;
+            self.idle_since = None;
         }
         self.outcome()
     }
@@ -377,7 +384,8 @@ impl Core {
             return None;
         }
         let now = self.turn_at;
-        let due = self.published_at + PUBLISH_IDLE_EVERY;
+        // a pause lasts from the first turn without work; a turn with work ends it
+        let due = *self.idle_since.get_or_insert(now) + PUBLISH_IDLE_EVERY;
         if due <= now {
             self.publish(now);
             return None;
