@@ -570,7 +570,7 @@ impl CoreState {
         self.wheel.cancel(e.timer);
         self.socks.release(e.sock);
         let pool = &self.pool;
-        if self.decided % WAKE_SAMPLE_EVERY == 0 {
+        if self.decided.is_multiple_of(WAKE_SAMPLE_EVERY) {
             pool.mark_decided(e.slot, now);
         }
         self.decided = self.decided.wrapping_add(1);
