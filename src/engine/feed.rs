@@ -72,10 +72,10 @@ impl CoreFeed {
         out: &mut dyn TransmitSink,
     ) -> bool {
         state.set_membership(self.shared.membership.snapshot());
-        let rx = &self.shared.queues[self.index].rx;
+        let queue = &self.shared.queues[self.index];
         let mut n = 0;
         while n < DRAIN {
-            let Ok(msg) = rx.try_recv() else { break };
+            let Some(msg) = queue.pop() else { break };
             n += 1;
             self.feed(state, now, msg, out);
         }
@@ -117,8 +117,8 @@ impl CoreFeed {
     /// with `Shutdown`, control messages are answered), then every in-flight request
     /// completes with `Shutdown`, and the callers are woken.
     pub fn shutdown(&self, state: &mut CoreState, now: Instant, out: &mut dyn TransmitSink) {
-        let rx = &self.shared.queues[self.index].rx;
-        while let Ok(msg) = rx.try_recv() {
+        let queue = &self.shared.queues[self.index];
+        while let Some(msg) = queue.pop() {
             match msg {
                 Msg::Request { slot, .. } => state.refuse(slot),
                 other => self.feed(state, now, other, out),

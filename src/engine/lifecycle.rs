@@ -91,7 +91,7 @@ impl Engine {
             t0 + Duration::from_millis(u64::from(sh.horizon_ms)) + Duration::from_millis(100);
         let handle = EngineHandle { inner: sh.clone() };
         while Instant::now() < until {
-            let queued: usize = sh.queues.iter().map(|q| q.rx.len()).sum();
+            let queued: usize = sh.queues.iter().map(|q| q.len()).sum();
             let in_flight: u64 = handle
                 .core_stats()
                 .iter()
@@ -139,7 +139,7 @@ impl Engine {
         self.tasks.clear();
         // anything a core could not take (it never started)
         for q in sh.queues.iter() {
-            while let Ok(m) = q.rx.try_recv() {
+            while let Some(m) = q.pop() {
                 turn::fail_msg(sh, m, &Failure::Shutdown);
             }
         }

@@ -11,7 +11,7 @@
 //!  application threads (any runtime)          core i (pinned std thread)
 //!  ─────────────────────────────────          ─────────────────────────────────────────
 //!  RequestBuilder::send() ─ PDU → slot ──┐
-//!   (thread → core affinity)              │  crossbeam bounded queue + udp::Waker
+//!   (thread → core affinity)              │  lock-free array queue + udp::Waker
 //!  EngineHandle::submit_batch()  ─────────┼─▶ (eventfd written only while the core waits)
 //!  EngineHandle::report()  ───────────────┘       │ turn::Core: ≤256/turn into CoreState
 //!        ▲                                        ▼

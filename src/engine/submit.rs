@@ -1,5 +1,5 @@
 //! Submission from any thread: the request builder, the encoded request, and the
-//! per-core queues (crossbeam channel + eventfd wake + parked flag).
+//! per-core queues (a lock-free array queue + eventfd wake + parked flag).
 //!
 //! Owns: [`RequestBuilder`], [`Request`], [`Batch`], the message type cores receive, and
 //! the wake protocol: a submitter writes the core's eventfd only when the core announced
@@ -18,7 +18,8 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::Sender;
+use crossbeam_queue::ArrayQueue;
 use smallvec::SmallVec;
 
 use super::EngineHandle;
@@ -49,10 +50,11 @@ pub(crate) enum Msg {
     Fault,
 }
 
-/// One core's inbound queue.
+/// One core's inbound queue: a bounded lock-free array (a push and a pop are one
+/// compare-and-swap each; nobody ever blocks on it, so a channel's waiting machinery is
+/// not needed).
 pub(crate) struct CoreQueue {
-    pub tx: Sender<Msg>,
-    pub rx: Receiver<Msg>,
+    queue: ArrayQueue<Msg>,
     /// The core's I/O waker (set once by the core when it starts; unset in simulation).
     /// Waking costs a system call only while the core waits.
     pub waker: OnceLock<Arc<Waker>>,
@@ -64,10 +66,8 @@ pub(crate) struct CoreQueue {
 
 impl CoreQueue {
     pub(crate) fn new(capacity: usize) -> std::io::Result<CoreQueue> {
-        let (tx, rx) = crossbeam_channel::bounded(capacity.max(1));
         Ok(CoreQueue {
-            tx,
-            rx,
+            queue: ArrayQueue::new(capacity.max(1)),
             waker: OnceLock::new(),
             stop: AtomicBool::new(false),
             dead: AtomicBool::new(false),
@@ -77,10 +77,22 @@ impl CoreQueue {
     /// Queues without waking; `Err` gives the message back when the queue is full.
     #[allow(clippy::result_large_err)] // the message is handed back, not an error
     pub(crate) fn push(&self, msg: Msg) -> Result<(), Msg> {
-        match self.tx.try_send(msg) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(m)) | Err(TrySendError::Disconnected(m)) => Err(m),
-        }
+        self.queue.push(msg)
+    }
+
+    /// The oldest queued message (the core's side).
+    pub(crate) fn pop(&self) -> Option<Msg> {
+        self.queue.pop()
+    }
+
+    /// True when nothing is queued.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Messages queued now.
+    pub(crate) fn len(&self) -> usize {
+        self.queue.len()
     }
 
     /// Wakes the core: a system call only if it is blocked in its wait.

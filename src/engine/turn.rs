@@ -361,8 +361,7 @@ impl Core {
 
     /// Step 7: the turn's result, and the publication before a pause.
     fn outcome(&mut self) -> Turn {
-        if self.read_all || !self.failed.is_empty() || !self.shared.queues[self.index].rx.is_empty()
-        {
+        if self.read_all || !self.failed.is_empty() || !self.shared.queues[self.index].is_empty() {
             return Turn::Busy;
         }
         let deadline = self.state.poll_timeout();
@@ -445,7 +444,7 @@ impl Core {
         };
         let q = &self.shared.queues[self.index];
         let until = Instant::now() + d;
-        while Instant::now() < until && q.rx.is_empty() {
+        while Instant::now() < until && q.is_empty() {
             std::hint::spin_loop();
         }
     }
@@ -525,7 +524,7 @@ impl Core {
     fn dead_turn<S: Scheduler>(&mut self) -> Turn {
         let q = &self.shared.queues[self.index];
         let f = Failure::CoreFailed { core: self.index };
-        while let Ok(msg) = q.rx.try_recv() {
+        while let Some(msg) = q.pop() {
             fail_msg(&self.shared, msg, &f);
         }
         if q.stop.load(Ordering::SeqCst) {
@@ -554,7 +553,7 @@ impl Core {
             self.state.fail_in_flight(&Failure::Shutdown);
             self.feed.wake_callers(&mut self.state);
         }));
-        while let Ok(msg) = q.rx.try_recv() {
+        while let Some(msg) = q.pop() {
             fail_msg(&self.shared, msg, &Failure::Shutdown);
         }
     }
