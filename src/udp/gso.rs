@@ -258,6 +258,67 @@ impl SendQueue {
     /// longest datagrams first, then in queue order.
     pub(crate) fn build(&mut self, mut info: impl FnMut(SocketId) -> Option<SockInfo>) -> usize {
         debug_assert!(self.groups.is_empty());
+        self.order_pending();
+        let mut cur_info: Option<(SocketId, Option<SockInfo>)> = None;
+        for k in 0..self.order.len() {
+            let slot = self.order[k].1 as usize;
+            let sock = self.socks[slot];
+            let si = match cur_info {
+                Some((s, i)) if s == sock => i,
+                _ => {
+                    let i = info(sock);
+                    cur_info = Some((sock, i));
+                    i
+                }
+            };
+            let Some(si) = si else {
+                self.failures
+                    .push_back((self.tags[slot], io::ErrorKind::NotConnected));
+                self.free.push(slot as u32);
+                continue;
+            };
+            let len = self.lens[slot];
+            let dest = self.dests[slot];
+            let joins = si.gso
+                && self.groups.last().is_some_and(|g| {
+                    g.sock == sock
+                        && g.dest == dest
+                        && !g.closed
+                        && (g.count as usize) < GSO_MAX_SEGMENTS
+                        && (g.bytes + len) as usize <= GSO_MAX_BYTES
+                        && len <= g.seg
+                        && len > 0
+                });
+            if joins {
+                let g = self.groups.last_mut().expect("checked above");
+                g.count += 1;
+                g.bytes += len;
+                g.closed = len < g.seg;
+            } else {
+                self.groups.push(Group {
+                    sock,
+                    seg: len,
+                    start: self.group_slots.len() as u32,
+                    count: 1,
+                    bytes: len,
+                    closed: false,
+                    dest,
+                });
+            }
+            self.group_slots.push(slot as u32);
+        }
+        for g in 0..self.groups.len() {
+            let grp = self.groups[g];
+            let v6 = info(grp.sock).is_some_and(|i| i.v6);
+            self.build_header(g, &grp, v6);
+        }
+        self.groups.len()
+    }
+
+    /// Moves the pending datagrams into `order` in sending order (see [`Self::build`]):
+    /// a counting sort by the rank of their (socket, destination) pair, O(n) unless a
+    /// pair's lengths differ or more than [`RANKED_FLOWS`] pairs are queued.
+    fn order_pending(&mut self) {
         // A counting sort by rank: each datagram's rank first, counting each rank's
         // datagrams and noting whether a ranked pair's lengths differ.
         self.ranks.clear();
@@ -316,60 +377,6 @@ impl SendQueue {
                     .then_with(|| p.cmp(&q))
             });
         }
-        let mut cur_info: Option<(SocketId, Option<SockInfo>)> = None;
-        for k in 0..self.order.len() {
-            let slot = self.order[k].1 as usize;
-            let sock = self.socks[slot];
-            let si = match cur_info {
-                Some((s, i)) if s == sock => i,
-                _ => {
-                    let i = info(sock);
-                    cur_info = Some((sock, i));
-                    i
-                }
-            };
-            let Some(si) = si else {
-                self.failures
-                    .push_back((self.tags[slot], io::ErrorKind::NotConnected));
-                self.free.push(slot as u32);
-                continue;
-            };
-            let len = self.lens[slot];
-            let dest = self.dests[slot];
-            let joins = si.gso
-                && self.groups.last().is_some_and(|g| {
-                    g.sock == sock
-                        && g.dest == dest
-                        && !g.closed
-                        && (g.count as usize) < GSO_MAX_SEGMENTS
-                        && (g.bytes + len) as usize <= GSO_MAX_BYTES
-                        && len <= g.seg
-                        && len > 0
-                });
-            if joins {
-                let g = self.groups.last_mut().expect("checked above");
-                g.count += 1;
-                g.bytes += len;
-                g.closed = len < g.seg;
-            } else {
-                self.groups.push(Group {
-                    sock,
-                    seg: len,
-                    start: self.group_slots.len() as u32,
-                    count: 1,
-                    bytes: len,
-                    closed: false,
-                    dest,
-                });
-            }
-            self.group_slots.push(slot as u32);
-        }
-        for g in 0..self.groups.len() {
-            let grp = self.groups[g];
-            let v6 = info(grp.sock).is_some_and(|i| i.v6);
-            self.build_header(g, &grp, v6);
-        }
-        self.groups.len()
     }
 
     fn build_header(&mut self, g: usize, grp: &Group, v6: bool) {
