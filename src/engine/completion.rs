@@ -49,55 +49,6 @@ const _: () = {
     assert!(align_of::<PduInline>() <= align_of::<Outcome>());
 };
 
-/// A lock-free histogram of microsecond values (log-linear, 8 sub-buckets per power of
-/// two: about 12% resolution), recorded by caller threads without a lock.
-pub(crate) struct AtomicHist {
-    buckets: Box<[std::sync::atomic::AtomicU64]>,
-}
-
-const HIST_BUCKETS: usize = 8 + 34 * 8;
-
-impl AtomicHist {
-    fn new() -> AtomicHist {
-        AtomicHist {
-            buckets: (0..HIST_BUCKETS)
-                .map(|_| std::sync::atomic::AtomicU64::new(0))
-                .collect(),
-        }
-    }
-
-    fn index(v: u64) -> usize {
-        let v = v.min((1 << 37) - 1);
-        if v < 8 {
-            return v as usize;
-        }
-        let e = 63 - v.leading_zeros() as usize; // >= 3
-        8 + (e - 3) * 8 + ((v >> (e - 3)) & 7) as usize
-    }
-
-    fn value(i: usize) -> u64 {
-        if i < 8 {
-            return i as u64;
-        }
-        let (e, sub) = ((i - 8) / 8 + 3, ((i - 8) % 8) as u64);
-        (8 | sub) << (e - 3)
-    }
-
-    pub(crate) fn record(&self, us: u64) {
-        self.buckets[Self::index(us)].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Adds the recorded values into `h` (each at its bucket's lower bound, at least 1).
-    pub(crate) fn add_to(&self, h: &mut super::stats::LatencyHistogram) {
-        for (i, b) in self.buckets.iter().enumerate() {
-            let n = b.load(Ordering::Relaxed);
-            if n > 0 {
-                h.record_n(Self::value(i), n);
-            }
-        }
-    }
-}
-
 // SAFETY: `outcome` and `staged` are written only by the completing core while the state
 // is PENDING or ABANDONED (one owner), and `outcome` is read only by the caller after it
 // observed READY with Acquire ordering (the core's write happens-before its Release store
@@ -116,7 +67,7 @@ pub struct SlotPool {
     slots: Box<[Slot]>,
     free: ArrayQueue<u32>,
     /// Decision to caller-running times (µs), recorded by the callers.
-    pub(crate) wake_us: AtomicHist,
+    pub(crate) wake_us: super::stats::AtomicHist,
 }
 
 impl std::fmt::Debug for SlotPool {
@@ -150,7 +101,7 @@ impl SlotPool {
         Some(Arc::new(SlotPool {
             slots: slots.into_boxed_slice(),
             free,
-            wake_us: AtomicHist::new(),
+            wake_us: super::stats::AtomicHist::new(),
         }))
     }
 
@@ -614,13 +565,7 @@ mod tests {
         let c = Completion::new(pool.clone(), idx);
         pool.complete(idx, Err(Failure::Overloaded));
         assert!(matches!(c.wait(), Err(Failure::Overloaded)));
-        let recorded: u64 = pool
-            .wake_us
-            .buckets
-            .iter()
-            .map(|b| b.load(Ordering::Relaxed))
-            .sum();
-        assert_eq!(recorded, 0, "no wake time without a decision");
+        assert_eq!(pool.wake_us.count(), 0, "no wake time without a decision");
     }
 
     #[test]

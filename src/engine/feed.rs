@@ -43,7 +43,7 @@ impl CoreFeed {
         entropy: super::state::Entropy,
     ) -> Result<CoreState, crate::proto::wire::RngError> {
         let sh = &self.shared;
-        let cfg = super::state::CoreConfig {
+        let cfg = super::config::CoreConfig {
             index: self.index,
             auth: sh.auth.clone(),
             plan: sh.plan,

@@ -38,12 +38,9 @@ use super::reports::Reports;
 use super::sockets::{SocketOp, SocketTable};
 use super::stats::{ROUND_BUCKETS, Stats};
 use super::wheel::{TimerHandle, TimerWheel};
-use crate::proto::machine::{Ignored, Plan, Sends, Snapshot, TransmitKind};
+use crate::proto::machine::{Ignored, Sends, Snapshot, TransmitKind};
 use crate::proto::outcome::{CommError, Failure, Phase, Response};
-use crate::proto::policy::RequestPolicy;
-use crate::proto::wire::{
-    self, Auth, DropReason, RateResponseView, ReportEntry, RngError, TenantView,
-};
+use crate::proto::wire::{self, DropReason, RateResponseView, ReportEntry, RngError, TenantView};
 use crate::udp::SocketId;
 
 /// Submissions a core takes from its queue per turn.
@@ -65,61 +62,7 @@ fn micros(d: Duration) -> u32 {
     d.as_micros().min(u128::from(u32::MAX - 1)) as u32
 }
 
-/// What one core's state is built from, as plain values: the key's authentication, the
-/// request policy and the core's limits. The engine builds it from its validated settings
-/// (`super::feed::CoreFeed`); a simulation or a fuzz target with [`CoreConfig::new`].
-#[derive(Clone)]
-pub struct CoreConfig {
-    /// The core's index.
-    pub(crate) index: usize,
-    /// The key's authentication (seal and open).
-    pub(crate) auth: Auth,
-    /// The policy's constants as the request machines take them.
-    pub(crate) plan: Plan,
-    /// The request policy (its horizon bounds the latency histograms).
-    pub(crate) policy: RequestPolicy,
-    /// Requests in flight at once (1..=2^24; beyond it a request fails `Overloaded`).
-    pub in_flight: usize,
-    /// Most sockets open at once (steering; at least 2).
-    pub max_sockets: usize,
-    /// Latency-report flush interval.
-    pub report_interval: Duration,
-}
-
-impl std::fmt::Debug for CoreConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // the authentication holds key material: never printed
-        f.debug_struct("CoreConfig")
-            .field("index", &self.index)
-            .field("in_flight", &self.in_flight)
-            .field("max_sockets", &self.max_sockets)
-            .field("report_interval", &self.report_interval)
-            .finish_non_exhaustive()
-    }
-}
-
-impl CoreConfig {
-    /// Core `index` for `key` under `policy`, with the engine's default limits; fails
-    /// when the policy exceeds the key's limits (as `EngineBuilder::build` does).
-    pub fn new(
-        index: usize,
-        key: &crate::proto::key::ApiKey,
-        policy: RequestPolicy,
-    ) -> Result<CoreConfig, crate::proto::error::ConfigError> {
-        policy
-            .check_key(key)
-            .map_err(crate::proto::error::ConfigError::Policy)?;
-        Ok(CoreConfig {
-            index,
-            auth: Auth::new(key),
-            plan: Plan::new(&policy),
-            policy,
-            in_flight: super::DEFAULT_IN_FLIGHT,
-            max_sockets: super::sockets::DEFAULT_MAX_SOCKETS,
-            report_interval: super::DEFAULT_REPORT_INTERVAL,
-        })
-    }
-}
+pub use super::config::CoreConfig;
 
 /// The state of one engine core.
 pub struct CoreState {

@@ -3,9 +3,11 @@
 //!
 //! Owns: the per-core counters (plain counters, updated only by the owning core, so no atomics on
 //! the hot path), [`Stats`] (the merged snapshot), [`LatencyHistogram`] (our face of the
-//! HdrHistograms, so no dependency type is public) and the drop-reason indexing.
+//! HdrHistograms, so no dependency type is public), the drop-reason indexing, and
+//! `AtomicHist`, the lock-free histogram the callers record completion-wake times into.
 //! Must not touch: sockets, request state, clocks (latencies are passed in).
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -361,6 +363,61 @@ impl Stats {
         }
         for (a, b) in self.histograms_with(other) {
             a.add(b);
+        }
+    }
+}
+
+/// A lock-free histogram of microsecond values (log-linear, 8 sub-buckets per power of
+/// two: about 12% resolution), recorded by caller threads without a lock.
+pub(crate) struct AtomicHist {
+    buckets: Box<[std::sync::atomic::AtomicU64]>,
+}
+
+const HIST_BUCKETS: usize = 8 + 34 * 8;
+
+impl AtomicHist {
+    pub(crate) fn new() -> AtomicHist {
+        AtomicHist {
+            buckets: (0..HIST_BUCKETS)
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
+        }
+    }
+
+    fn index(v: u64) -> usize {
+        let v = v.min((1 << 37) - 1);
+        if v < 8 {
+            return v as usize;
+        }
+        let e = 63 - v.leading_zeros() as usize; // >= 3
+        8 + (e - 3) * 8 + ((v >> (e - 3)) & 7) as usize
+    }
+
+    fn value(i: usize) -> u64 {
+        if i < 8 {
+            return i as u64;
+        }
+        let (e, sub) = ((i - 8) / 8 + 3, ((i - 8) % 8) as u64);
+        (8 | sub) << (e - 3)
+    }
+
+    pub(crate) fn record(&self, us: u64) {
+        self.buckets[Self::index(us)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Values recorded so far.
+    #[cfg(test)]
+    pub(crate) fn count(&self) -> u64 {
+        self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Adds the recorded values into `h` (each at its bucket's lower bound, at least 1).
+    pub(crate) fn add_to(&self, h: &mut LatencyHistogram) {
+        for (i, b) in self.buckets.iter().enumerate() {
+            let n = b.load(Ordering::Relaxed);
+            if n > 0 {
+                h.record_n(Self::value(i), n);
+            }
         }
     }
 }
