@@ -654,3 +654,88 @@ async fn forward_auth_decides_on_the_original_request() {
     assert_eq!(run_to_exit(cmd).await.0, Some(2));
     r.stop();
 }
+
+/// `method path` on a new connection: the status.
+async fn status_of(addr: SocketAddr, method: &str, path: &str) -> StatusCode {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), client().request(req))
+        .await
+        .expect("answer within 10 s")
+        .expect("HTTP exchange")
+        .status()
+}
+
+/// Polls `log` (at most 5 s) until it contains `needle`; returns the text.
+async fn wait_log(log: &TempFile, needle: &str) -> String {
+    for _ in 0..50 {
+        let text = std::fs::read_to_string(&log.0).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{needle:?} not logged: {}",
+        std::fs::read_to_string(&log.0).unwrap_or_default()
+    );
+}
+
+/// SIGHUP's two outcomes are both logged: a good file "config reloaded" (and applied),
+/// a bad one "config reload refused" naming the line (and the running routes kept). A
+/// route's `methods` restrict it end to end: POST /m limited, GET /m the default (off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_outcomes_are_logged_and_methods_restrict_a_route() {
+    let _s = SERIAL.lock().await;
+    let r = responder(207);
+    let up = upstream().await;
+    let text = |limit: &str| {
+        format!(
+            "upstream = \"http://{}\"\nkey_by = \"path\"\n\n[[route]]\npath = \"/m\"\nmethods = [\"POST\"]\nlimit = {limit}\n",
+            up.addr()
+        )
+    };
+    let file = TempFile::new("methods.toml", &text("\"1/60s\""));
+    let log = TempFile::new("reload.log", "");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+        .env_remove("RUST_LOG")
+        .args(["--config", file.path(), "--endpoint", &endpoint(&r)]);
+    let stderr = std::fs::File::create(&log.0).unwrap();
+    let proxy = start_with_stderr(cmd, stderr.into()).await;
+    let a = proxy.addr();
+    assert_eq!(status_of(a, "POST", "/m").await, StatusCode::OK);
+    assert_eq!(
+        status_of(a, "POST", "/m").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            status_of(a, "GET", "/m").await,
+            StatusCode::OK,
+            "GET is not the route's method: the default, off"
+        );
+    }
+
+    // a good file: applied and logged
+    file.write(&text("\"off\""));
+    proxy.hangup();
+    wait_log(&log, "config reloaded").await;
+    for _ in 0..3 {
+        assert_eq!(status_of(a, "POST", "/m").await, StatusCode::OK);
+    }
+    // a bad file: refused, logged with its line, the running routes kept
+    file.write(&text("\"many\""));
+    proxy.hangup();
+    let logged = wait_log(&log, "config reload refused").await;
+    assert!(logged.contains("line 7"), "{logged}");
+    for _ in 0..3 {
+        assert_eq!(status_of(a, "POST", "/m").await, StatusCode::OK);
+    }
+    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    up.signal(libc::SIGTERM).await;
+    r.stop();
+}

@@ -219,3 +219,80 @@ async fn trust_forwarded_from_the_config_file() {
     up.signal(libc::SIGTERM).await;
     r.stop();
 }
+
+/// A chain through several trusted proxies, end to end: `--trust-forwarded` twice
+/// (127.0.0.2/32 and 10.0.0.0/8). From the trusted peer the client is the rightmost
+/// address that is not itself trusted, in `X-Forwarded-For` or in `Forwarded`
+/// (RFC 7239, which wins when both are present); from the untrusted peer `Forwarded`
+/// is ignored like `X-Forwarded-For`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_and_trusted_hops_end_to_end() {
+    let _s = SERIAL.lock().await;
+    let r = responder(304);
+    let up = upstream().await;
+    let ep = endpoint(&r);
+    let proxy = start(proxy_cmd(
+        &up,
+        &[
+            "--endpoint",
+            &ep,
+            "--limit",
+            "1/60s",
+            "--key-by",
+            "ip",
+            "--trust-forwarded",
+            "127.0.0.2/32",
+            "--trust-forwarded",
+            "10.0.0.0/8",
+        ],
+    ))
+    .await;
+    let a = proxy.addr();
+    // X-Forwarded-For: the trusted hop 10.1.2.3 is skipped, 198.51.100.20 is the client
+    let h = [("x-forwarded-for", "203.0.113.7, 198.51.100.20, 10.1.2.3")];
+    assert_eq!(status_from(TRUSTED, a, &h).await, StatusCode::OK);
+    let h = [("x-forwarded-for", "198.51.100.20")];
+    assert_eq!(
+        status_from(TRUSTED, a, &h).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the same client without the trusted hop: the same bucket"
+    );
+    // Forwarded: the same rule, and it wins over X-Forwarded-For
+    let h = [
+        ("forwarded", "for=198.51.100.30;proto=http, for=10.9.9.9"),
+        ("x-forwarded-for", "198.51.100.20"),
+    ];
+    assert_eq!(
+        status_from(TRUSTED, a, &h).await,
+        StatusCode::OK,
+        "Forwarded names 198.51.100.30, not X-Forwarded-For's exhausted client"
+    );
+    let h = [("forwarded", "for=\"198.51.100.30:4711\"")];
+    assert_eq!(
+        status_from(TRUSTED, a, &h).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "198.51.100.30's bucket, with a port"
+    );
+    // an untrusted peer's Forwarded is ignored: its own address is the key
+    let h = [("forwarded", "for=198.51.100.40")];
+    assert_eq!(status_from(UNTRUSTED, a, &h).await, StatusCode::OK);
+    let h = [("forwarded", "for=198.51.100.41")];
+    assert_eq!(
+        status_from(UNTRUSTED, a, &h).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "an untrusted peer's Forwarded is ignored"
+    );
+    // the upstream still gets X-Forwarded-For with the peer appended
+    let resp = get_from(
+        TRUSTED,
+        a,
+        "/echo/xff",
+        &[("x-forwarded-for", "198.51.100.50, 10.1.2.3")],
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.body().as_ref(), b"198.51.100.50, 10.1.2.3, 127.0.0.2");
+    assert_eq!(proxy.signal(libc::SIGTERM).await.code(), Some(0));
+    up.signal(libc::SIGTERM).await;
+    r.stop();
+}

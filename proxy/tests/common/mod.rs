@@ -65,10 +65,13 @@ impl Proc {
 }
 
 /// Starts `cmd` and reads its readiness line.
-pub async fn start(mut cmd: Command) -> Proc {
-    cmd.stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
+pub async fn start(cmd: Command) -> Proc {
+    start_with_stderr(cmd, Stdio::inherit()).await
+}
+
+/// [`start`] with the process's standard error sent to `stderr` (a log file).
+pub async fn start_with_stderr(mut cmd: Command, stderr: Stdio) -> Proc {
+    cmd.stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true);
     let mut child = cmd.spawn().expect("spawn");
     let stdout = child.stdout.take().unwrap();
     let mut line = String::new();
