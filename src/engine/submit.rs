@@ -244,13 +244,26 @@ impl<'a> RequestBuilder<'a> {
         self.label(label)
     }
 
+    /// The first configuration error (recorded by a builder method, or found by
+    /// [`pdu::check`]), else what the request is.
+    fn validate(&mut self) -> Result<Shape, ConfigError> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        if self.guards.is_empty() && self.resources.is_empty() {
+            return Ok(Shape::Empty);
+        }
+        let sh = &self.handle.inner;
+        pdu::check(sh.max_pdu, &self.guards, &self.resources, self.label)?;
+        Ok(Shape::Pdu)
+    }
+
     /// Validates and encodes the request (for [`EngineHandle::submit_batch`]).
     pub fn build(mut self) -> Request {
-        let kind = match self.local_outcome() {
-            Some(Ok(_)) => Kind::Empty,
-            Some(Err(Failure::Configuration(e))) => Kind::Invalid(e),
-            Some(Err(_)) => unreachable!("local outcomes are grants or configuration errors"),
-            None => {
+        let kind = match self.validate() {
+            Ok(Shape::Empty) => Kind::Empty,
+            Err(e) => Kind::Invalid(e),
+            Ok(Shape::Pdu) => {
                 let mut inline = PduInline::EMPTY;
                 match self.write_pdu(&mut inline) {
                     Ok(None) => Kind::Encoded(PduBuf::Inline(inline)),
@@ -274,6 +287,12 @@ impl<'a> RequestBuilder<'a> {
     pub fn wait(self) -> Outcome {
         self.send().wait()
     }
+}
+
+/// A valid request: empty (granted locally) or with a PDU to send.
+enum Shape {
+    Empty,
+    Pdu,
 }
 
 pub(crate) enum Kind {
@@ -309,15 +328,9 @@ impl Submission for RequestBuilder<'_> {
     /// The outcome known without a core (a configuration error, or the local grant of
     /// an empty request), if any.
     fn local_outcome(&mut self) -> Option<Outcome> {
-        if let Some(e) = self.error.take() {
-            return Some(Err(Failure::Configuration(e)));
-        }
-        if self.guards.is_empty() && self.resources.is_empty() {
-            return Some(Ok(Response::local_grant()));
-        }
-        let sh = &self.handle.inner;
-        match pdu::check(sh.max_pdu, &self.guards, &self.resources, self.label) {
-            Ok(_) => None,
+        match self.validate() {
+            Ok(Shape::Empty) => Some(Ok(Response::local_grant())),
+            Ok(Shape::Pdu) => None,
             Err(e) => Some(Err(Failure::Configuration(e))),
         }
     }
