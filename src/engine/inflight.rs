@@ -273,37 +273,13 @@ impl InFlight {
         }
     }
 
-    /// Removes an entry (give its datagram back with [`InFlight::recycle`]).
-    pub(crate) fn remove(&mut self, key: Key) -> Option<Entry> {
-        match self.cells.get(key.idx as usize)? {
-            Cell::Occupied(e) if e.generation == key.generation => {}
-            _ => return None,
-        }
-        let g = key.generation.wrapping_add(1);
-        let c = std::mem::replace(
-            &mut self.cells[key.idx as usize],
-            Cell::Vacant {
-                generation: g,
-                next: self.free,
-            },
-        );
-        self.free = key.idx;
-        self.len -= 1;
-        match c {
-            Cell::Occupied(e) => Some(e),
-            Cell::Vacant { .. } => None,
-        }
-    }
-
     /// Removes an entry in place (nothing is moved out) and gives its datagram back.
     pub(crate) fn discard(&mut self, key: Key) {
-        let cell = match self.cells.get_mut(key.idx as usize) {
-            Some(c @ Cell::Occupied(_)) if c.generation() == key.generation => c,
+        let pooled = match self.cells.get(key.idx as usize) {
+            Some(Cell::Occupied(e)) if e.generation == key.generation => e.dgram.pool_index(),
             _ => return,
         };
-        if let Cell::Occupied(e) = cell
-            && let Some(i) = e.dgram.pool_index()
-        {
+        if let Some(i) = pooled {
             self.big_free.push(i as u32);
         }
         self.push_free(key.idx, key.generation.wrapping_add(1));

@@ -66,18 +66,17 @@ pub(crate) fn check(
     Ok(len)
 }
 
-/// Validates and encodes a rate request: into `inline` when it fits (the encoder writes
-/// every byte of the PDU, so a reused store needs no clearing), else into the heap
-/// buffer it returns.
+/// Encodes a rate request of `len` bytes, the length [`check`] returned for it: into
+/// `inline` when it fits (the encoder writes every byte of the PDU, so a reused store
+/// needs no clearing), else into the heap buffer it returns.
 pub(crate) fn encode(
     inline: &mut PduInline,
+    len: usize,
     horizon_ms: u32,
-    max_pdu: usize,
     guards: &[GuardSpec],
     resources: &[ResourceSpec],
     label: &str,
 ) -> Result<Option<Box<[u8]>>, ConfigError> {
-    let len = check(max_pdu, guards, resources, label)?;
     if len <= PDU_INLINE {
         let n =
             wire::encode_rate_request_pdu(&mut inline.bytes, horizon_ms, guards, resources, label)
@@ -126,18 +125,32 @@ mod tests {
             let label = "a-label";
             let mut fresh = PduInline::EMPTY;
             assert!(
-                encode(&mut fresh, 60, 1100, &[], &rs, label)
-                    .unwrap()
-                    .is_none()
+                encode(
+                    &mut fresh,
+                    check(1100, &[], &rs, label).unwrap(),
+                    60,
+                    &[],
+                    &rs,
+                    label
+                )
+                .unwrap()
+                .is_none()
             );
             let mut dirty = PduInline {
                 len: 7,
                 bytes: [0xAA; PDU_INLINE],
             };
             assert!(
-                encode(&mut dirty, 60, 1100, &[], &rs, label)
-                    .unwrap()
-                    .is_none()
+                encode(
+                    &mut dirty,
+                    check(1100, &[], &rs, label).unwrap(),
+                    60,
+                    &[],
+                    &rs,
+                    label
+                )
+                .unwrap()
+                .is_none()
             );
             assert_eq!(fresh.as_slice(), dirty.as_slice(), "{n} resources");
             let len = wire::rate_request_pdu_len(0, n, label.len()).unwrap();
@@ -149,9 +162,16 @@ mod tests {
     fn large_pdus_go_to_the_heap() {
         let rs: Vec<_> = (0..8).map(resource).collect();
         let mut inline = PduInline::EMPTY;
-        let heap = encode(&mut inline, 60, 1100, &[], &rs, "")
-            .unwrap()
-            .unwrap();
+        let heap = encode(
+            &mut inline,
+            check(1100, &[], &rs, "").unwrap(),
+            60,
+            &[],
+            &rs,
+            "",
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(heap.len(), wire::rate_request_pdu_len(0, 8, 0).unwrap());
         assert!(heap.len() > PDU_INLINE);
         assert!(

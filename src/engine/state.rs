@@ -689,11 +689,11 @@ impl CoreState {
     /// callers are woken through [`CoreState::take_wakes`]).
     pub(crate) fn fail_in_flight(&mut self, f: &Failure) {
         for key in self.inflight.keys() {
-            if let Some(e) = self.inflight.remove(key) {
+            if let Some(e) = self.inflight.get_mut(key) {
                 self.stats.completions += 1;
                 self.pool
                     .complete_to(e.slot, Err(f.clone()), Some(&mut self.wakes));
-                self.inflight.recycle(e.dgram);
+                self.inflight.discard(key);
             }
         }
     }

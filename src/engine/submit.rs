@@ -158,6 +158,8 @@ pub struct RequestBuilder<'a> {
     resources: SmallVec<[ResourceSpec; 2]>,
     label: &'a str,
     error: Option<ConfigError>,
+    /// The PDU's length once [`pdu::check`] accepted it (the encoder trusts it).
+    pdu_len: usize,
 }
 
 impl fmt::Debug for RequestBuilder<'_> {
@@ -179,6 +181,7 @@ impl<'a> RequestBuilder<'a> {
             resources: SmallVec::new(),
             label: "",
             error: None,
+            pdu_len: 0,
         }
     }
 
@@ -254,8 +257,8 @@ impl<'a> RequestBuilder<'a> {
             return Ok(Shape::Empty);
         }
         let sh = &self.handle.inner;
-        pdu::check(sh.max_pdu, &self.guards, &self.resources, self.label)?;
-        Ok(Shape::Pdu)
+        let len = pdu::check(sh.max_pdu, &self.guards, &self.resources, self.label)?;
+        Ok(Shape::Pdu(len))
     }
 
     /// Validates and encodes the request (for [`EngineHandle::submit_batch`]).
@@ -263,7 +266,8 @@ impl<'a> RequestBuilder<'a> {
         let kind = match self.validate() {
             Ok(Shape::Empty) => Kind::Empty,
             Err(e) => Kind::Invalid(e),
-            Ok(Shape::Pdu) => {
+            Ok(Shape::Pdu(len)) => {
+                self.pdu_len = len;
                 let mut inline = PduInline::EMPTY;
                 match self.write_pdu(&mut inline) {
                     Ok(None) => Kind::Encoded(PduBuf::Inline(inline)),
@@ -289,10 +293,10 @@ impl<'a> RequestBuilder<'a> {
     }
 }
 
-/// A valid request: empty (granted locally) or with a PDU to send.
+/// A valid request: empty (granted locally) or with a PDU of this many bytes to send.
 enum Shape {
     Empty,
-    Pdu,
+    Pdu(usize),
 }
 
 pub(crate) enum Kind {
@@ -330,18 +334,21 @@ impl Submission for RequestBuilder<'_> {
     fn local_outcome(&mut self) -> Option<Outcome> {
         match self.validate() {
             Ok(Shape::Empty) => Some(Ok(Response::local_grant())),
-            Ok(Shape::Pdu) => None,
+            Ok(Shape::Pdu(len)) => {
+                self.pdu_len = len;
+                None
+            }
             Err(e) => Some(Err(Failure::Configuration(e))),
         }
     }
 
-    /// Encodes the request into `inline`, or a heap buffer when it does not fit.
+    /// Encodes the request (checked by `local_outcome`) into `inline`, or a heap buffer
+    /// when it does not fit.
     fn write_pdu(&mut self, inline: &mut PduInline) -> Result<Option<Box<[u8]>>, ConfigError> {
-        let sh = &self.handle.inner;
         pdu::encode(
             inline,
-            sh.horizon_ms,
-            sh.max_pdu,
+            self.pdu_len,
+            self.handle.inner.horizon_ms,
             &self.guards,
             &self.resources,
             self.label,
