@@ -8,6 +8,7 @@
 //! milliseconds ([`latency_ms`] for the latency values). Must not touch: I/O, keys, wire
 //! framing, per-request state.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use blake2::{Blake2s256, Digest};
@@ -89,7 +90,9 @@ pub fn latency_ms(d: Duration, field: LatencyField) -> Result<u32, RequestError>
 /// The same name with other settings is another bucket.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Resource {
-    name: String,
+    /// Shared, so a clone (a request per HTTP request in the tower layer) costs a
+    /// reference count, not an allocation.
+    name: Arc<str>,
     window_ms: u32,
     rate_limit: u32,
     id: [u8; 16],
@@ -118,7 +121,7 @@ impl Resource {
         })?;
         let id = bucket_id(name.as_bytes(), window_ms, rate_limit);
         Ok(Resource {
-            name,
+            name: name.into(),
             window_ms,
             rate_limit,
             id,
@@ -150,7 +153,8 @@ impl Resource {
 /// population. The same name with other settings is another tracker.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LatencyTracker {
-    name: String,
+    /// Shared, as [`Resource`]'s.
+    name: Arc<str>,
     ttl_ms: u32,
     max_samples: u32,
     min_samples: u32,
@@ -186,7 +190,7 @@ impl LatencyTracker {
         }
         let id = tracker_id(name.as_bytes(), ttl_ms, max_samples, min_samples);
         Ok(LatencyTracker {
-            name,
+            name: name.into(),
             ttl_ms,
             max_samples,
             min_samples,

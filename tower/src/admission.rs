@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use ratelimitly_engine::{
     Completion, Engine, EngineHandle, LatencyTracker, Outcome, Resource, ResourceResult,
 };
@@ -46,8 +48,9 @@ pub enum Verdict {
 pub struct Decided {
     /// Everything was consumed.
     pub granted: bool,
-    /// The per-resource results, in the server's order (match them by bucket id).
-    pub resources: Vec<ResourceResult>,
+    /// The per-resource results, in the server's order (match them by bucket id);
+    /// inline up to two, so a decision needs no allocation.
+    pub resources: SmallVec<[ResourceResult; 2]>,
 }
 
 impl Decided {
@@ -80,7 +83,7 @@ impl Verdict {
         match outcome {
             Ok(r) => Verdict::Decided(Decided {
                 granted: r.is_granted(),
-                resources: r.resource_results().to_vec(),
+                resources: r.resource_results().into(),
             }),
             Err(f) => match FailureKind::of(f) {
                 Some(kind) => Verdict::Failed(kind),

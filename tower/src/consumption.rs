@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use http::header::HeaderName;
 use ratelimitly_engine::{LatencyTracker, Resource};
+use smallvec::SmallVec;
 
 use crate::failure::FailureKind;
 use crate::forwarded::{TrustedProxies, client_ip};
@@ -27,7 +28,8 @@ use crate::forwarded::{TrustedProxies, client_ip};
 /// the service.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Consumption {
-    resources: Vec<(Resource, u32)>,
+    /// Inline up to two, so a request's consumption needs no allocation.
+    resources: SmallVec<[(Resource, u32); 2]>,
     guards: Vec<(LatencyTracker, Duration)>,
     label: Cow<'static, str>,
     failure: Option<FailureKind>,
@@ -261,8 +263,26 @@ pub struct Keyed {
     guards: Vec<(LatencyTracker, Duration)>,
     label: Cow<'static, str>,
     trusted: Arc<TrustedProxies>,
-    buckets: Arc<Mutex<HashMap<Box<str>, Resource>>>,
+    buckets: Arc<Mutex<Buckets>>,
     warned_no_addr: Arc<AtomicBool>,
+}
+
+/// The cached buckets: by key text, and for [`KeyBy::ClientIp`] by address, so a
+/// known client costs a lookup with no formatting.
+#[derive(Debug, Default)]
+struct Buckets {
+    by_key: HashMap<Box<str>, Resource>,
+    by_ip: HashMap<IpAddr, Resource>,
+}
+
+impl Buckets {
+    /// Makes room for one more (the cache starts over when full).
+    fn room(&mut self) {
+        if self.by_key.len() + self.by_ip.len() >= BUCKET_CACHE {
+            self.by_key.clear();
+            self.by_ip.clear();
+        }
+    }
 }
 
 /// Most keys whose bucket a [`Keyed`] keeps.
@@ -328,15 +348,7 @@ impl Keyed {
         f: impl FnOnce(&str) -> R,
     ) -> Option<R> {
         let raw: Cow<'a, str> = match &self.key_by {
-            KeyBy::ClientIp => {
-                let peer = peer_addr(request)?;
-                let addr = if self.trusted.is_empty() {
-                    peer.ip()
-                } else {
-                    client_ip(peer.ip(), request.headers(), &self.trusted)
-                };
-                Cow::Borrowed(ip.format(addr))
-            }
+            KeyBy::ClientIp => Cow::Borrowed(ip.format(self.client_addr(request)?)),
             KeyBy::Header(name) => request
                 .headers()
                 .get(name)
@@ -351,23 +363,50 @@ impl Keyed {
         Some(f(&raw[..end]))
     }
 
-    /// The bucket of `key`: from the cache, or made and cached. `None` when the engine
-    /// refuses its name (never for a [`Limit`] that parsed).
+    /// The client address of `request` for [`KeyBy::ClientIp`]; `None` without a peer
+    /// address.
+    fn client_addr<B>(&self, request: &http::Request<B>) -> Option<IpAddr> {
+        let peer = peer_addr(request)?;
+        Some(if self.trusted.is_empty() {
+            peer.ip()
+        } else {
+            client_ip(peer.ip(), request.headers(), &self.trusted)
+        })
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, Buckets> {
+        self.buckets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new bucket for `key`. `None` when the engine refuses its name (never for a
+    /// [`Limit`] that parsed).
+    fn new_bucket(&self, key: &str) -> Option<Resource> {
+        let name = format!("{}:{key}", self.prefix);
+        Resource::new(name, self.limit.window, self.limit.count).ok()
+    }
+
+    /// The bucket of `key`: from the cache, or made and cached.
     fn bucket(&self, key: &str) -> Option<Resource> {
-        let mut cache = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(r) = cache.get(key) {
+        if let Some(r) = self.cache().by_key.get(key) {
             return Some(r.clone());
         }
-        let r = Resource::new(
-            format!("{}:{key}", self.prefix),
-            self.limit.window,
-            self.limit.count,
-        )
-        .ok()?;
-        if cache.len() >= BUCKET_CACHE {
-            cache.clear();
+        let r = self.new_bucket(key)?;
+        let mut cache = self.cache();
+        cache.room();
+        cache.by_key.insert(key.into(), r.clone());
+        Some(r)
+    }
+
+    /// The bucket of client address `addr`: from the cache, or made (its key the
+    /// address's text, as [`Keyed::key_of`] gives it) and cached.
+    fn bucket_of_ip(&self, addr: IpAddr) -> Option<Resource> {
+        if let Some(r) = self.cache().by_ip.get(&addr) {
+            return Some(r.clone());
         }
-        cache.insert(key.into(), r.clone());
+        let r = self.new_bucket(IpText::default().format(addr))?;
+        let mut cache = self.cache();
+        cache.room();
+        cache.by_ip.insert(addr, r.clone());
         Some(r)
     }
 }
@@ -400,8 +439,11 @@ impl<B> Classify<B> for Keyed {
         let mut c = Consumption::new().label(self.label.clone());
         // A name or limit the engine refuses shows up as an invalid request (500), not
         // as a panic: Resource::new only fails on limits Limit::new already refused.
-        let mut ip = IpText::default();
-        match self.with_key(request, &mut ip, |key| self.bucket(key)) {
+        let bucket = match self.key_by {
+            KeyBy::ClientIp => self.client_addr(request).map(|a| self.bucket_of_ip(a)),
+            _ => self.with_key(request, &mut IpText::default(), |key| self.bucket(key)),
+        };
+        match bucket {
             Some(Some(r)) => c = c.consume(r, 1),
             Some(None) => {}
             None => {
@@ -509,7 +551,7 @@ mod tests {
                 assert_eq!(c.resources()[0].0, want, "{addr}");
             }
         }
-        assert_eq!(k.buckets.lock().unwrap().len(), 2);
+        assert_eq!(k.buckets.lock().unwrap().by_ip.len(), 2);
         // a clone with another prefix does not see the first one's buckets
         let other = k.clone().prefix("api");
         let mut req = http::Request::get("/").body(()).unwrap();
@@ -526,6 +568,6 @@ mod tests {
                 format!("http:/{i}")
             );
         }
-        assert!(k.buckets.lock().unwrap().len() <= BUCKET_CACHE);
+        assert!(k.buckets.lock().unwrap().by_key.len() <= BUCKET_CACHE);
     }
 }

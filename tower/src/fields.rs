@@ -14,10 +14,10 @@
 //! Owns: [`PolicyState`] and the formatting of both fields. Must not touch: the engine,
 //! requests. Reused by `rl-proxy`.
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use http::HeaderValue;
+use smallvec::SmallVec;
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: http::header::HeaderName =
@@ -41,79 +41,176 @@ pub struct PolicyState {
     pub reset: Option<Duration>,
 }
 
+/// A policy's name as the fields write it: `base`, or `base-index` when an earlier
+/// policy of the same request has the same base.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Name<'a> {
+    pub base: &'a str,
+    pub index: Option<usize>,
+}
+
+impl std::fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.index {
+            Some(i) => write!(f, "{}-{i}", self.base),
+            None => f.write_str(self.base),
+        }
+    }
+}
+
+/// One policy, borrowed: what a [`PolicyState`] owns, or what the service reads from a
+/// request's consumption and verdict without building one. Both fields are written from
+/// these, so the layer's grant path formats them with no intermediate strings.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Policy<'a> {
+    pub name: Name<'a>,
+    pub quota: u32,
+    pub window: Duration,
+    pub remaining: Option<u32>,
+    pub reset: Option<Duration>,
+}
+
+impl<'a> From<&'a PolicyState> for Policy<'a> {
+    fn from(p: &'a PolicyState) -> Self {
+        Policy {
+            name: Name {
+                base: &p.name,
+                index: None,
+            },
+            quota: p.quota,
+            window: p.window,
+            remaining: p.remaining,
+            reset: p.reset,
+        }
+    }
+}
+
 /// Whole seconds, rounded up, at least 1 (the `Retry-After`, `w` and `t` rule).
 pub fn whole_secs_up(d: Duration) -> u64 {
     (d.as_nanos().div_ceil(1_000_000_000).max(1)).min(u128::from(u64::MAX)) as u64
 }
 
-/// `name` as a structured-field String: printable ASCII kept (`"` and `\` escaped),
-/// anything else replaced with `_`; empty becomes `"default"`.
-fn sf_string(out: &mut String, name: &str) {
-    out.push('"');
-    if name.is_empty() {
-        out.push_str("default");
-    }
-    for c in name.chars().take(64) {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
+/// A field value being written: on the stack up to 256 bytes (a request's few
+/// policies), copied once into the `HeaderValue`.
+type Value = SmallVec<[u8; 256]>;
+
+fn num(out: &mut Value, n: impl itoa::Integer) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// `name` as a structured-field String: printable ASCII kept (`"` and `\\` escaped),
+/// anything else replaced with `_`, at most 64 characters; an empty base becomes
+/// `"default"`.
+fn sf_string(out: &mut Value, name: Name<'_>) {
+    out.push(b'"');
+    let mut digits = itoa::Buffer::new();
+    let suffix = name.index.map_or("", |i| digits.format(i));
+    let plain = |b: &u8| (b' '..=b'~').contains(b) && *b != b'"' && *b != b'\\';
+    if name.base.is_empty() && name.index.is_none() {
+        out.extend_from_slice(b"default");
+    } else if name.base.len() + suffix.len() < 64 && name.base.as_bytes().iter().all(plain) {
+        // the usual name (a bucket prefix): copied whole
+        out.extend_from_slice(name.base.as_bytes());
+        if name.index.is_some() {
+            out.push(b'-');
+            out.extend_from_slice(suffix.as_bytes());
+        }
+    } else {
+        let dash = if name.index.is_some() { "-" } else { "" };
+        for c in name
+            .base
+            .chars()
+            .chain(dash.chars())
+            .chain(suffix.chars())
+            .take(64)
+        {
+            match c {
+                '"' | '\\' => {
+                    out.push(b'\\');
+                    out.push(c as u8);
+                }
+                ' '..='~' => out.push(c as u8),
+                _ => out.push(b'_'),
             }
-            ' '..='~' => out.push(c),
-            _ => out.push('_'),
         }
     }
-    out.push('"');
+    out.push(b'"');
+}
+
+fn value(v: &Value) -> Option<HeaderValue> {
+    if v.is_empty() {
+        return None;
+    }
+    HeaderValue::from_bytes(v).ok()
+}
+
+/// The `RateLimit-Policy` value of `policies`: `"NAME";q=Q;w=W, ...`. `None` for none.
+fn policy_of<'a>(policies: impl Iterator<Item = Policy<'a>>) -> Option<HeaderValue> {
+    let mut s = Value::new();
+    for p in policies {
+        if !s.is_empty() {
+            s.extend_from_slice(b", ");
+        }
+        sf_string(&mut s, p.name);
+        s.extend_from_slice(b";q=");
+        num(&mut s, p.quota);
+        s.extend_from_slice(b";w=");
+        num(&mut s, whole_secs_up(p.window));
+    }
+    value(&s)
+}
+
+/// The `RateLimit` value of `policies`: `"NAME";r=R;t=T, ...` for those whose remaining
+/// quota is known. `None` when none is.
+fn ratelimit_of<'a>(policies: impl Iterator<Item = Policy<'a>>) -> Option<HeaderValue> {
+    let mut s = Value::new();
+    for p in policies {
+        let Some(r) = p.remaining else { continue };
+        if !s.is_empty() {
+            s.extend_from_slice(b", ");
+        }
+        sf_string(&mut s, p.name);
+        s.extend_from_slice(b";r=");
+        num(&mut s, r);
+        if let Some(t) = p.reset {
+            s.extend_from_slice(b";t=");
+            num(&mut s, whole_secs_up(t));
+        }
+    }
+    value(&s)
 }
 
 /// The `RateLimit-Policy` value: `"NAME";q=Q;w=W, ...`. `None` for no policies.
 pub fn policy_value(policies: &[PolicyState]) -> Option<HeaderValue> {
-    if policies.is_empty() {
-        return None;
-    }
-    let mut s = String::new();
-    for (i, p) in policies.iter().enumerate() {
-        if i > 0 {
-            s.push_str(", ");
-        }
-        sf_string(&mut s, &p.name);
-        let _ = write!(s, ";q={};w={}", p.quota, whole_secs_up(p.window));
-    }
-    HeaderValue::from_str(&s).ok()
+    policy_of(policies.iter().map(Policy::from))
 }
 
 /// The `RateLimit` value: `"NAME";r=R;t=T, ...` for the policies whose remaining quota
 /// is known. `None` when none is.
 pub fn ratelimit_value(policies: &[PolicyState]) -> Option<HeaderValue> {
-    let mut s = String::new();
-    for p in policies {
-        let Some(r) = p.remaining else { continue };
-        if !s.is_empty() {
-            s.push_str(", ");
-        }
-        sf_string(&mut s, &p.name);
-        let _ = write!(s, ";r={r}");
-        if let Some(t) = p.reset {
-            let _ = write!(s, ";t={}", whole_secs_up(t));
-        }
-    }
-    if s.is_empty() {
-        return None;
-    }
-    HeaderValue::from_str(&s).ok()
+    ratelimit_of(policies.iter().map(Policy::from))
 }
 
 /// Sets both fields on `headers` unless already there.
 pub fn insert(headers: &mut http::HeaderMap, policies: &[PolicyState]) {
-    if !headers.contains_key(RATELIMIT_POLICY)
-        && let Some(v) = policy_value(policies)
+    insert_each(headers, policies.iter().map(Policy::from));
+}
+
+/// [`insert`] from borrowed policies.
+pub(crate) fn insert_each<'a>(
+    headers: &mut http::HeaderMap,
+    policies: impl Iterator<Item = Policy<'a>> + Clone,
+) {
+    use http::header::Entry;
+    if let Entry::Vacant(e) = headers.entry(RATELIMIT_POLICY)
+        && let Some(v) = policy_of(policies.clone())
     {
-        headers.insert(RATELIMIT_POLICY, v);
+        e.insert(v);
     }
-    if !headers.contains_key(RATELIMIT)
-        && let Some(v) = ratelimit_value(policies)
+    if let Entry::Vacant(e) = headers.entry(RATELIMIT)
+        && let Some(v) = ratelimit_of(policies)
     {
-        headers.insert(RATELIMIT, v);
+        e.insert(v);
     }
 }
 

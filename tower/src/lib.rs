@@ -209,6 +209,8 @@ pub use crate::service::{
 #[allow(deprecated)]
 pub use crate::service::{RateLimit, RateLimitLayer};
 pub use crate::verify::{EndpointCheck, EndpointProblem, verify};
+/// The small-vector crate of [`Decided::resources`].
+pub use smallvec;
 
 /// The engine crate, for what this crate does not re-export.
 pub use ratelimitly_engine as engine;

@@ -25,8 +25,9 @@ use crate::admission::{Admission, EngineAdmission, EngineRef, Verdict, whole_ms_
 use crate::breaker::{Breaker, CircuitBreaker, FailureLog, Gate};
 use crate::consumption::{Classify, Consumption};
 use crate::failure::{FailureKind, FailurePolicy, OnFailure};
-use crate::fields::{self, PolicyState, whole_secs_up};
+use crate::fields::{self, Name, Policy, PolicyState, whole_secs_up};
 use crate::metrics::LayerMetrics;
+use ratelimitly_engine::{Resource, ResourceResult};
 
 /// Default limit of admission decisions pending at once across all clones of one layer.
 pub const DEFAULT_MAX_PENDING: usize = 4096;
@@ -232,12 +233,14 @@ impl<S, A: Clone, C> Layer<S> for AdmissionLayer<A, C> {
     fn layer(&self, inner: S) -> AdmissionService<S, A, C> {
         AdmissionService {
             inner,
-            admission: self.admission.clone(),
-            classify: self.classify.clone(),
-            settings: self.settings.clone(),
-            metrics: self.metrics.clone(),
-            breaker: self.breaker.clone(),
-            log: self.log.clone(),
+            shared: Arc::new(Shared {
+                admission: self.admission.clone(),
+                classify: self.classify.clone(),
+                settings: self.settings.clone(),
+                metrics: self.metrics.clone(),
+                breaker: self.breaker.clone(),
+                log: self.log.clone(),
+            }),
             semaphore: PollSemaphore::new(self.permits.clone()),
             permit: None,
         }
@@ -252,26 +255,28 @@ impl<S, A: Clone, C> Layer<S> for AdmissionLayer<A, C> {
 /// readiness.
 pub struct AdmissionService<S, A, C> {
     inner: S,
+    /// What a request's future needs besides the inner service: one reference count
+    /// per request instead of one per part.
+    shared: Arc<Shared<A, C>>,
+    semaphore: PollSemaphore,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+/// The layer's parts a service and its futures share.
+struct Shared<A, C> {
     admission: A,
     classify: Arc<C>,
     settings: Arc<Settings>,
     metrics: Arc<LayerMetrics>,
     breaker: Arc<Breaker>,
     log: Arc<FailureLog>,
-    semaphore: PollSemaphore,
-    permit: Option<OwnedSemaphorePermit>,
 }
 
 impl<S: Clone, A: Clone, C> Clone for AdmissionService<S, A, C> {
     fn clone(&self) -> Self {
         AdmissionService {
             inner: self.inner.clone(),
-            admission: self.admission.clone(),
-            classify: self.classify.clone(),
-            settings: self.settings.clone(),
-            metrics: self.metrics.clone(),
-            breaker: self.breaker.clone(),
-            log: self.log.clone(),
+            shared: self.shared.clone(),
             semaphore: self.semaphore.clone(),
             // A permit belongs to the instance that was polled ready.
             permit: None,
@@ -282,7 +287,7 @@ impl<S: Clone, A: Clone, C> Clone for AdmissionService<S, A, C> {
 impl<S, A, C> std::fmt::Debug for AdmissionService<S, A, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AdmissionService")
-            .field("failure", &self.settings.failure)
+            .field("failure", &self.shared.settings.failure)
             .field("ready", &self.permit.is_some())
             .finish_non_exhaustive()
     }
@@ -396,68 +401,92 @@ fn unavailable<B>(kind: FailureKind) -> Response<ResponseBody<B>> {
 /// The service's future.
 pub type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
 
-/// The policy names of `c`'s resources: the bucket name up to its first `:` (the
-/// [`crate::Keyed`] prefix, so a client's key is never echoed), made unique by index.
-fn policy_names(c: &Consumption) -> Vec<String> {
-    let mut names: Vec<String> = Vec::with_capacity(c.resources().len());
-    for (i, (r, _)) in c.resources().iter().enumerate() {
-        let base = r.name().split(':').next().unwrap_or("");
-        let base = if base.is_empty() { "default" } else { base };
-        let name = if names.iter().any(|n| n == base) {
-            format!("{base}-{i}")
-        } else {
-            base.to_owned()
-        };
-        names.push(name);
+/// The policy name of resource `i` of `resources`: its bucket name up to the first `:`
+/// (the [`crate::Keyed`] prefix, so a client's key is never echoed; `default` when
+/// empty), suffixed `-i` when an earlier resource has the same base.
+fn policy_name(resources: &[(Resource, u32)], i: usize) -> Name<'_> {
+    fn base_of(r: &Resource) -> &str {
+        match r.name().split(':').next() {
+            Some("") | None => "default",
+            Some(b) => b,
+        }
     }
-    names
+    let base = base_of(&resources[i].0);
+    let index = resources[..i]
+        .iter()
+        .any(|(r, _)| base_of(r) == base)
+        .then_some(i);
+    Name { base, index }
 }
 
-/// The policies of `c` with what `verdict` says about them, and for a rejection the
-/// `Retry-After` (`None`: no estimate, 1 s is sent).
+/// Resource `r`'s reset time under `mode` given its result.
+fn reset_of(r: &Resource, res: &ResourceResult, mode: RetryAfter) -> Duration {
+    let window = Duration::from_millis(u64::from(r.window_ms()));
+    match mode {
+        RetryAfter::Window => window.max(res.window()),
+        RetryAfter::EvenSpread if res.deficit > 0 => res.retry_after(),
+        RetryAfter::EvenSpread => window,
+    }
+}
+
+/// The policies of `c`, in order, with what `verdict` says about each.
+fn policies<'a>(
+    c: &'a Consumption,
+    verdict: &'a Verdict,
+    mode: RetryAfter,
+) -> impl Iterator<Item = Policy<'a>> + Clone {
+    let resources = c.resources();
+    resources.iter().enumerate().map(move |(i, (r, _))| {
+        let result = match verdict {
+            Verdict::Decided(d) => d.result_of(r),
+            _ => None,
+        };
+        Policy {
+            name: policy_name(resources, i),
+            quota: r.rate_limit(),
+            window: Duration::from_millis(u64::from(r.window_ms())),
+            remaining: result.map(|res| r.rate_limit().saturating_sub(res.actual_rate)),
+            reset: result.map(|res| reset_of(r, res, mode)),
+        }
+    })
+}
+
+/// The policies of a rejection of `c` by `verdict`, and the `Retry-After` (`None`: no
+/// estimate, 1 s is sent).
 pub(crate) fn assess(
     c: &Consumption,
     verdict: &Verdict,
     mode: RetryAfter,
 ) -> (Vec<PolicyState>, Option<Duration>) {
-    let names = policy_names(c);
-    let mut policies = Vec::with_capacity(names.len());
     let mut retry: Option<Duration> = None;
-    for ((r, _), name) in c.resources().iter().zip(names) {
-        let window = Duration::from_millis(u64::from(r.window_ms()));
-        let mut p = PolicyState {
-            name,
-            quota: r.rate_limit(),
-            window,
-            remaining: None,
-            reset: None,
-        };
+    for (r, _) in c.resources() {
         match verdict {
-            Verdict::Decided(d) => {
-                if let Some(res) = d.result_of(r) {
-                    p.remaining = Some(r.rate_limit().saturating_sub(res.actual_rate));
-                    let reset = match mode {
-                        RetryAfter::Window => window.max(res.window()),
-                        RetryAfter::EvenSpread if res.deficit > 0 => res.retry_after(),
-                        RetryAfter::EvenSpread => window,
-                    };
-                    p.reset = Some(reset);
-                    if !d.granted && res.deficit > 0 {
-                        retry = retry.max(Some(reset));
-                    }
+            Verdict::Decided(d) if !d.granted => {
+                if let Some(res) = d.result_of(r).filter(|res| res.deficit > 0) {
+                    retry = retry.max(Some(reset_of(r, res, mode)));
                 }
             }
             Verdict::Rejected { retry_after } => {
                 retry = match mode {
-                    RetryAfter::Window => retry.max(Some(window)),
+                    RetryAfter::Window => {
+                        retry.max(Some(Duration::from_millis(u64::from(r.window_ms()))))
+                    }
                     RetryAfter::EvenSpread => *retry_after,
                 };
             }
             _ => {}
         }
-        policies.push(p);
     }
-    (policies, retry)
+    let states = policies(c, verdict, mode)
+        .map(|p| PolicyState {
+            name: p.name.to_string(),
+            quota: p.quota,
+            window: p.window,
+            remaining: p.remaining,
+            reset: p.reset,
+        })
+        .collect();
+    (states, retry)
 }
 
 impl<S, A, C, ReqB, ResB> Service<http::Request<ReqB>> for AdmissionService<S, A, C>
@@ -479,7 +508,7 @@ where
             match self.semaphore.poll_acquire(cx) {
                 Poll::Ready(p) => self.permit = p,
                 Poll::Pending => {
-                    self.metrics.record_not_ready();
+                    self.shared.metrics.record_not_ready();
                     return Poll::Pending;
                 }
             }
@@ -492,27 +521,31 @@ where
         // The instance that was polled ready goes into the future.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let consumption = self.classify.classify(&req);
-        let admission = self.admission.clone();
+        let shared = self.shared.clone();
+        let consumption = shared.classify.classify(&req);
         // No decision to wait for: a consumption that cannot be asked for, or an open
         // breaker. Otherwise ask (as the breaker's probe when it is open).
         let (gate, decision) = match consumption.failure() {
             Some(kind) => (Gate::Open(kind), None),
-            None => match self.breaker.gate(&self.metrics) {
+            None => match shared.breaker.gate(&shared.metrics) {
                 Gate::Open(kind) => (Gate::Open(kind), None),
-                g => (g, Some(admission.admit(&consumption))),
+                g => (g, Some(shared.admission.admit(&consumption))),
             },
         };
-        let settings = self.settings.clone();
-        let metrics = self.metrics.clone();
-        let breaker = self.breaker.clone();
-        let log = self.log.clone();
         let asked = Instant::now();
         Box::pin(async move {
+            let Shared {
+                admission,
+                settings,
+                metrics,
+                breaker,
+                log,
+                ..
+            } = &*shared;
             let verdict = match decision {
                 Some(d) => {
                     let v = d.await;
-                    breaker.observe(&v, gate == Gate::Probe, &metrics);
+                    breaker.observe(&v, gate == Gate::Probe, metrics);
                     v
                 }
                 None => match gate {
@@ -522,14 +555,16 @@ where
             };
             drop(permit);
             metrics.record(&verdict, asked.elapsed());
-            let granted = match &verdict {
+            // `fields`: whether the answer carries the RateLimit fields (a grant's, or
+            // none when the decision failed open).
+            let fields = match &verdict {
                 Verdict::Failed(kind) => {
                     let closed = settings.failure.action(*kind) == OnFailure::Closed;
                     log.failure(*kind, decision_skipped(&gate), !closed);
                     if closed {
                         return Ok(unavailable(*kind));
                     }
-                    None
+                    false
                 }
                 Verdict::Invalid => {
                     tracing::warn!("request mapped to an invalid consumption");
@@ -540,23 +575,22 @@ where
                 }
                 v if v.is_rejected() => {
                     let (policies, retry) = assess(&consumption, v, settings.retry_after);
-                    return Ok(rejection(&settings, policies, retry));
+                    return Ok(rejection(settings, policies, retry));
                 }
-                v => Some(v.clone()),
+                _ => settings.fields,
             };
-            let started = Instant::now();
+            // The clock is read for the guards' report only when there are guards.
+            let started = (!consumption.guards().is_empty()).then(Instant::now);
             let mut resp = inner.call(req).await?;
-            if !consumption.guards().is_empty() {
+            if let Some(started) = started {
                 let observed = whole_ms_up(started.elapsed());
                 for (tracker, _) in consumption.guards() {
                     admission.report(tracker, observed);
                 }
             }
-            if let Some(v) = granted
-                && settings.fields
-            {
-                let (policies, _) = assess(&consumption, &v, settings.retry_after);
-                fields::insert(resp.headers_mut(), &policies);
+            if fields {
+                let policies = policies(&consumption, &verdict, settings.retry_after);
+                fields::insert_each(resp.headers_mut(), policies);
             }
             Ok(resp.map(ResponseBody::inner))
         })
@@ -626,7 +660,7 @@ mod tests {
         };
         let v = Verdict::Decided(Decided {
             granted: false,
-            resources: vec![result(&b, 40, 0), result(&a, 5, 1)],
+            resources: smallvec::smallvec![result(&b, 40, 0), result(&a, 5, 1)],
         });
         let (ps, retry) = assess(&c, &v, RetryAfter::Window);
         assert_eq!(
