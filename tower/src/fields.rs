@@ -98,7 +98,7 @@ fn num(out: &mut Value, n: impl itoa::Integer) {
     out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
-/// `name` as a structured-field String: printable ASCII kept (`"` and `\\` escaped),
+/// `name` as a structured-field String: printable ASCII kept (`"` and `\` escaped),
 /// anything else replaced with `_`, at most 64 characters; an empty base becomes
 /// `"default"`.
 fn sf_string(out: &mut Value, name: Name<'_>) {

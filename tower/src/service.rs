@@ -85,12 +85,8 @@ struct Settings {
 /// Named so as not to collide with `tower::limit::RateLimitLayer` (a local
 /// backpressure limiter that never answers `429`).
 pub struct AdmissionLayer<A, C> {
-    admission: A,
-    classify: Arc<C>,
-    settings: Arc<Settings>,
-    metrics: Arc<LayerMetrics>,
-    breaker: Arc<Breaker>,
-    log: Arc<FailureLog>,
+    /// What each service it makes shares (in one `Arc` per service).
+    parts: Shared<A, C>,
     permits: Arc<Semaphore>,
 }
 
@@ -105,12 +101,7 @@ pub type RateLimit<S, A, C> = AdmissionService<S, A, C>;
 impl<A: Clone, C> Clone for AdmissionLayer<A, C> {
     fn clone(&self) -> Self {
         AdmissionLayer {
-            admission: self.admission.clone(),
-            classify: self.classify.clone(),
-            settings: self.settings.clone(),
-            metrics: self.metrics.clone(),
-            breaker: self.breaker.clone(),
-            log: self.log.clone(),
+            parts: self.parts.clone(),
             permits: self.permits.clone(),
         }
     }
@@ -119,9 +110,9 @@ impl<A: Clone, C> Clone for AdmissionLayer<A, C> {
 impl<A, C> std::fmt::Debug for AdmissionLayer<A, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AdmissionLayer")
-            .field("failure", &self.settings.failure)
-            .field("retry_after", &self.settings.retry_after)
-            .field("ratelimit_fields", &self.settings.fields)
+            .field("failure", &self.parts.settings.failure)
+            .field("retry_after", &self.parts.settings.retry_after)
+            .field("ratelimit_fields", &self.parts.settings.fields)
             .field("available_permits", &self.permits.available_permits())
             .finish_non_exhaustive()
     }
@@ -144,32 +135,35 @@ impl<A, C> AdmissionLayer<A, C> {
     /// A layer asking `admission` (any [`Admission`] backend).
     pub fn with_admission(admission: A, classify: C) -> Self {
         AdmissionLayer {
-            admission,
-            classify: Arc::new(classify),
-            settings: Arc::new(Settings {
-                failure: FailurePolicy::default(),
-                retry_after: RetryAfter::default(),
-                fields: true,
-                hook: None,
-            }),
-            metrics: LayerMetrics::new(),
-            breaker: Arc::new(Breaker::new(CircuitBreaker::default())),
-            log: Arc::default(),
+            parts: Shared {
+                admission,
+                classify: Arc::new(classify),
+                settings: Arc::new(Settings {
+                    failure: FailurePolicy::default(),
+                    retry_after: RetryAfter::default(),
+                    fields: true,
+                    hook: None,
+                }),
+                metrics: LayerMetrics::new(),
+                breaker: Arc::new(Breaker::new(CircuitBreaker::default())),
+                log: Arc::default(),
+            },
             permits: Arc::new(Semaphore::new(DEFAULT_MAX_PENDING)),
         }
     }
 
     fn settings_mut(&mut self) -> &mut Settings {
-        if Arc::get_mut(&mut self.settings).is_none() {
-            let s = &*self.settings;
-            self.settings = Arc::new(Settings {
+        let settings = &mut self.parts.settings;
+        if Arc::get_mut(settings).is_none() {
+            let s = &**settings;
+            *settings = Arc::new(Settings {
                 failure: s.failure,
                 retry_after: s.retry_after,
                 fields: s.fields,
                 hook: s.hook.clone(),
             });
         }
-        Arc::get_mut(&mut self.settings).expect("unique")
+        Arc::get_mut(settings).expect("unique")
     }
 
     /// What to do when no decision comes back (default: [`FailurePolicy::default`]).
@@ -205,7 +199,7 @@ impl<A, C> AdmissionLayer<A, C> {
     /// The circuit breaker's settings (default [`CircuitBreaker::default`]); a fresh
     /// breaker, closed.
     pub fn circuit_breaker(mut self, breaker: CircuitBreaker) -> Self {
-        self.breaker = Arc::new(Breaker::new(breaker));
+        self.parts.breaker = Arc::new(Breaker::new(breaker));
         self
     }
 
@@ -218,12 +212,12 @@ impl<A, C> AdmissionLayer<A, C> {
 
     /// The layer's counters (what the `Exporter` of feature `prometheus` renders).
     pub fn metrics(&self) -> Arc<LayerMetrics> {
-        self.metrics.clone()
+        self.parts.metrics.clone()
     }
 
     /// The backend.
     pub fn admission(&self) -> &A {
-        &self.admission
+        &self.parts.admission
     }
 }
 
@@ -233,14 +227,7 @@ impl<S, A: Clone, C> Layer<S> for AdmissionLayer<A, C> {
     fn layer(&self, inner: S) -> AdmissionService<S, A, C> {
         AdmissionService {
             inner,
-            shared: Arc::new(Shared {
-                admission: self.admission.clone(),
-                classify: self.classify.clone(),
-                settings: self.settings.clone(),
-                metrics: self.metrics.clone(),
-                breaker: self.breaker.clone(),
-                log: self.log.clone(),
-            }),
+            shared: Arc::new(self.parts.clone()),
             semaphore: PollSemaphore::new(self.permits.clone()),
             permit: None,
         }
@@ -270,6 +257,19 @@ struct Shared<A, C> {
     metrics: Arc<LayerMetrics>,
     breaker: Arc<Breaker>,
     log: Arc<FailureLog>,
+}
+
+impl<A: Clone, C> Clone for Shared<A, C> {
+    fn clone(&self) -> Self {
+        Shared {
+            admission: self.admission.clone(),
+            classify: self.classify.clone(),
+            settings: self.settings.clone(),
+            metrics: self.metrics.clone(),
+            breaker: self.breaker.clone(),
+            log: self.log.clone(),
+        }
+    }
 }
 
 impl<S: Clone, A: Clone, C> Clone for AdmissionService<S, A, C> {
