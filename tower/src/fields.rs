@@ -241,4 +241,56 @@ mod tests {
         assert_eq!(whole_secs_up(Duration::ZERO), 1);
         assert_eq!(whole_secs_up(Duration::from_millis(2001)), 3);
     }
+
+    /// The formatting as first written (one `String` per value, `write!` for the
+    /// numbers): the oracle of the stack-buffer writer.
+    fn oracle(policies: &[(String, Option<usize>, u32, u64)]) -> String {
+        let mut s = String::new();
+        for (name, index, quota, window) in policies {
+            let full = match index {
+                Some(i) => format!("{name}-{i}"),
+                None => name.clone(),
+            };
+            if !s.is_empty() {
+                s.push_str(", ");
+            }
+            s.push('"');
+            if full.is_empty() {
+                s.push_str("default");
+            }
+            for c in full.chars().take(64) {
+                match c {
+                    '"' | '\\' => {
+                        s.push('\\');
+                        s.push(c);
+                    }
+                    ' '..='~' => s.push(c),
+                    _ => s.push('_'),
+                }
+            }
+            s.push('"');
+            s.push_str(&format!(";q={quota};w={}", window.max(&1)));
+        }
+        s
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn policy_field_matches_the_oracle(
+            policies in proptest::collection::vec(
+                ("\\PC{0,80}", proptest::option::of(0usize..1000), proptest::num::u32::ANY, 1u64..100_000),
+                1..5,
+            )
+        ) {
+            let views = policies.iter().map(|(name, index, quota, window)| Policy {
+                name: Name { base: name, index: *index },
+                quota: *quota,
+                window: Duration::from_secs(*window),
+                remaining: None,
+                reset: None,
+            });
+            let got = policy_of(views).expect("a value for any names");
+            proptest::prop_assert_eq!(got.to_str().unwrap(), oracle(&policies));
+        }
+    }
 }
