@@ -119,15 +119,16 @@ async fn drive<C: AsyncClient>(
                 let (target, phase, next) =
                     (Arc::clone(&target), Arc::clone(&phase), Arc::clone(&next));
                 tasks.push(tokio::spawn(async move {
-                    loop {
-                        let t0 = Instant::now();
-                        if t0 >= stop_at {
-                            break;
-                        }
+                    // One clock read per operation, as the raw client reads one per
+                    // batch: an operation's end is the next one's start.
+                    let mut t0 = Instant::now();
+                    while t0 < stop_at {
                         let j = next.fetch_add(1, Ordering::Relaxed);
                         phase.submit();
                         let (k, s) = target.op(j).await;
-                        phase.record(t0, Instant::now(), k, s);
+                        let done = Instant::now();
+                        phase.record(t0, done, k, s);
+                        t0 = done;
                     }
                 }));
             }
