@@ -144,8 +144,8 @@ fn value(v: &Value) -> Option<HeaderValue> {
     HeaderValue::from_bytes(v).ok()
 }
 
-/// The `RateLimit-Policy` value of `policies`: `"NAME";q=Q;w=W, ...`. `None` for none.
-fn policy_of<'a>(policies: impl Iterator<Item = Policy<'a>>) -> Option<HeaderValue> {
+/// The `RateLimit-Policy` text of `policies`: `"NAME";q=Q;w=W, ...` (empty for none).
+fn policy_text<'a>(policies: impl Iterator<Item = Policy<'a>>) -> Value {
     let mut s = Value::new();
     for p in policies {
         if !s.is_empty() {
@@ -157,7 +157,37 @@ fn policy_of<'a>(policies: impl Iterator<Item = Policy<'a>>) -> Option<HeaderVal
         s.extend_from_slice(b";w=");
         num(&mut s, whole_secs_up(p.window));
     }
-    value(&s)
+    s
+}
+
+/// The `RateLimit-Policy` value of `policies`. `None` for none.
+fn policy_of<'a>(policies: impl Iterator<Item = Policy<'a>>) -> Option<HeaderValue> {
+    value(&policy_text(policies))
+}
+
+/// The last `RateLimit-Policy` value a service wrote, reused while a request's policies
+/// format to the same text (the usual case: every request of a [`crate::Keyed`] mapping
+/// has the same policy), so the value is checked and allocated once, not per request.
+#[derive(Debug, Default)]
+pub(crate) struct PolicyCache(Option<HeaderValue>);
+
+impl PolicyCache {
+    /// The `RateLimit-Policy` value of `policies`: the cached one when the text is the
+    /// same. `None` for none.
+    pub(crate) fn value<'a>(
+        &mut self,
+        policies: impl Iterator<Item = Policy<'a>>,
+    ) -> Option<HeaderValue> {
+        let text = policy_text(policies);
+        if let Some(v) = &self.0
+            && v.as_bytes() == &text[..]
+        {
+            return Some(v.clone());
+        }
+        let v = value(&text)?;
+        self.0 = Some(v.clone());
+        Some(v)
+    }
 }
 
 /// The `RateLimit` value of `policies`: `"NAME";r=R;t=T, ...` for those whose remaining
@@ -193,17 +223,19 @@ pub fn ratelimit_value(policies: &[PolicyState]) -> Option<HeaderValue> {
 
 /// Sets both fields on `headers` unless already there.
 pub fn insert(headers: &mut http::HeaderMap, policies: &[PolicyState]) {
-    insert_each(headers, policies.iter().map(Policy::from));
+    let policy = policy_of(policies.iter().map(Policy::from));
+    insert_each(headers, policy, policies.iter().map(Policy::from));
 }
 
-/// [`insert`] from borrowed policies.
+/// [`insert`] from borrowed policies whose `RateLimit-Policy` value is `policy`.
 pub(crate) fn insert_each<'a>(
     headers: &mut http::HeaderMap,
-    policies: impl Iterator<Item = Policy<'a>> + Clone,
+    policy: Option<HeaderValue>,
+    policies: impl Iterator<Item = Policy<'a>>,
 ) {
     use http::header::Entry;
     if let Entry::Vacant(e) = headers.entry(RATELIMIT_POLICY)
-        && let Some(v) = policy_of(policies.clone())
+        && let Some(v) = policy
     {
         e.insert(v);
     }
@@ -240,6 +272,28 @@ mod tests {
         assert!(policy_value(&[]).is_none());
         assert_eq!(whole_secs_up(Duration::ZERO), 1);
         assert_eq!(whole_secs_up(Duration::from_millis(2001)), 3);
+    }
+
+    #[test]
+    fn the_policy_cache_follows_the_text() {
+        let p = |base, quota| Policy {
+            name: Name { base, index: None },
+            quota,
+            window: Duration::from_secs(1),
+            remaining: None,
+            reset: None,
+        };
+        let mut cache = PolicyCache::default();
+        let a = cache.value([p("http", 5)].into_iter()).unwrap();
+        assert_eq!(a, "\"http\";q=5;w=1");
+        assert_eq!(cache.value([p("http", 5)].into_iter()).unwrap(), a);
+        let b = cache.value([p("http", 6)].into_iter()).unwrap();
+        assert_eq!(b, "\"http\";q=6;w=1");
+        assert_eq!(
+            cache.value([p("api", 6)].into_iter()).unwrap(),
+            "\"api\";q=6;w=1"
+        );
+        assert!(cache.value(std::iter::empty()).is_none());
     }
 
     /// The formatting as first written (one `String` per value, `write!` for the

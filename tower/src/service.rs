@@ -25,7 +25,7 @@ use crate::admission::{Admission, EngineAdmission, EngineRef, Verdict, whole_ms_
 use crate::breaker::{Breaker, CircuitBreaker, FailureLog, Gate};
 use crate::consumption::{Classify, Consumption};
 use crate::failure::{FailureKind, FailurePolicy, OnFailure};
-use crate::fields::{self, Name, Policy, PolicyState, whole_secs_up};
+use crate::fields::{self, Name, Policy, PolicyCache, PolicyState, whole_secs_up};
 use crate::metrics::LayerMetrics;
 use ratelimitly_engine::{Resource, ResourceResult};
 
@@ -230,6 +230,7 @@ impl<S, A: Clone, C> Layer<S> for AdmissionLayer<A, C> {
             shared: Arc::new(self.parts.clone()),
             semaphore: PollSemaphore::new(self.permits.clone()),
             permit: None,
+            policy: PolicyCache::default(),
         }
     }
 }
@@ -247,6 +248,7 @@ pub struct AdmissionService<S, A, C> {
     shared: Arc<Shared<A, C>>,
     semaphore: PollSemaphore,
     permit: Option<OwnedSemaphorePermit>,
+    policy: PolicyCache,
 }
 
 /// The layer's parts a service and its futures share.
@@ -280,6 +282,7 @@ impl<S: Clone, A: Clone, C> Clone for AdmissionService<S, A, C> {
             semaphore: self.semaphore.clone(),
             // A permit belongs to the instance that was polled ready.
             permit: None,
+            policy: PolicyCache::default(),
         }
     }
 }
@@ -532,6 +535,15 @@ where
                 g => (g, Some(shared.admission.admit(&consumption))),
             },
         };
+        // The RateLimit-Policy value depends on the consumption only: made here, where
+        // this service's cache of it is at hand.
+        let policy = if shared.settings.fields {
+            let mode = shared.settings.retry_after;
+            self.policy
+                .value(policies(&consumption, &Verdict::Granted, mode))
+        } else {
+            None
+        };
         let asked = Instant::now();
         Box::pin(async move {
             let Shared {
@@ -590,7 +602,7 @@ where
             }
             if fields {
                 let policies = policies(&consumption, &verdict, settings.retry_after);
-                fields::insert_each(resp.headers_mut(), policies);
+                fields::insert_each(resp.headers_mut(), policy, policies);
             }
             Ok(resp.map(ResponseBody::inner))
         })
