@@ -14,6 +14,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use rl_responder::ResponderHandle;
 use tokio::process::Command;
 
 const TRUSTED: &str = "127.0.0.2";
@@ -48,27 +49,24 @@ async fn status_from(local: &str, addr: SocketAddr, headers: &[(&str, &str)]) ->
     get_from(local, addr, "/", headers).await.status()
 }
 
+/// rl-proxy in front of `up`, asking `r`, `--limit LIMIT --key-by ip` and one
+/// `--trust-forwarded` per CIDR of `trusted`.
+async fn proxy_by_ip(up: &Proc, r: &ResponderHandle, limit: &str, trusted: &[&str]) -> Proc {
+    let ep = endpoint(r);
+    let mut args = vec!["--endpoint", &ep, "--limit", limit, "--key-by", "ip"];
+    for cidr in trusted {
+        args.extend(["--trust-forwarded", cidr]);
+    }
+    start(proxy_cmd(up, &args)).await
+}
+
 /// Proxy mode, `--limit 2/60s --key-by ip --trust-forwarded 127.0.0.2/32`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarded_headers_count_from_trusted_peers_only() {
     let _s = SERIAL.lock().await;
     let r = responder(301);
     let up = upstream().await;
-    let ep = endpoint(&r);
-    let proxy = start(proxy_cmd(
-        &up,
-        &[
-            "--endpoint",
-            &ep,
-            "--limit",
-            "2/60s",
-            "--key-by",
-            "ip",
-            "--trust-forwarded",
-            "127.0.0.2/32",
-        ],
-    ))
-    .await;
+    let proxy = proxy_by_ip(&up, &r, "2/60s", &["127.0.0.2/32"]).await;
     let a = proxy.addr();
     // untrusted peer: two XFF values, one bucket (the peer's)
     let xff = |v| [("x-forwarded-for", v)];
@@ -220,6 +218,27 @@ async fn trust_forwarded_from_the_config_file() {
     r.stop();
 }
 
+/// With a limit of 1: `first` from `local` is granted, then `then` (the same client, by
+/// `why`) is refused.
+async fn one_bucket(
+    local: &str,
+    a: SocketAddr,
+    first: &[(&str, &str)],
+    then: &[(&str, &str)],
+    why: &str,
+) {
+    assert_eq!(
+        status_from(local, a, first).await,
+        StatusCode::OK,
+        "{why}: first"
+    );
+    assert_eq!(
+        status_from(local, a, then).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{why}"
+    );
+}
+
 /// A chain through several trusted proxies, end to end: `--trust-forwarded` twice
 /// (127.0.0.2/32 and 10.0.0.0/8). From the trusted peer the client is the rightmost
 /// address that is not itself trusted, in `X-Forwarded-For` or in `Forwarded`
@@ -230,58 +249,27 @@ async fn forwarded_and_trusted_hops_end_to_end() {
     let _s = SERIAL.lock().await;
     let r = responder(304);
     let up = upstream().await;
-    let ep = endpoint(&r);
-    let proxy = start(proxy_cmd(
-        &up,
-        &[
-            "--endpoint",
-            &ep,
-            "--limit",
-            "1/60s",
-            "--key-by",
-            "ip",
-            "--trust-forwarded",
-            "127.0.0.2/32",
-            "--trust-forwarded",
-            "10.0.0.0/8",
-        ],
-    ))
-    .await;
+    let proxy = proxy_by_ip(&up, &r, "1/60s", &["127.0.0.2/32", "10.0.0.0/8"]).await;
     let a = proxy.addr();
     // X-Forwarded-For: the trusted hop 10.1.2.3 is skipped, 198.51.100.20 is the client
-    let h = [("x-forwarded-for", "203.0.113.7, 198.51.100.20, 10.1.2.3")];
-    assert_eq!(status_from(TRUSTED, a, &h).await, StatusCode::OK);
-    let h = [("x-forwarded-for", "198.51.100.20")];
-    assert_eq!(
-        status_from(TRUSTED, a, &h).await,
-        StatusCode::TOO_MANY_REQUESTS,
-        "the same client without the trusted hop: the same bucket"
-    );
-    // Forwarded: the same rule, and it wins over X-Forwarded-For
-    let h = [
+    let first = [("x-forwarded-for", "203.0.113.7, 198.51.100.20, 10.1.2.3")];
+    let then = [("x-forwarded-for", "198.51.100.20")];
+    let why = "the same client without the trusted hop: the same bucket";
+    one_bucket(TRUSTED, a, &first, &then, why).await;
+    // Forwarded: the same rule, and it wins over X-Forwarded-For (198.51.100.20's bucket
+    // is spent, so a grant shows Forwarded's 198.51.100.30 was the key)
+    let first = [
         ("forwarded", "for=198.51.100.30;proto=http, for=10.9.9.9"),
         ("x-forwarded-for", "198.51.100.20"),
     ];
-    assert_eq!(
-        status_from(TRUSTED, a, &h).await,
-        StatusCode::OK,
-        "Forwarded names 198.51.100.30, not X-Forwarded-For's exhausted client"
-    );
-    let h = [("forwarded", "for=\"198.51.100.30:4711\"")];
-    assert_eq!(
-        status_from(TRUSTED, a, &h).await,
-        StatusCode::TOO_MANY_REQUESTS,
-        "198.51.100.30's bucket, with a port"
-    );
+    let then = [("forwarded", "for=\"198.51.100.30:4711\"")];
+    let why = "198.51.100.30's bucket, with a port";
+    one_bucket(TRUSTED, a, &first, &then, why).await;
     // an untrusted peer's Forwarded is ignored: its own address is the key
-    let h = [("forwarded", "for=198.51.100.40")];
-    assert_eq!(status_from(UNTRUSTED, a, &h).await, StatusCode::OK);
-    let h = [("forwarded", "for=198.51.100.41")];
-    assert_eq!(
-        status_from(UNTRUSTED, a, &h).await,
-        StatusCode::TOO_MANY_REQUESTS,
-        "an untrusted peer's Forwarded is ignored"
-    );
+    let first = [("forwarded", "for=198.51.100.40")];
+    let then = [("forwarded", "for=198.51.100.41")];
+    let why = "an untrusted peer's Forwarded is ignored";
+    one_bucket(UNTRUSTED, a, &first, &then, why).await;
     // the upstream still gets X-Forwarded-For with the peer appended
     let resp = get_from(
         TRUSTED,

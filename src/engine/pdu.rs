@@ -123,35 +123,17 @@ mod tests {
         for n in [1usize, 2, 3] {
             let rs: Vec<_> = (0..n as u8).map(resource).collect();
             let label = "a-label";
+            let enc = |store: &mut PduInline| {
+                let len = check(1100, &[], &rs, label).unwrap();
+                assert!(encode(store, len, 60, &[], &rs, label).unwrap().is_none());
+            };
             let mut fresh = PduInline::EMPTY;
-            assert!(
-                encode(
-                    &mut fresh,
-                    check(1100, &[], &rs, label).unwrap(),
-                    60,
-                    &[],
-                    &rs,
-                    label
-                )
-                .unwrap()
-                .is_none()
-            );
+            enc(&mut fresh);
             let mut dirty = PduInline {
                 len: 7,
                 bytes: [0xAA; PDU_INLINE],
             };
-            assert!(
-                encode(
-                    &mut dirty,
-                    check(1100, &[], &rs, label).unwrap(),
-                    60,
-                    &[],
-                    &rs,
-                    label
-                )
-                .unwrap()
-                .is_none()
-            );
+            enc(&mut dirty);
             assert_eq!(fresh.as_slice(), dirty.as_slice(), "{n} resources");
             let len = wire::rate_request_pdu_len(0, n, label.len()).unwrap();
             assert_eq!(fresh.as_slice().len(), len);

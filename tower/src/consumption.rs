@@ -7,9 +7,10 @@
 //! Must not touch: the engine, the network, responses (the service module decides what
 //! happens with a consumption).
 
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::Hash;
 use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
@@ -385,29 +386,42 @@ impl Keyed {
         Resource::new(name, self.limit.window, self.limit.count).ok()
     }
 
-    /// The bucket of `key`: from the cache, or made and cached.
-    fn bucket(&self, key: &str) -> Option<Resource> {
-        if let Some(r) = self.cache().by_key.get(key) {
+    /// The bucket cached in `map` under `key`, or the one `make` gives (with the key it
+    /// is cached under), cached.
+    fn cached<K, Q>(
+        &self,
+        map: fn(&mut Buckets) -> &mut HashMap<K, Resource>,
+        key: &Q,
+        make: impl FnOnce() -> Option<(K, Resource)>,
+    ) -> Option<Resource>
+    where
+        K: Hash + Eq + Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if let Some(r) = map(&mut self.cache()).get(key) {
             return Some(r.clone());
         }
-        let r = self.new_bucket(key)?;
+        let (k, r) = make()?;
         let mut cache = self.cache();
         cache.room();
-        cache.by_key.insert(key.into(), r.clone());
+        map(&mut cache).insert(k, r.clone());
         Some(r)
+    }
+
+    /// The bucket of `key`: from the cache, or made and cached.
+    fn bucket(&self, key: &str) -> Option<Resource> {
+        self.cached(
+            |b| &mut b.by_key,
+            key,
+            || Some((key.into(), self.new_bucket(key)?)),
+        )
     }
 
     /// The bucket of client address `addr`: from the cache, or made (its key the
     /// address's text, as [`Keyed::key_of`] gives it) and cached.
     fn bucket_of_ip(&self, addr: IpAddr) -> Option<Resource> {
-        if let Some(r) = self.cache().by_ip.get(&addr) {
-            return Some(r.clone());
-        }
-        let r = self.new_bucket(IpText::default().format(addr))?;
-        let mut cache = self.cache();
-        cache.room();
-        cache.by_ip.insert(addr, r.clone());
-        Some(r)
+        let make = || Some((addr, self.new_bucket(IpText::default().format(addr))?));
+        self.cached(|b| &mut b.by_ip, &addr, make)
     }
 }
 
