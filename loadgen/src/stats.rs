@@ -235,16 +235,16 @@ impl Phase {
         }
         LOCAL.with(|cell| {
             let mut slot = cell.borrow_mut();
-            let rec = match &*slot {
-                Some((id, rec)) if *id == self.id => Arc::clone(rec),
-                _ => {
+            // This thread's recorder of this phase, borrowed (no reference count per record).
+            let rec = match &mut *slot {
+                Some((id, rec)) if *id == self.id => rec,
+                other => {
                     let rec = Arc::new(Mutex::new(Recorder::new(self.seconds)));
                     self.recorders
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .push(Arc::clone(&rec));
-                    *slot = Some((self.id, Arc::clone(&rec)));
-                    rec
+                    &mut other.insert((self.id, rec)).1
                 }
             };
             let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
