@@ -27,19 +27,6 @@ use tokio::process::{Child, Command};
 const NGINX_CONF: &str = include_str!("../conf/nginx.conf");
 const CADDYFILE: &str = include_str!("../conf/Caddyfile");
 
-/// The binary at `path`, or `None` (after the skip message) when it is missing and
-/// `RL_REQUIRE_PROXIES` is not `1`.
-fn binary(path: &str) -> Option<PathBuf> {
-    if Path::new(path).exists() {
-        return Some(PathBuf::from(path));
-    }
-    if std::env::var("RL_REQUIRE_PROXIES").as_deref() == Ok("1") {
-        panic!("{path} is missing and RL_REQUIRE_PROXIES=1");
-    }
-    eprintln!("skipped: {path} is not installed (apt-get install nginx-light caddy)");
-    None
-}
-
 /// A free loopback port (bound, then released for the server to take).
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -245,7 +232,7 @@ async fn check_front(front: SocketAddr, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_nginx_auth_request() {
-    let Some(bin) = binary("/usr/sbin/nginx") else {
+    let Some(bin) = front_binary(FrontTool::Nginx) else {
         return;
     };
     let _s = SERIAL.lock().await;
@@ -263,7 +250,7 @@ async fn behind_nginx_auth_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_caddy_forward_auth() {
-    let Some(bin) = binary("/usr/bin/caddy") else {
+    let Some(bin) = front_binary(FrontTool::Caddy) else {
         return;
     };
     let _s = SERIAL.lock().await;

