@@ -287,13 +287,14 @@ impl UdpIo {
         }
     }
 
-    /// After [`run_nowait`](Self::run_nowait): true when datagrams may be left to
-    /// receive without a new readiness event (a `recvmmsg` filled every buffer or the
-    /// batch budget ran out); false when every socket it read was drained. Always
-    /// true with io_uring.
+    /// After a pass: true when datagrams may be left to receive without a new readiness
+    /// event (mmsg: a `recvmmsg` filled every buffer or the batch budget ran out;
+    /// io_uring: the pass stopped at the batch with completions left, or a flush kept
+    /// some for the next pass); false when everything that had arrived was handed out,
+    /// so the next pass may wait.
     pub fn may_have_more(&self) -> bool {
         match &self.backend {
-            Backend::Uring(_) => true,
+            Backend::Uring(u) => u.may_have_more(),
             Backend::Mmsg(m) => m.may_have_more(),
         }
     }

@@ -75,6 +75,8 @@ pub(crate) struct Uring {
     deferred: Vec<(u32, u16, i32)>,
     /// A wake-up reaped by `flush`, reported by the next `run_once`.
     deferred_wake: bool,
+    /// The last reap stopped at the caller's batch with completions left in the CQ.
+    more: bool,
     /// The answer of [`shut_down`](Self::shut_down) once it ran.
     shut: Option<bool>,
     ts: Timespec,
@@ -115,6 +117,7 @@ impl Uring {
             cancels: Vec::with_capacity(cfg.max_sockets * 2),
             sends_in_flight: 0,
             deferred_wake: false,
+            more: false,
             shut: None,
             ts: Timespec::new(),
         };
@@ -419,6 +422,7 @@ impl Uring {
             sends_in_flight,
             deferred,
             deferred_wake,
+            more,
             ..
         } = self;
         let mut cq = ring.completion();
@@ -469,12 +473,21 @@ impl Uring {
                 _ => {} // K_CANCEL and anything stale
             }
         }
+        *more = datagrams >= batch && !cq.is_empty();
         drop(cq);
         if datagrams > 0 {
             c.stats.recv_calls += 1;
         }
         bufs.publish();
         events
+    }
+
+    /// True when completions are known to wait without a new wake-up: the last reap
+    /// stopped at the caller's batch with the CQ not empty, or `flush` kept datagrams or
+    /// a wake-up for the next `run_once`. False otherwise: what arrives later completes
+    /// into the CQ and ends the next wait (or, hosted, makes the ring readable).
+    pub(crate) fn may_have_more(&self) -> bool {
+        self.more || !self.deferred.is_empty() || self.deferred_wake
     }
 }
 

@@ -26,6 +26,10 @@ impl Uring {
         match *self {}
     }
 
+    pub(crate) fn may_have_more(&self) -> bool {
+        match *self {}
+    }
+
     pub(crate) fn socket_added(&mut self, _slot: usize) {
         match *self {}
     }
