@@ -2,7 +2,9 @@
 //! application's Tokio runtime. Same behaviour as a pinned core: decisions on both
 //! runtime flavours, loss and replays, steering (sockets opened and closed while
 //! registered with the reactor), every request completed exactly once at shutdown, and
-//! a runtime that goes away first fails what the core held instead of hanging.
+//! a runtime that goes away first fails what the core held instead of hanging. Each
+//! on both I/O backends (io_uring where this host allows it): the reactor watches the
+//! sockets (mmsg) or the ring's fd (io_uring).
 
 #[path = "engine_common/mod.rs"]
 mod common;
@@ -12,7 +14,7 @@ use std::time::Duration;
 use common::*;
 use ratelimitly_engine::engine::{Cores, Engine};
 use ratelimitly_engine::proto::outcome::{Decision, Failure};
-use ratelimitly_engine::udp::BackendKind;
+use ratelimitly_engine::udp::{BackendChoice, BackendKind};
 use rl_responder::Faults;
 
 /// A runtime with `workers` worker threads (0: a current-thread runtime).
@@ -27,16 +29,30 @@ fn runtime(workers: usize) -> tokio::runtime::Runtime {
     b.enable_all().build().unwrap()
 }
 
+/// The backends every hosted test runs on.
+const BACKENDS: [BackendChoice; 2] = [BackendChoice::Mmsg, BackendChoice::Uring];
+
+/// A hosted engine on `backend`, or None (after a message) where this host refuses
+/// io_uring.
 fn hosted(
     rt: &tokio::runtime::Runtime,
     eps: Vec<ratelimitly_engine::proto::machine::Endpoint>,
-) -> Engine {
-    Engine::builder(key(COOKIE))
+    backend: BackendChoice,
+) -> Option<Engine> {
+    let built = Engine::builder(key(COOKIE))
         .cores(Cores::Count(1))
         .endpoints(eps)
+        .io_backend(backend)
         .runtime(rt.handle().clone())
-        .build()
-        .expect("hosted engine builds")
+        .build();
+    match built {
+        Ok(e) => Some(e),
+        Err(e) if backend == BackendChoice::Uring => {
+            eprintln!("skipped on io_uring: {e}");
+            None
+        }
+        Err(e) => panic!("hosted engine builds: {e}"),
+    }
 }
 
 /// `n` requests from `tasks` concurrent tasks on `rt`; returns the granted count.
@@ -72,8 +88,13 @@ fn grants_on_current_thread_and_multi_thread_runtimes() {
     let r = responder(COOKIE, 1, Faults::default());
     let current = runtime(0);
     let multi = runtime(2);
-    for rt in [&current, &multi] {
-        let e = hosted(rt, vec![ep(&r)]);
+    for (rt, backend) in [&current, &multi]
+        .into_iter()
+        .flat_map(|rt| BACKENDS.map(|b| (rt, b)))
+    {
+        let Some(e) = hosted(rt, vec![ep(&r)], backend) else {
+            continue;
+        };
         assert_eq!(grant_from_tasks(rt, &e, 16, 2_000), 2_000);
         // read on the runtime, stats do not wait for the core: an idle core has
         // published its last work within 10 ms
@@ -92,8 +113,13 @@ fn grants_on_current_thread_and_multi_thread_runtimes() {
             // runtime runs the core only while something drives it)
             grant_batch(&e.handle(), "hosted-batch", 300);
         }
+        // the backend asked for, never another one in its place
+        let want = match backend {
+            BackendChoice::Uring => BackendKind::Uring,
+            _ => BackendKind::Mmsg,
+        };
         let s = e.handle().stats();
-        assert_eq!(s.io.as_ref().map(|io| io.backend), Some(BackendKind::Mmsg));
+        assert_eq!(s.io.as_ref().map(|io| io.backend), Some(want));
         e.shutdown();
     }
 }
@@ -111,71 +137,83 @@ fn replays_through_loss_and_follows_steering() {
             ..Faults::default()
         },
     );
-    let rt = runtime(1);
-    let e = hosted(&rt, vec![ep(&lossy)]);
-    // one server, 20% of requests lost: a request fails only when its send and its
-    // replay are both lost (4%, about 80 of 2000; 1850 is 8 standard deviations below)
-    let granted = grant_from_tasks(&rt, &e, 8, 2_000);
-    assert!(granted >= 1_850, "{granted} of 2000 granted");
-    let s = e.handle().stats();
-    assert!(
-        s.decisions_by_round[1..].iter().sum::<u64>() > 0,
-        "replays decided some"
-    );
-    assert!(
-        s.steering_rebinds > 0,
-        "steering moved the core to new sockets"
-    );
-    e.shutdown();
+    for backend in BACKENDS {
+        let rt = runtime(1);
+        let Some(e) = hosted(&rt, vec![ep(&lossy)], backend) else {
+            continue;
+        };
+        // one server, 20% of requests lost: a request fails only when its send and its
+        // replay are both lost (4%, about 80 of 2000; 1850 is 8 standard deviations below)
+        let granted = grant_from_tasks(&rt, &e, 8, 2_000);
+        assert!(granted >= 1_850, "{granted} of 2000 granted");
+        let s = e.handle().stats();
+        assert!(
+            s.decisions_by_round[1..].iter().sum::<u64>() > 0,
+            "replays decided some"
+        );
+        assert!(
+            s.steering_rebinds > 0,
+            "steering moved the core to new sockets"
+        );
+        e.shutdown();
+    }
 }
 
 #[test]
 fn shutdown_on_the_runtime_completes_every_request_once() {
     let _serial = serial();
     let silent = silent_responder(COOKIE, 1);
-    let rt = runtime(0);
-    let e = hosted(&rt, vec![ep(&silent)]);
-    let h = e.handle();
-    let outs = rt.block_on(async move {
-        let res = resource("stuck", 10);
-        let pending: Vec<_> = (0..50)
-            .map(|_| tokio::spawn(h.request().consume(&res, 1).send()))
-            .collect();
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        // on the runtime: returns at once, the core stops at its next turn
-        e.shutdown();
-        let mut outs = Vec::new();
-        for p in pending {
-            outs.push(p.await.unwrap());
-        }
-        outs
-    });
-    assert_eq!(outs.len(), 50);
-    assert!(outs.iter().all(|o| matches!(o, Err(Failure::Shutdown))));
+    for backend in BACKENDS {
+        let rt = runtime(0);
+        let Some(e) = hosted(&rt, vec![ep(&silent)], backend) else {
+            continue;
+        };
+        let h = e.handle();
+        let outs = rt.block_on(async move {
+            let res = resource("stuck", 10);
+            let pending: Vec<_> = (0..50)
+                .map(|_| tokio::spawn(h.request().consume(&res, 1).send()))
+                .collect();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            // on the runtime: returns at once, the core stops at its next turn
+            e.shutdown();
+            let mut outs = Vec::new();
+            for p in pending {
+                outs.push(p.await.unwrap());
+            }
+            outs
+        });
+        assert_eq!(outs.len(), 50);
+        assert!(outs.iter().all(|o| matches!(o, Err(Failure::Shutdown))));
+    }
 }
 
 #[test]
 fn a_dropped_runtime_fails_held_requests_and_later_submissions() {
     let _serial = serial();
     let silent = silent_responder(COOKIE, 1);
-    let rt = runtime(1);
-    let e = hosted(&rt, vec![ep(&silent)]);
-    let h = e.handle();
-    let res = resource("orphan", 10);
-    let held: Vec<_> = (0..20)
-        .map(|_| h.request().consume(&res, 1).send())
-        .collect();
-    std::thread::sleep(Duration::from_millis(20));
-    drop(rt);
-    for c in held {
-        let o = c
-            .wait_timeout(Duration::from_secs(5))
-            .expect("completed, not hanging");
-        assert!(matches!(o, Err(Failure::Shutdown)), "{o:?}");
+    for backend in BACKENDS {
+        let rt = runtime(1);
+        let Some(e) = hosted(&rt, vec![ep(&silent)], backend) else {
+            continue;
+        };
+        let h = e.handle();
+        let res = resource("orphan", 10);
+        let held: Vec<_> = (0..20)
+            .map(|_| h.request().consume(&res, 1).send())
+            .collect();
+        std::thread::sleep(Duration::from_millis(20));
+        drop(rt);
+        for c in held {
+            let o = c
+                .wait_timeout(Duration::from_secs(5))
+                .expect("completed, not hanging");
+            assert!(matches!(o, Err(Failure::Shutdown)), "{o:?}");
+        }
+        let later = h.request().consume(&res, 1).wait();
+        assert!(later.is_err(), "a core whose runtime is gone fails at once");
+        e.shutdown();
     }
-    let later = h.request().consume(&res, 1).wait();
-    assert!(later.is_err(), "a core whose runtime is gone fails at once");
-    e.shutdown();
 }
 
 /// `Engine::shutdown_graceful`, pinned and hosted: requests submitted before it finish
@@ -237,29 +275,33 @@ fn graceful_shutdown_lets_submitted_requests_finish() {
 fn a_failed_hosted_core_fails_its_requests_and_refuses_new_work() {
     let _serial = serial();
     let silent = silent_responder(COOKIE, 1);
-    let rt = runtime(1);
-    let e = hosted(&rt, vec![ep(&silent)]);
-    let h = e.handle();
-    let res = resource("hosted-fault", u32::MAX);
-    let held: Vec<_> = (0..10)
-        .map(|_| h.request().consume(&res, 1).send())
-        .collect();
-    h.inject_core_fault(0);
-    let queued: Vec<_> = (0..10)
-        .map(|_| h.request().consume(&res, 1).send())
-        .collect();
-    for c in held.into_iter().chain(queued) {
-        let o = c
-            .wait_timeout(Duration::from_secs(5))
-            .expect("a waiter of a failed hosted core hangs");
-        assert!(matches!(o, Err(Failure::CoreFailed { core: 0 })), "{o:?}");
+    for backend in BACKENDS {
+        let rt = runtime(1);
+        let Some(e) = hosted(&rt, vec![ep(&silent)], backend) else {
+            continue;
+        };
+        let h = e.handle();
+        let res = resource("hosted-fault", u32::MAX);
+        let held: Vec<_> = (0..10)
+            .map(|_| h.request().consume(&res, 1).send())
+            .collect();
+        h.inject_core_fault(0);
+        let queued: Vec<_> = (0..10)
+            .map(|_| h.request().consume(&res, 1).send())
+            .collect();
+        for c in held.into_iter().chain(queued) {
+            let o = c
+                .wait_timeout(Duration::from_secs(5))
+                .expect("a waiter of a failed hosted core hangs");
+            assert!(matches!(o, Err(Failure::CoreFailed { core: 0 })), "{o:?}");
+        }
+        let later = h.request().consume(&res, 1).wait();
+        assert!(
+            matches!(later, Err(Failure::CoreFailed { core: 0 })),
+            "{later:?}"
+        );
+        assert_eq!(h.stats().dead_cores, 1);
+        e.shutdown();
+        drop(rt);
     }
-    let later = h.request().consume(&res, 1).wait();
-    assert!(
-        matches!(later, Err(Failure::CoreFailed { core: 0 })),
-        "{later:?}"
-    );
-    assert_eq!(h.stats().dead_cores, 1);
-    e.shutdown();
-    drop(rt);
 }

@@ -1,9 +1,12 @@
 //! Guards against a core that loops without waiting (the io_uring core once did, at 4×
-//! the CPU, while only mmsg was measured): for each I/O backend and each placement, an
-//! engine that served some traffic and then has none must sleep. Counters, not time:
-//! the core's passes (`io.loops`) over an idle second stay few, and the process's CPU
-//! over that second stays under 5% of one CPU. One test in this binary, so nothing else
-//! shares its process. (`cargo test -p ratelimitly-engine --test engine_idle`.)
+//! the CPU, while only mmsg was measured): for each I/O backend and each placement, a
+//! core must sleep whenever it has nothing to do. Counters, not time: serving requests
+//! one at a time, the core waits (`io.waits`: a blocking wait in the kernel, or a park
+//! of the hosted task) for at least every other request and makes a bounded number of
+//! passes per request; over an idle second that follows, its passes (`io.loops`) stay
+//! few and the process's CPU stays under 5% of one CPU. One test in this binary, so
+//! nothing else shares its process.
+//! (`cargo test -p ratelimitly-engine --test engine_idle`.)
 
 mod engine_common;
 
@@ -31,28 +34,52 @@ fn process_cpu_us() -> u64 {
     us(ru.ru_utime) + us(ru.ru_stime)
 }
 
-/// The I/O counters of the engine's only core.
-fn loops(h: &EngineHandle) -> (BackendKind, u64) {
+/// Requests served one at a time.
+const SEQUENTIAL: u64 = 200;
+/// Passes a core may make per sequential request (the submission, the answer, the
+/// completion's resend and timers; a spinning core makes hundreds).
+const LOOPS_PER_REQUEST: u64 = 12;
+
+/// The I/O counters of the engine's only core: backend, passes, waits.
+fn counters(h: &EngineHandle) -> (BackendKind, u64, u64) {
     let io = h.stats().io.expect("a core publishes its I/O counters");
-    (io.backend, io.loops)
+    (io.backend, io.loops, io.waits)
 }
 
-/// Serves `n` sequential requests, lets the core settle, then measures an idle second.
-fn idle_second(h: &EngineHandle, name: &str) -> (BackendKind, u64, u64) {
+/// What one engine did: its backend, and passes and waits over the sequential
+/// requests, then passes and CPU µs per second over the idle second.
+struct Measured {
+    backend: BackendKind,
+    busy_loops: u64,
+    busy_waits: u64,
+    idle_loops: u64,
+    idle_cpu: u64,
+}
+
+/// Serves [`SEQUENTIAL`] requests one at a time, lets the core settle, then measures
+/// an idle second.
+fn measure(h: &EngineHandle, name: &str) -> Measured {
     let res = resource(name, u32::MAX);
-    for _ in 0..200 {
+    let (_, l0, w0) = counters(h);
+    for _ in 0..SEQUENTIAL {
         assert!(h.request().consume(&res, 1).wait().is_ok());
     }
+    let (_, l1, w1) = counters(h);
     // the last requests' timers and the pause's publications
     std::thread::sleep(Duration::from_millis(300));
-    let (_, l0) = loops(h);
+    let (_, l2, _) = counters(h);
     let c0 = process_cpu_us();
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_secs(1));
     let cpu = process_cpu_us() - c0;
-    let (backend, l1) = loops(h);
-    let cpu_per_s = cpu * 1_000_000 / t0.elapsed().as_micros().max(1) as u64;
-    (backend, l1 - l0, cpu_per_s)
+    let (backend, l3, _) = counters(h);
+    Measured {
+        backend,
+        busy_loops: l1 - l0,
+        busy_waits: w1 - w0,
+        idle_loops: l3 - l2,
+        idle_cpu: cpu * 1_000_000 / t0.elapsed().as_micros().max(1) as u64,
+    }
 }
 
 #[test]
@@ -81,16 +108,31 @@ fn an_idle_core_sleeps_on_every_backend_and_placement() {
                 }
                 Err(err) => panic!("{backend} (hosted: {hosted}): {err}"),
             };
-            let h = e.handle();
-            let (kind, loops, cpu) = idle_second(&h, "idle");
-            let what = format!("{backend} (hosted: {hosted}, ran {kind})");
+            let m = measure(&e.handle(), "idle");
+            let what = format!("{backend} (hosted: {hosted}, ran {})", m.backend);
             assert!(
-                loops <= IDLE_LOOPS,
-                "{what}: {loops} passes in an idle second: the core spins"
+                m.busy_waits >= SEQUENTIAL / 2,
+                "{what}: {} waits for {SEQUENTIAL} requests served one at a time: the core spins",
+                m.busy_waits
             );
             assert!(
-                cpu <= IDLE_CPU_US,
-                "{what}: {cpu} µs of CPU in an idle second: the core spins"
+                m.busy_loops <= SEQUENTIAL * LOOPS_PER_REQUEST,
+                "{what}: {} passes for {SEQUENTIAL} requests served one at a time",
+                m.busy_loops
+            );
+            assert!(
+                m.idle_loops <= IDLE_LOOPS,
+                "{what}: {} passes in an idle second: the core spins",
+                m.idle_loops
+            );
+            assert!(
+                m.idle_cpu <= IDLE_CPU_US,
+                "{what}: {} µs of CPU in an idle second: the core spins",
+                m.idle_cpu
+            );
+            eprintln!(
+                "{what}: {} waits and {} passes for {SEQUENTIAL} requests; idle: {} passes, {} µs CPU/s",
+                m.busy_waits, m.busy_loops, m.idle_loops, m.idle_cpu
             );
             e.shutdown();
         }

@@ -80,6 +80,9 @@ fn io_json(io: &IoStats) -> Value {
         "eagain_waits": io.eagain_waits,
         "wakes": io.wakes,
         "loops": io.loops,
+        "waits": io.waits,
+        "recv_calls": io.recv_calls,
+        "recv_rearms": io.recv_rearms,
     })
 }
 

@@ -167,6 +167,7 @@ fn io_config(cfg: &ResponderConfig) -> IoConfig {
         batch: BATCH,
         send_capacity: 4 * BATCH,
         max_datagram: 2048,
+        ..IoConfig::default()
     }
 }
 

@@ -94,9 +94,13 @@ impl EngineBuilder {
     /// (measured in docs/benchmarks.md, "Hosted and pinned cores"). A pinned core is still the faster choice
     /// for throughput when it has a CPU of its own.
     ///
-    /// Hosted cores use the mmsg I/O backend (their readiness comes from the runtime's
-    /// reactor; `io_backend` is ignored), never spin, and yield to the runtime after
-    /// every turn with work (a turn takes at most 256 submissions and 256 datagrams).
+    /// Hosted cores run either I/O backend (`io_backend`): with mmsg the runtime's
+    /// reactor watches each socket; with io_uring it watches the ring's fd, and the
+    /// ring is set up for calls from any worker thread (`udp::Caller::Runtime`:
+    /// `COOP_TASKRUN`, since a task that moves between workers cannot be the single
+    /// issuer that `DEFER_TASKRUN` needs). They never spin, and yield to the runtime
+    /// after every turn with work (a turn takes at most 256 submissions and 256
+    /// datagrams).
     /// `EngineHandle::stats` called from inside a runtime does not wait for a fresh
     /// publication (it would block the worker the core needs): a hosted core publishes
     /// its counters whenever it pauses, its latency histograms within 10 ms of its last

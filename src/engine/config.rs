@@ -174,7 +174,7 @@ pub(crate) struct CoreSettings {
     /// GSO sends / GRO receives on.
     pub gso: bool,
     /// The cores run as tasks on the application's runtime (`EngineBuilder::runtime`);
-    /// validation then forces the mmsg backend and no spinning.
+    /// validation then turns spinning off.
     pub hosted: bool,
 }
 
@@ -249,11 +249,10 @@ impl Settings {
         if !(2..=super::MAX_SOCKETS_PER_CORE).contains(&core.max_sockets) {
             return Err(OptionError::BadMaxSockets(core.max_sockets).into());
         }
-        if !core.hosted && !core.io_backend.compiled() {
+        if !core.io_backend.compiled() {
             return Err(BuildError::UringNotCompiled);
         }
         if core.hosted {
-            core.io_backend = crate::udp::BackendChoice::Mmsg;
             core.spin = None;
         }
         Ok(Validated {

@@ -17,8 +17,11 @@
 //! `sendmmsg`).
 //!
 //! Turns are `Core::turn`'s, as on a pinned core; this task never lets the I/O pass
-//! wait ([`Scheduler::BLOCKS`] is false) and names the sockets the runtime reported
-//! readable. While more work is certain ([`Turn::Busy`]) the task re-queues itself
+//! wait ([`Scheduler::BLOCKS`] is false). With the mmsg backend the runtime's reactor
+//! watches every socket and the pass receives on those it reported readable; with
+//! io_uring it watches the ring's fd alone (readable while completions are ready: the
+//! ring receives on every socket and waits for writability itself), and the ring is
+//! set up for calls from any worker thread (`udp::Caller::Runtime`). While more work is certain ([`Turn::Busy`]) the task re-queues itself
 //! behind the tasks that are ready, so the callers it completed run before its next
 //! turn. Otherwise ([`Turn::Idle`]) it parks: it waits until a socket is readable (or
 //! writable while sends wait for room), a submitter wakes it, or the turn's deadline
@@ -61,12 +64,16 @@ struct Reg {
     ready: bool,
 }
 
-/// The task's watch over the core's sockets: what the runtime reported readable.
+/// The task's watch over the core's I/O: what the runtime reported readable.
 #[derive(Default)]
 struct Watch {
+    /// mmsg: each socket, registered with the reactor.
     regs: Vec<Reg>,
     /// Sockets the reactor refused to register: received from every turn.
     unregistered: Vec<SocketId>,
+    /// io_uring: the ring's fd instead of the sockets (readable while completions are
+    /// ready; the ring itself receives on every socket and waits for writability).
+    ring: Option<AsyncFd<Fd>>,
 }
 
 impl Scheduler for Watch {
@@ -107,6 +114,7 @@ pub(crate) async fn run(core: Core) {
         armed: None,
         finished: false,
     };
+    h.watch_ring();
     loop {
         h.take_readiness();
         let turn = h.core.turn(&mut h.watch);
@@ -153,7 +161,7 @@ impl Hosted {
     /// rare: steering); true when it registered any.
     fn register_new(&mut self) -> bool {
         let w = &mut self.watch;
-        if self.core.sockets().len() == w.regs.len() + w.unregistered.len() {
+        if w.ring.is_some() || self.core.sockets().len() == w.regs.len() + w.unregistered.len() {
             return false;
         }
         let mut any = false;
@@ -185,10 +193,31 @@ impl Hosted {
         any
     }
 
+    /// io_uring: watches the ring's fd instead of the sockets. A reactor that refuses it
+    /// leaves the sockets watched (the ring receives on them all the same, so their
+    /// readiness stands in for its completions).
+    fn watch_ring(&mut self) {
+        let Some(raw) = self.core.readiness_fd() else {
+            return;
+        };
+        // SAFETY: `raw` is the ring's fd, owned by the core's I/O layer; the
+        // registration is dropped before it (`Hosted` drops `watch` before `core`).
+        match unsafe { AsyncFd::register_with_interest(Fd(raw), Interest::READABLE) } {
+            Ok(fd) => self.watch.ring = Some(fd),
+            Err(e) => tracing::error!(core = self.core.index(), error = %e,
+                "hosted engine core: io_uring registration failed; watching its sockets"),
+        }
+    }
+
     /// Takes (and clears) the readiness the runtime reported since the last turn,
     /// without registering for more: the task is running.
     fn take_readiness(&mut self) {
         let mut cx = Context::from_waker(std::task::Waker::noop());
+        if let Some(ring) = &self.watch.ring
+            && let Poll::Ready(Ok(mut g)) = ring.poll_read_ready(&mut cx)
+        {
+            g.clear_ready();
+        }
         for r in &mut self.watch.regs {
             if let Poll::Ready(Ok(mut g)) = r.fd.poll_read_ready(&mut cx) {
                 g.clear_ready();
@@ -211,7 +240,7 @@ impl Hosted {
             self.armed = Some(d);
         }
         let waker = self.waker.clone();
-        let mut parked = false;
+        let (mut parked, mut waited) = (false, false);
         let submitted = poll_fn(|cx| {
             waker.register(cx.waker());
             if !parked {
@@ -222,6 +251,12 @@ impl Hosted {
             }
             let woken = waker.is_pending();
             let mut ready = false;
+            if let Some(ring) = &self.watch.ring
+                && let Poll::Ready(Ok(mut g)) = ring.poll_read_ready(cx)
+            {
+                g.clear_ready();
+                ready = true;
+            }
             for r in &mut self.watch.regs {
                 if let Poll::Ready(Ok(mut g)) = r.fd.poll_read_ready(cx) {
                     g.clear_ready();
@@ -243,11 +278,15 @@ impl Hosted {
             if ready || woken {
                 Poll::Ready(woken && !ready)
             } else {
+                waited = true;
                 Poll::Pending
             }
         })
         .await;
         waker.unpark();
+        if waited {
+            self.core.count_wait();
+        }
         submitted
     }
 }

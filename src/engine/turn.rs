@@ -62,7 +62,7 @@ use super::sockets::SocketOp;
 use super::state::{CoreState, TransmitSink, os_entropy};
 use super::submit::Msg;
 use crate::proto::outcome::Failure;
-use crate::udp::{IoConfig, IoEvent, SendQueue, SocketId, UdpIo};
+use crate::udp::{BackendChoice, Caller, IoConfig, IoEvent, SendQueue, SocketId, UdpIo};
 
 /// Ports tried per steering rebind (each a bind(2)); never an unbounded scan.
 pub(crate) const REBIND_TRIES: u16 = 32;
@@ -227,6 +227,11 @@ impl Core {
             batch: RECV_BATCH,
             send_capacity: SEND_CAPACITY,
             max_datagram: 2048,
+            caller: if shared.settings.hosted {
+                Caller::Runtime
+            } else {
+                Caller::OneThread
+            },
         };
         let mut io = UdpIo::new(&cfg).map_err(|e| BuildError::IoBackend {
             core: index,
@@ -248,7 +253,7 @@ impl Core {
             .new_state(Instant::now(), first, port, os_entropy())
             .map_err(|_| BuildError::NoRandomness)?;
         let _ = shared.queues[index].waker.set(io.waker());
-        tracing::debug!(core = index, backend = %io.kind(), "engine core started");
+        log_backend(index, shared.settings.io_backend, &io);
         let now = Instant::now();
         Ok(Core {
             state,
@@ -575,6 +580,16 @@ impl Core {
         &self.open
     }
 
+    /// The fd a task watches instead of the sockets (io_uring's ring), if any.
+    pub(crate) fn readiness_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.io.readiness_fd()
+    }
+
+    /// Counts a park of the core's task as a wait of its I/O layer.
+    pub(crate) fn count_wait(&mut self) {
+        self.io.count_wait();
+    }
+
     /// The descriptor of open socket `id`, for a readiness registration.
     pub(crate) fn socket_fd(&self, id: SocketId) -> Option<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;
@@ -603,6 +618,19 @@ enum Wait<'a> {
     Upto(Option<Duration>),
     /// Never blocks or polls: receives only on the sockets the function picks.
     Never(&'a dyn Fn(SocketId) -> bool),
+}
+
+/// Says which I/O backend a core runs: at info when `Auto` chose it (with io_uring's
+/// refusal when it fell back to mmsg), at debug when it was asked for by name.
+fn log_backend(core: usize, asked: BackendChoice, io: &UdpIo) {
+    if asked != BackendChoice::Auto {
+        tracing::debug!(core, backend = %io.kind(), "engine core started");
+    } else if let Some(e) = io.uring_refusal() {
+        tracing::info!(core, backend = %io.kind(), refusal = %e,
+            "engine core started: io_uring refused here, the auto I/O backend runs mmsg");
+    } else {
+        tracing::info!(core, backend = %io.kind(), "engine core started: the auto I/O backend chose io_uring");
+    }
 }
 
 /// Completes a message that no core will handle.

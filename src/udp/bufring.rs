@@ -91,8 +91,13 @@ impl BufRing {
         } else {
             cfg.max_datagram
         };
+        // With GRO every buffer holds a whole coalesced run (up to 64 KiB), but a peer
+        // that answers one datagram at a time fills one buffer per datagram: half a
+        // batch of buffers (128 for the engine's 256, 8 MiB) keeps the multishot
+        // receive armed through the datagrams that arrive between two passes (a quarter
+        // ran out and re-armed every few passes with 64 answers in flight).
         let count: usize = if cfg.gro {
-            (cfg.batch / 4).next_power_of_two().clamp(16, 256)
+            (cfg.batch / 2).next_power_of_two().clamp(16, 256)
         } else {
             (cfg.batch * 2).next_power_of_two().clamp(16, 4096)
         };

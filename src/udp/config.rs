@@ -40,6 +40,24 @@ impl fmt::Display for BackendKind {
     }
 }
 
+/// Who calls a driver, which decides how its io_uring instance is set up (the mmsg
+/// backend is the same for both; `src/udp/ring.rs` says how and why).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Caller {
+    /// One thread makes every call and waits inside the driver
+    /// ([`UdpIo::run_once`](super::UdpIo::run_once)): a pinned engine core, the
+    /// responder, loadgen's raw client. io_uring: `SINGLE_ISSUER | DEFER_TASKRUN` and a
+    /// registered ring fd.
+    #[default]
+    OneThread,
+    /// Tasks of an async runtime call the driver from any worker thread and wait in the
+    /// runtime for [`UdpIo::readiness_fd`](super::UdpIo::readiness_fd)
+    /// ([`UdpIo::run_nowait`](super::UdpIo::run_nowait)): a hosted engine core.
+    /// io_uring: `COOP_TASKRUN` (a task that moves between threads cannot be the single
+    /// issuer that `DEFER_TASKRUN` needs).
+    Runtime,
+}
+
 /// Which backend to use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum BackendChoice {
@@ -117,6 +135,9 @@ pub struct IoConfig {
     pub send_capacity: usize,
     /// Largest datagram sent or received without GRO in bytes (default 2048).
     pub max_datagram: usize,
+    /// Who calls the driver (default [`Caller::OneThread`]): decides how io_uring is set
+    /// up, and whether [`UdpIo::readiness_fd`](super::UdpIo::readiness_fd) is needed.
+    pub caller: Caller,
 }
 
 impl Default for IoConfig {
@@ -131,6 +152,7 @@ impl Default for IoConfig {
             batch: 256,
             send_capacity: 1024,
             max_datagram: 2048,
+            caller: Caller::OneThread,
         }
     }
 }

@@ -60,6 +60,8 @@ pub struct UdpIo {
     // the backend drops first: io_uring cancels its requests before the sockets close
     backend: Backend,
     common: Common,
+    /// Why `Auto` runs mmsg (None otherwise).
+    uring_refusal: Option<io::Error>,
 }
 
 // `UdpIo` is `Send` by derivation: the fields that hold raw pointers assert it each
@@ -97,12 +99,16 @@ impl UdpIo {
         cfg.send_capacity = cfg
             .send_capacity
             .clamp(cfg.batch + GSO_MAX_SEGMENTS, 1 << 20);
+        let mut uring_refusal = None;
         let backend = match cfg.backend {
             BackendChoice::Mmsg => None,
             BackendChoice::Uring => Some(uring::Uring::new(&cfg)?),
             BackendChoice::Auto => match uring::Uring::new(&cfg) {
                 Ok(u) => Some(u),
-                Err(e) if uring_refused(&e) => None,
+                Err(e) if uring_refused(&e) => {
+                    uring_refusal = Some(e);
+                    None
+                }
                 Err(e) => return Err(e),
             },
         };
@@ -120,7 +126,15 @@ impl UdpIo {
         Ok(UdpIo {
             common: Common::new(cfg, IoStats::new(kind), waker),
             backend,
+            uring_refusal,
         })
+    }
+
+    /// With [`BackendChoice::Auto`] on mmsg: why io_uring was refused (the kernel's or
+    /// the sandbox's error, or `Unsupported` in a build without the `io-uring`
+    /// feature).
+    pub fn uring_refusal(&self) -> Option<&io::Error> {
+        self.uring_refusal.as_ref()
     }
 
     /// The backend in use.
@@ -147,7 +161,7 @@ impl UdpIo {
     pub fn bind_with(&mut self, addr: SocketAddr, opts: BindOptions) -> io::Result<SocketId> {
         let slot = self.free_slot()?;
         let sock = socket::open(addr, &self.common.cfg, opts)?;
-        Ok(self.adopt(slot, sock))
+        self.adopt(slot, sock)
     }
 
     /// Steering rebind (docs/protocol.md §14): binds the "any" address (IPv6 dual stack when
@@ -162,7 +176,7 @@ impl UdpIo {
     ) -> io::Result<SocketId> {
         let slot = self.free_slot()?;
         let sock = socket::bind_steering(v6, after_port, max_tries, &self.common.cfg)?;
-        Ok(self.adopt(slot, sock))
+        self.adopt(slot, sock)
     }
 
     fn free_slot(&self) -> io::Result<usize> {
@@ -174,7 +188,10 @@ impl UdpIo {
         })
     }
 
-    fn adopt(&mut self, slot: usize, opened: socket::Opened) -> SocketId {
+    fn adopt(&mut self, slot: usize, opened: socket::Opened) -> io::Result<SocketId> {
+        if let Backend::Uring(u) = &mut self.backend {
+            u.socket_added(slot, std::os::fd::AsRawFd::as_raw_fd(&opened.sock))?;
+        }
         let c = &mut self.common;
         if c.cfg.gro && !opened.gro {
             c.stats.gro_fallbacks += 1;
@@ -191,10 +208,7 @@ impl UdpIo {
                 want_write: false,
             },
         );
-        if let Backend::Uring(u) = &mut self.backend {
-            u.socket_added(slot);
-        }
-        id
+        Ok(id)
     }
 
     /// Closes socket `id`. Datagrams still queued for it are reported as
@@ -333,6 +347,23 @@ impl UdpIo {
     /// The counters.
     pub fn stats(&self) -> &IoStats {
         &self.common.stats
+    }
+
+    /// For a caller that waits in an async runtime
+    /// ([`Caller::Runtime`](super::Caller::Runtime)): the fd to
+    /// watch for readability, which replaces watching the sockets. io_uring: the ring's
+    /// fd (readable while completions are ready). mmsg: `None` (watch each socket).
+    pub fn readiness_fd(&self) -> Option<std::os::fd::RawFd> {
+        match &self.backend {
+            Backend::Uring(u) => u.readiness_fd(),
+            Backend::Mmsg(_) => None,
+        }
+    }
+
+    /// Counts one wait of a caller that waits elsewhere (a runtime's reactor) in
+    /// [`IoStats::waits`].
+    pub fn count_wait(&mut self) {
+        self.common.stats.waits += 1;
     }
 }
 

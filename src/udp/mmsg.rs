@@ -233,6 +233,7 @@ impl Mmsg {
         // block only if no wake-up is pending (see wake.rs for the handshake)
         if may_block && c.waker.park() {
             ms = poll_ms(timeout);
+            c.stats.waits += u64::from(ms != 0);
         }
         // SAFETY: pollfds is a valid array of that many pollfd entries.
         let r = unsafe {

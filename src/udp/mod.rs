@@ -9,7 +9,9 @@
 //!   [`UdpIo::run_once`] does one `io_uring_enter` that carries the loop's sends and
 //!   waits until a completion arrives or the timeout passes (the timeout travels as the
 //!   enter's extended argument, so no timeout SQE has to be reaped or cancelled).
-//!   Cross-thread wake-ups arrive as the completion of a read on an eventfd.
+//!   Cross-thread wake-ups arrive as the completion of a read on an eventfd (a
+//!   runtime's caller is woken as a task instead). Sockets are fixed files; the ring's
+//!   setup depends on [`Caller`] (`ring.rs`).
 //! - **mmsg** ([`BackendKind::Mmsg`]): `sendmmsg`/`recvmmsg` plus `poll(2)`; chosen
 //!   automatically where io_uring is refused (seccomp profiles of container runtimes:
 //!   `EPERM`/`ENOSYS`; old kernels: `EINVAL`), or by configuration.
@@ -37,10 +39,13 @@
 //! [`IoEvent::SendFailed`] with [`std::io::ErrorKind::WouldBlock`]; when every queued datagram
 //! is fresh, [`UdpIo::queue_send`] returns `false` and the caller decides.
 //!
-//! Threading: a driver is used by one thread. With io_uring it binds itself to the
-//! first thread that calls [`UdpIo::run_once`] (`IORING_SETUP_SINGLE_ISSUER`); it may
-//! be created on another thread and moved before that. Other threads reach it only
-//! through its [`Waker`].
+//! Threading: a driver is used by one caller at a time, and [`IoConfig::caller`] says
+//! which. [`Caller::OneThread`] (the default): with io_uring the driver binds itself to
+//! the first thread that calls [`UdpIo::run_once`] (`IORING_SETUP_SINGLE_ISSUER`); it
+//! may be created on another thread and moved before that. [`Caller::Runtime`]: tasks
+//! of an async runtime call [`UdpIo::run_nowait`] from any worker thread and wait for
+//! [`UdpIo::readiness_fd`] (io_uring) or the sockets (mmsg) in the runtime's reactor.
+//! Other threads reach a driver only through its [`Waker`].
 //!
 //! | File | Holds |
 //! |---|---|
@@ -54,6 +59,7 @@
 //! | `socket.rs` | socket creation, [`BindOptions`], steering rebinds |
 //! | `wake.rs` | [`Waker`] and its handshake |
 //! | `mmsg.rs`, `uring.rs` | the two backends: their system calls and ring mechanics only (`uring_off.rs` stands in for `uring.rs` without the `io-uring` feature) |
+//! | `ring.rs` | io_uring's instance: setup flags per [`Caller`], registrations (ring fd, fixed files), the enter system call |
 //! | `bufring.rs` | io_uring's provided-buffer ring: the memory the kernel writes, and parsing a filled buffer |
 
 #[cfg(feature = "io-uring")]
@@ -63,6 +69,8 @@ mod gro;
 mod gso;
 mod io;
 mod mmsg;
+#[cfg(feature = "io-uring")]
+mod ring;
 mod shared;
 mod socket;
 mod stats;
@@ -75,7 +83,7 @@ mod uring;
 mod wake;
 
 pub use config::{
-    BackendChoice, BackendKind, GRO_BUFFER, GSO_MAX_BYTES, GSO_MAX_SEGMENTS, IoConfig,
+    BackendChoice, BackendKind, Caller, GRO_BUFFER, GSO_MAX_BYTES, GSO_MAX_SEGMENTS, IoConfig,
     UnknownBackend,
 };
 pub use gso::SendQueue;

@@ -36,8 +36,13 @@ pub struct SendErrors {
 pub struct IoStats {
     /// The backend in use.
     pub backend: BackendKind,
-    /// Calls of `run_once`.
+    /// Passes: calls of `run_once`, `run_once_for` and `run_nowait`.
     pub loops: u64,
+    /// Waits: passes that slept in the kernel until an event or their timeout (a
+    /// blocking `poll(2)` or `io_uring_enter`), and the parks of a caller that waits
+    /// in a runtime instead ([`UdpIo::count_wait`](super::UdpIo::count_wait)). A core
+    /// that loops without ever waiting spins.
+    pub waits: u64,
     /// System calls that carried sends (`sendmmsg` calls; `io_uring_enter` calls with
     /// send SQEs).
     pub send_calls: u64,
@@ -84,6 +89,7 @@ impl IoStats {
         IoStats {
             backend,
             loops: 0,
+            waits: 0,
             send_calls: 0,
             send_ops: 0,
             datagrams_sent: 0,
@@ -128,6 +134,7 @@ impl IoStats {
     /// Adds `o` counter by counter (the backend stays this one's).
     pub fn merge(&mut self, o: &IoStats) {
         self.loops += o.loops;
+        self.waits += o.waits;
         self.send_calls += o.send_calls;
         self.send_ops += o.send_ops;
         self.datagrams_sent += o.datagrams_sent;

@@ -26,15 +26,17 @@
 //! confirm; `UdpIo`'s drop does the same before it frees the send queue.
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use io_uring::types::{CancelBuilder, Fd, SubmitArgs, Timespec};
-use io_uring::{IoUring, cqueue, opcode, squeue};
+use io_uring::types::{CancelBuilder, Fd, Fixed, Timespec};
+use io_uring::{cqueue, opcode, squeue};
 
+use super::Caller;
 use super::bufring::{BGID, BufRing};
 use super::gso::GroupResult;
+use super::ring::Ring;
 use super::shared::Common;
 use super::wake::Waker;
 use super::{IoConfig, IoEvent, SendQueue, SocketId};
@@ -45,8 +47,8 @@ const K_WAKE: u64 = 3;
 const K_POLLOUT: u64 = 4;
 const K_CANCEL: u64 = 5;
 
-/// Submission queue entries.
-const SQ_ENTRIES: u32 = 256;
+/// Completion queue entries.
+const CQ_ENTRIES: u32 = 8192;
 /// Loops of wait inside one `run_once` that produced nothing for the caller.
 const MAX_ROUNDS: usize = 4;
 
@@ -55,9 +57,7 @@ fn ud(kind: u64, low: u32) -> u64 {
 }
 
 pub(crate) struct Uring {
-    ring: IoUring,
-    /// Created disabled; enabled by the first `run_once` (its thread becomes the issuer).
-    disabled: bool,
+    ring: Ring,
     bufs: BufRing,
     /// Per socket slot: a multishot receive is armed for the current socket.
     recv_armed: Vec<bool>,
@@ -65,6 +65,8 @@ pub(crate) struct Uring {
     armed_once: Vec<bool>,
     /// Per socket slot: a POLLOUT poll is armed.
     pollout_armed: Vec<bool>,
+    /// The waker's eventfd read is armed (always "armed" for a runtime's caller, whose
+    /// wake-ups wake its task instead).
     wake_armed: bool,
     need_arm: bool,
     /// Requests to cancel (closed sockets), submitted with the next enter.
@@ -79,56 +81,44 @@ pub(crate) struct Uring {
     more: bool,
     /// The answer of [`shut_down`](Self::shut_down) once it ran.
     shut: Option<bool>,
-    ts: Timespec,
-}
-
-/// A ring with `SINGLE_ISSUER | DEFER_TASKRUN` (Linux 6.1), created disabled. Older
-/// kernels fail with EINVAL, which `BackendChoice::Auto` takes as a refusal: they also
-/// lack pieces this backend relies on (multishot `RECVMSG` and synchronous cancel
-/// arrived in 6.0), so they get the mmsg backend instead.
-fn build_ring(cq: u32) -> io::Result<IoUring> {
-    let mut b = IoUring::builder();
-    b.setup_cqsize(cq)
-        .setup_single_issuer()
-        .setup_defer_taskrun()
-        .setup_r_disabled();
-    b.build(SQ_ENTRIES)
 }
 
 impl Uring {
     pub(crate) fn new(cfg: &IoConfig) -> io::Result<(Uring, Arc<Waker>)> {
-        let ring = build_ring(8192)?;
-        let disabled = true;
-        if !ring.params().is_feature_ext_arg() || !ring.params().is_feature_nodrop() {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        let bufs = BufRing::new(cfg, &ring)?;
+        let ring = Ring::new(cfg.caller, CQ_ENTRIES, cfg.max_sockets as u32)?;
+        let bufs = BufRing::new(cfg, &ring.ring)?;
         let waker = Arc::new(Waker::new(false)?);
         let u = Uring {
+            wake_armed: ring.caller() == Caller::Runtime,
             ring,
-            disabled,
             deferred: Vec::with_capacity(bufs.count()),
             bufs,
             recv_armed: vec![false; cfg.max_sockets],
             armed_once: vec![false; cfg.max_sockets],
             pollout_armed: vec![false; cfg.max_sockets],
-            wake_armed: false,
             need_arm: true,
             cancels: Vec::with_capacity(cfg.max_sockets * 2),
             sends_in_flight: 0,
             deferred_wake: false,
             more: false,
             shut: None,
-            ts: Timespec::new(),
         };
         Ok((u, waker))
     }
 
-    pub(crate) fn socket_added(&mut self, slot: usize) {
+    /// Socket `fd` opened at `slot`: it becomes the ring's fixed file there.
+    pub(crate) fn socket_added(&mut self, slot: usize, fd: RawFd) -> io::Result<()> {
+        self.ring.set_file(slot, Some(fd))?;
         self.recv_armed[slot] = false;
         self.armed_once[slot] = false;
         self.pollout_armed[slot] = false;
         self.need_arm = true;
+        Ok(())
+    }
+
+    /// The fd to wait on for readiness, for a caller that waits in a runtime.
+    pub(crate) fn readiness_fd(&self) -> Option<RawFd> {
+        (self.ring.caller() == Caller::Runtime).then(|| self.ring.fd())
     }
 
     pub(crate) fn socket_closed(&mut self, slot: usize, old: SocketId) {
@@ -141,14 +131,10 @@ impl Uring {
         self.recv_armed[slot] = false;
         self.pollout_armed[slot] = false;
         self.need_arm = true;
-    }
-
-    fn enable(&mut self) -> io::Result<()> {
-        if self.disabled {
-            self.ring.submitter().register_enable_rings()?;
-            self.disabled = false;
+        // the cancellations go with the next enter; submitted requests hold the file
+        if let Err(e) = self.ring.set_file(slot, None) {
+            tracing::warn!(error = %e, "io_uring: could not clear a closed socket's fixed file");
         }
-        Ok(())
     }
 
     /// Pushes one SQE, submitting what is queued when the SQ is full.
@@ -166,10 +152,10 @@ impl Uring {
         for _ in 0..3 {
             // SAFETY: what `e` points at stays valid until its completion, as this
             // function's caller guarantees.
-            if unsafe { self.ring.submission().push(e) }.is_ok() {
+            if unsafe { self.ring.ring.submission().push(e) }.is_ok() {
                 return Ok(());
             }
-            self.ring.submit()?;
+            self.ring.enter(Some(Duration::ZERO))?;
             c.stats.send_calls += 1;
         }
         Err(io::Error::other("io_uring submission queue stays full"))
@@ -197,10 +183,11 @@ impl Uring {
                 continue;
             }
             // a closed socket's groups fail here, nothing is submitted for them
-            let Some(fd) = c.send_fd(g..g + 1) else {
+            if c.send_fd(g..g + 1).is_none() {
                 continue;
-            };
-            let sqe = opcode::SendMsg::new(Fd(fd), c.sendq.msghdr(g))
+            }
+            let slot = c.sendq.group(g).sock.index() as u32;
+            let sqe = opcode::SendMsg::new(Fixed(slot), c.sendq.msghdr(g))
                 .flags(libc::MSG_DONTWAIT as u32)
                 .build()
                 .user_data(ud(K_SEND, g as u32));
@@ -212,8 +199,7 @@ impl Uring {
             // `sends_in_flight` is zero, and an in-flight group's slots are neither free
             // nor pending, so nothing queued meanwhile reuses them. `UdpIo`'s drop shuts
             // this ring down before it frees the queue, and leaks the queue when the
-            // kernel does not confirm. The fd is submitted by this call's enter, before
-            // any `close`.
+            // kernel does not confirm. The socket is the open fixed file at its slot.
             unsafe { self.push(&sqe, c)? };
             self.sends_in_flight += 1;
             pushed = true;
@@ -258,12 +244,13 @@ impl Uring {
         };
         for i in 0..c.table.slots() {
             let Some(id) = c.table.id_at(i) else { continue };
-            let (fd, want_write) = match c.table.get(i) {
-                Some(e) => (e.sock.as_raw_fd(), e.want_write),
+            let want_write = match c.table.get(i) {
+                Some(e) => e.want_write,
                 None => continue,
             };
+            let file = Fixed(i as u32);
             if !self.recv_armed[i] {
-                let sqe = opcode::RecvMsgMulti::new(Fd(fd), hdr, BGID)
+                let sqe = opcode::RecvMsgMulti::new(file, hdr, BGID)
                     .build()
                     .user_data(ud(K_RECV, id.raw()));
                 // SAFETY: the template and the provided buffers live boxed in
@@ -277,11 +264,11 @@ impl Uring {
                 self.armed_once[i] = true;
             }
             if want_write && !self.pollout_armed[i] {
-                let sqe = opcode::PollAdd::new(Fd(fd), libc::POLLOUT as u32)
+                let sqe = opcode::PollAdd::new(file, libc::POLLOUT as u32)
                     .build()
                     .user_data(ud(K_POLLOUT, id.raw()));
-                // SAFETY: a poll points at no memory; the fd is submitted by this
-                // call's enter.
+                // SAFETY: a poll points at no memory; the socket is the open fixed
+                // file at its slot.
                 unsafe { self.push(&sqe, c)? };
                 self.pollout_armed[i] = true;
             }
@@ -289,33 +276,29 @@ impl Uring {
         Ok(())
     }
 
-    /// Submits and waits for one completion or `wait`. Returns true on timeout.
-    fn enter(&mut self, wait: Option<Duration>) -> io::Result<bool> {
-        let r = match wait {
-            None => self.ring.submit_and_wait(1),
-            Some(d) => {
-                self.ts = Timespec::from(d);
-                let args = SubmitArgs::new().timespec(&self.ts);
-                self.ring.submitter().submit_with_args(1, &args)
-            }
-        };
-        match r {
-            Ok(_) => Ok(false),
-            Err(e) => match e.raw_os_error() {
-                Some(libc::ETIME) => Ok(true),
-                Some(libc::EINTR | libc::EBUSY | libc::EAGAIN) => Ok(false),
-                _ => Err(e),
-            },
+    /// Submits what is queued and, with `block`, waits for a completion or `wait`
+    /// ([`Ring::enter`]); without it, collects what is ready without waiting, and makes
+    /// no system call when nothing is to be submitted and the kernel flagged no
+    /// completion work. Returns true when the wait timed out.
+    fn enter(&mut self, c: &mut Common, block: bool, wait: Option<Duration>) -> io::Result<bool> {
+        if block {
+            c.stats.waits += 1;
+            return self.ring.enter(wait);
         }
+        if self.ring.ring.submission().is_empty() && !self.ring.kernel_has_work() {
+            return Ok(false);
+        }
+        self.ring.enter(Some(Duration::ZERO))
     }
 
+    /// One pass (see `UdpIo::run_once`): delivers what was kept, sends, arms, waits
+    /// (when `timeout` allows and nothing is ready) for a completion, reaps.
     pub(crate) fn run_once(
         &mut self,
         c: &mut Common,
         timeout: Option<Duration>,
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) -> io::Result<()> {
-        self.enable()?;
         let mut events = self.deliver_deferred(c, on_event);
         // a wake-up that came while we were busy: reported without a system call
         events += usize::from(c.take_wake(on_event));
@@ -331,11 +314,11 @@ impl Uring {
                 (Some(d), Some(t0)) if round > 0 => Some(d.saturating_sub(t0.elapsed())),
                 _ => timeout,
             };
-            let ready = events > 0 || !self.ring.completion().is_empty();
+            let ready = events > 0 || !self.ring.ring.completion().is_empty();
             let may_block = !ready && !wait.is_some_and(|w| w.is_zero());
             // block only if no wake-up is pending (see wake.rs for the handshake)
             let block = may_block && c.waker.park();
-            let r = self.enter(if block { wait } else { Some(Duration::ZERO) });
+            let r = self.enter(c, block, wait);
             if may_block {
                 c.waker.unpark();
             }
@@ -352,6 +335,12 @@ impl Uring {
                 break;
             }
         }
+        // A receive that ended (its buffers ran out) is re-armed before the caller may
+        // wait elsewhere: a hosted core parks until the ring has a completion.
+        if self.need_arm {
+            self.arm(c)?;
+            self.enter(c, false, Some(Duration::ZERO))?;
+        }
         Ok(())
     }
 
@@ -361,12 +350,11 @@ impl Uring {
         c: &mut Common,
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) -> io::Result<()> {
-        self.enable()?;
         if self.queue_sends(c)? {
             c.stats.send_calls += 1;
         }
         self.arm(c)?;
-        self.enter(Some(Duration::ZERO))?;
+        self.enter(c, false, Some(Duration::ZERO))?;
         self.reap(c, on_event, false);
         c.report_failures(on_event);
         Ok(())
@@ -425,7 +413,7 @@ impl Uring {
             more,
             ..
         } = self;
-        let mut cq = ring.completion();
+        let mut cq = ring.ring.completion();
         while datagrams < batch {
             let Some(cqe) = cq.next() else { break };
             let low = cqe.user_data() as u32;
@@ -546,13 +534,13 @@ impl Uring {
     /// what the requests point at, so this backend leaks its own memory and the caller
     /// must leak the send queue (it lives in `Common`).
     pub(crate) fn shut_down(&mut self) -> bool {
-        if self.disabled {
+        if self.ring.never_used() {
             return true; // nothing was ever submitted
         }
         if let Some(ok) = self.shut {
             return ok;
         }
-        let ok = match self.ring.submitter().register_sync_cancel(
+        let ok = match self.ring.ring.submitter().register_sync_cancel(
             Some(Timespec::from(Duration::from_secs(1))),
             CancelBuilder::any(),
         ) {

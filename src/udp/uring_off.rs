@@ -30,7 +30,11 @@ impl Uring {
         match *self {}
     }
 
-    pub(crate) fn socket_added(&mut self, _slot: usize) {
+    pub(crate) fn socket_added(&mut self, _slot: usize, _fd: std::os::fd::RawFd) -> io::Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn readiness_fd(&self) -> Option<std::os::fd::RawFd> {
         match *self {}
     }
 
