@@ -71,6 +71,17 @@ impl KernelMem {
     }
 }
 
+/// `len` zeroed bytes, every page of them resident now: the kernel fills the buffers
+/// in ring order, so a lazily mapped allocation would grow the process's resident
+/// memory for as long as traffic takes to reach the last buffer.
+fn resident(len: usize) -> Box<[u8]> {
+    let mut b = vec![0u8; len].into_boxed_slice();
+    // the allocator may hand out zeroed pages it never touched: writing them (through
+    // a reference the optimiser cannot see through) maps them
+    std::hint::black_box(&mut b[..]).fill(0);
+    b
+}
+
 /// The provided-buffer ring: the kernel's memory (None once leaked) and our tail.
 pub(crate) struct BufRing {
     pub(crate) mem: Option<KernelMem>,
@@ -128,7 +139,7 @@ impl BufRing {
                 ptr: ring_mem.cast(),
                 bytes: ring_bytes,
             },
-            bufs: vec![0u8; count * buf_size].into_boxed_slice(),
+            bufs: resident(count * buf_size),
             wake_buf: Box::new(0),
             recv_hdr,
         };

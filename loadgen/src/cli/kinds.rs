@@ -52,8 +52,7 @@ impl RawWait {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EngineCore {
-    /// Hosted with the mmsg backend; pinned with `--io uring|auto`, the backends only a
-    /// pinned core uses (settled by [`super::Args::placement`]).
+    /// Hosted, on every backend (settled by [`super::Args::placement`]).
     Auto,
     /// A pinned thread of its own on the first client core (the engine's default).
     Pinned,
