@@ -60,9 +60,10 @@ impl EngineBuilder {
         }
     }
 
-    /// The cores' UDP I/O backend (default [`DEFAULT_IO_BACKEND`](super::DEFAULT_IO_BACKEND), `Mmsg`, the faster one
-    /// measured here; `Auto` is io_uring, falling back to `recvmmsg`/`sendmmsg` where the
-    /// kernel refuses io_uring).
+    /// The cores' UDP I/O backend, on pinned and hosted cores alike (default
+    /// [`DEFAULT_IO_BACKEND`](super::DEFAULT_IO_BACKEND), `Mmsg`; `Auto` is io_uring,
+    /// falling back to `recvmmsg`/`sendmmsg` where the kernel refuses io_uring, and says
+    /// which at info; `Uring` fails the build there).
     pub fn io_backend(mut self, b: crate::udp::BackendChoice) -> Self {
         self.settings.core.io_backend = b;
         self

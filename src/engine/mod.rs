@@ -62,10 +62,10 @@ pub const DEFAULT_IN_FLIGHT: usize = 65_536;
 /// Default socket buffer size (each direction).
 pub const DEFAULT_SOCKET_BUFFER: usize = 4 << 20;
 /// The engine cores' default I/O backend: `recvmmsg`/`sendmmsg` with GSO/GRO. Measured
-/// side by side on this project's machines (`loadgen --client engine --io mmsg|uring`),
-/// it costs less client CPU per decision than the io_uring backend (2.3 vs 3.2–3.6 µs:
-/// io_uring's multishot completions wake the core for smaller batches); io_uring is one
-/// `.io_backend(BackendChoice::Auto)` or `Uring` away (see tuning/README.md).
+/// side by side (docs/benchmarks.md, "Backends"), io_uring costs the same on a pinned core
+/// and less where servers answer one datagram at a time, but 4–9% more CPU per decision on
+/// a hosted core with batched answers, the placement rl-proxy and loadgen use by default;
+/// io_uring is one `.io_backend(BackendChoice::Auto)` or `Uring` away.
 pub const DEFAULT_IO_BACKEND: crate::udp::BackendChoice = crate::udp::BackendChoice::Mmsg;
 /// Most sockets a core may be configured to hold (`max_sockets_per_core`).
 pub const MAX_SOCKETS_PER_CORE: usize = 1024;
