@@ -52,7 +52,8 @@ impl RawWait {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EngineCore {
-    /// Hosted, on every backend (settled by [`super::Args::placement`]).
+    /// The cheaper placement of the backend: hosted with mmsg, pinned with io_uring
+    /// (settled by [`super::Args::placement`]).
     Auto,
     /// A pinned thread of its own on the first client core (the engine's default).
     Pinned,

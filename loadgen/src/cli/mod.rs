@@ -186,8 +186,9 @@ pub struct Args {
     pub reply_batch: bool,
     /// Where the engine's core runs: hosted (a task on the same Tokio runtime as the
     /// callers, which share the client core with it), pinned (a thread of its own on
-    /// the client core) or auto (hosted, on every backend). The JSON parameters give
-    /// the placement used.
+    /// the client core) or auto: the cheaper placement of the backend, hosted with mmsg,
+    /// pinned with io_uring (`--io uring|auto`; docs/benchmarks.md, "Backends"). The
+    /// JSON parameters give the placement used.
     #[arg(long, value_enum, default_value_t = EngineCore::Auto)]
     #[serde(skip)]
     pub engine_core: EngineCore,
@@ -232,9 +233,10 @@ pub struct Args {
 impl Args {
     /// Where the engine's core runs, `--engine-core auto` settled.
     pub fn placement(&self) -> EngineCore {
-        match self.engine_core {
-            EngineCore::Auto => EngineCore::Hosted,
-            chosen => chosen,
+        match (self.engine_core, self.io) {
+            (EngineCore::Auto, BackendChoice::Mmsg) => EngineCore::Hosted,
+            (EngineCore::Auto, _) => EngineCore::Pinned,
+            (chosen, _) => chosen,
         }
     }
 
@@ -291,14 +293,14 @@ mod tests {
     }
 
     #[test]
-    fn auto_placement_hosts_the_core_on_every_backend() {
+    fn auto_placement_is_the_cheaper_one_of_each_backend() {
         let core = |args: &[&str]| {
             let argv = std::iter::once("loadgen").chain(args.iter().copied());
             Args::try_parse_from(argv).unwrap().placement()
         };
         assert_eq!(core(&[]), EngineCore::Hosted);
-        assert_eq!(core(&["--io", "uring"]), EngineCore::Hosted);
-        assert_eq!(core(&["--io", "auto"]), EngineCore::Hosted);
+        assert_eq!(core(&["--io", "uring"]), EngineCore::Pinned);
+        assert_eq!(core(&["--io", "auto"]), EngineCore::Pinned);
         assert_eq!(core(&["--engine-core", "pinned"]), EngineCore::Pinned);
         assert_eq!(
             core(&["--io", "uring", "--engine-core", "hosted"]),
