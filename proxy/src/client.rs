@@ -12,9 +12,9 @@ use ratelimitly_tower::forwarded::{ClientIp, ClientIpRule, UnvouchedLog};
 /// The client address a request is keyed by, in every mode: the rule of
 /// `ratelimitly_tower::forwarded` (`--trust-forwarded`, `--client-ip-from` and the
 /// file's `trust_forwarded`, `client_ip_from`). From an untrusted peer, the peer; from a
-/// trusted one, what its source vouches for. `--client-ip-from real-ip` with an
-/// `X-Real-IP` the chain does not vouch for is keyed by the peer and counted in `log`
-/// (warned about on the 1st, 2nd, 4th, … time).
+/// trusted one, what its source vouches for. An `X-Real-IP` no `X-Forwarded-For` chain
+/// vouches for (`--client-ip-from real-ip`, or `xff` with no chain) is keyed by the
+/// peer and counted in `log` (warned about on the 1st, 2nd, 4th, … time).
 ///
 /// The peer keeps its port; an address taken from a header has port 0.
 pub fn client_ip(

@@ -213,8 +213,8 @@ pub struct ProxyMetrics {
     pub idle_timeouts: AtomicU64,
     /// Requests answered `504` by the upstream timeout.
     pub upstream_timeouts: AtomicU64,
-    /// Requests keyed by their peer: `--client-ip-from real-ip` and an `X-Real-IP` the
-    /// forwarded chain did not vouch for.
+    /// Requests keyed by their peer because no `X-Forwarded-For` chain vouched for a
+    /// trusted peer's `X-Real-IP` (`ratelimitly_tower::forwarded::ClientIp::Unvouched`).
     pub unvouched: UnvouchedLog,
 }
 
@@ -263,7 +263,7 @@ impl ProxyMetrics {
         );
         let _ = writeln!(
             out,
-            "# HELP rl_proxy_client_ip_unvouched_total Requests keyed by their peer: --client-ip-from real-ip and an X-Real-IP the X-Forwarded-For chain does not vouch for.\n\
+            "# HELP rl_proxy_client_ip_unvouched_total Requests keyed by their peer, the proxy in front: no X-Forwarded-For chain vouched for its X-Real-IP.\n\
              # TYPE rl_proxy_client_ip_unvouched_total counter\n\
              rl_proxy_client_ip_unvouched_total {}",
             self.unvouched.count()

@@ -46,8 +46,10 @@
 //! `client_ip_from` when the flag is absent): `xff` (default) the rightmost
 //! `X-Forwarded-For` address that is not itself trusted, `forwarded` the same in RFC
 //! 7239 `Forwarded`, `real-ip` `X-Real-IP` when the `X-Forwarded-For` chain vouches for
-//! it (else the peer, counted in `rl_proxy_client_ip_unvouched_total` and warned
-//! about), `peer` no header. A header the client can also send is never believed on
+//! it (else the peer), `peer` no header. A trusted peer's `X-Real-IP` that no chain
+//! vouches for (`real-ip`; `xff` with no `X-Forwarded-For` at all: a front proxy that
+//! sets only `X-Real-IP`) is counted in `rl_proxy_client_ip_unvouched_total` and warned
+//! about. A header the client can also send is never believed on
 //! its own: the proxy in front must write the one named (`proxy/README.md` has a tested
 //! configuration for nginx, Caddy, Traefik, HAProxy and Envoy). In proxy mode the
 //! upstream receives `X-Forwarded-For` with the TCP peer appended (an existing value

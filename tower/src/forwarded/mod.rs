@@ -27,7 +27,10 @@
 //!
 //! # When `X-Real-IP` and the forwarded chain disagree
 //!
-//! With `xff` and `forwarded`, `X-Real-IP` is not read: the chain decides. With
+//! With `xff` and `forwarded`, `X-Real-IP` is not read: the chain decides (with `xff`,
+//! an `X-Real-IP` and no `X-Forwarded-For` at all is reported: the peer is the key, as
+//! it would be, but a proxy that sets only `X-Real-IP`, such as nginx without
+//! `$proxy_add_x_forwarded_for`, puts every client in one bucket). With
 //! `real-ip`, an `X-Real-IP` that is absent, given twice, no address, or not on the
 //! walk means one of the two headers came from the client (Caddy's `forward_auth`
 //! passes a client's `X-Real-IP`; nginx passes a client's `X-Forwarded-For` unless

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use http::HeaderMap;
 
-use super::parse::{canonical, forwarded_hops_rev, x_real_ip, xff_hops_rev};
+use super::parse::{X_REAL_IP, canonical, forwarded_hops_rev, x_real_ip, xff_hops_rev};
 use super::trusted::TrustedProxies;
 
 /// Which header names the client when the connection's peer is a trusted proxy
@@ -27,7 +27,10 @@ pub enum ClientIpFrom {
     /// request is keyed by the peer ([`ClientIp::Unvouched`]).
     RealIp,
     /// The rightmost `X-Forwarded-For` address that is not itself trusted (the
-    /// default). `X-Real-IP` and `Forwarded` are not read.
+    /// default). `X-Real-IP` and `Forwarded` are not read, but an `X-Real-IP` without
+    /// any `X-Forwarded-For` is reported as [`ClientIp::Unvouched`] (the key is the
+    /// peer, as without it): the proxy in front sets only `X-Real-IP`, so every client
+    /// shares its bucket.
     #[default]
     Xff,
     /// The rightmost RFC 7239 `Forwarded` `for=` address that is not itself trusted.
@@ -99,9 +102,11 @@ pub enum ClientIp {
     Peer(IpAddr),
     /// An address the trusted hops vouched for.
     Forwarded(IpAddr),
-    /// [`ClientIpFrom::RealIp`] from a trusted peer whose `X-Real-IP` the chain did not
-    /// vouch for: keyed by the peer (the proxy in front), so a forged header never
-    /// chooses a bucket. Worth a warning ([`UnvouchedLog`]).
+    /// A trusted peer's `X-Real-IP` that no `X-Forwarded-For` chain vouches for
+    /// ([`ClientIpFrom::RealIp`]: absent, repeated or off the chain;
+    /// [`ClientIpFrom::Xff`]: no chain at all): keyed by the peer (the proxy in
+    /// front), so a forged header never chooses a bucket. Worth a warning
+    /// ([`UnvouchedLog`]).
     Unvouched(IpAddr),
 }
 
@@ -147,7 +152,16 @@ impl ClientIpRule {
         }
         let found = match self.source {
             ClientIpFrom::Peer => peer,
-            ClientIpFrom::Xff => self.walk(peer, xff_hops_rev(headers), |_| {}),
+            ClientIpFrom::Xff => {
+                let mut hops = xff_hops_rev(headers).peekable();
+                if hops.peek().is_none() && headers.contains_key(X_REAL_IP) {
+                    // the key is the peer either way; said, since it usually means
+                    // a proxy that sets X-Real-IP only (nginx without
+                    // $proxy_add_x_forwarded_for), and every client shares a bucket
+                    return ClientIp::Unvouched(peer);
+                }
+                self.walk(peer, hops, |_| {})
+            }
             ClientIpFrom::Forwarded => self.walk(peer, forwarded_hops_rev(headers), |_| {}),
             ClientIpFrom::RealIp => {
                 let real = x_real_ip(headers);
@@ -193,7 +207,7 @@ impl ClientIpRule {
     }
 }
 
-/// Counts the requests keyed by their peer because the chain did not vouch for their
+/// Counts the requests keyed by their peer because no chain vouched for their
 /// `X-Real-IP` ([`ClientIp::Unvouched`]), and logs a warning for the 1st, 2nd, 4th,
 /// 8th, … of them: a misconfigured front proxy (or a forging client) is reported
 /// without a line per request.
@@ -209,10 +223,11 @@ impl UnvouchedLog {
                 tracing::warn!(
                     %peer,
                     count = n,
-                    "client IP source real-ip: a trusted peer sent an X-Real-IP that its \
-                     X-Forwarded-For chain does not vouch for (absent, repeated, or another \
-                     address): the request is keyed by the peer. Make the front proxy overwrite \
-                     X-Real-IP and append X-Forwarded-For, or use the source xff"
+                    "client IP: a trusted peer's X-Real-IP is not vouched for by an \
+                     X-Forwarded-For chain (no chain, X-Real-IP absent or repeated, or another \
+                     address): the request is keyed by the peer, the proxy in front. Make that \
+                     proxy append X-Forwarded-For (nginx: proxy_set_header X-Forwarded-For \
+                     $proxy_add_x_forwarded_for) and overwrite X-Real-IP"
                 );
             }
         }
@@ -301,8 +316,11 @@ mod tests {
         // garbage stops the walk at the last trusted hop
         let h = headers(&[("x-forwarded-for", "6.6.6.6, nonsense, 10.1.1.1")]);
         assert_eq!(r.client_ip(p, &h).addr(), ip("10.1.1.1"));
-        // no header: the peer
+        // no header: the peer; X-Real-IP alone (a proxy that sets only that): the
+        // peer, reported
         assert_eq!(r.client_ip(p, &HeaderMap::new()), ClientIp::Peer(p));
+        let h = headers(&[("x-real-ip", "192.0.2.5")]);
+        assert_eq!(r.client_ip(p, &h), ClientIp::Unvouched(p));
         // X-Real-IP and Forwarded are not read
         let h = headers(&[
             ("x-real-ip", "192.0.2.5"),
