@@ -6,12 +6,13 @@
 
 use std::net::SocketAddr;
 
+use arc_swap::ArcSwap;
 use http::HeaderMap;
 use ratelimitly_tower::forwarded::{ClientIp, ClientIpRule, UnvouchedLog};
 
-/// The client address a request is keyed by, in every mode: the rule of
+/// The client address a request is keyed by, in every mode: the current `rule` of
 /// `ratelimitly_tower::forwarded` (`--trust-forwarded`, `--client-ip-from` and the
-/// file's `trust_forwarded`, `client_ip_from`). From an untrusted peer, the peer; from a
+/// file's `trust_forwarded`, `client_ip_from`; replaced on reload). From an untrusted peer, the peer; from a
 /// trusted one, what its source vouches for. An `X-Real-IP` no `X-Forwarded-For` chain
 /// vouches for (`--client-ip-from real-ip`, or `xff` with no chain) is keyed by the
 /// peer and counted in `log` (warned about on the 1st, 2nd, 4th, … time).
@@ -20,9 +21,10 @@ use ratelimitly_tower::forwarded::{ClientIp, ClientIpRule, UnvouchedLog};
 pub fn client_ip(
     peer: SocketAddr,
     headers: &HeaderMap,
-    rule: &ClientIpRule,
+    rule: &ArcSwap<ClientIpRule>,
     log: &UnvouchedLog,
 ) -> SocketAddr {
+    let rule = rule.load();
     if rule.trusted().is_empty() {
         return peer;
     }
@@ -70,7 +72,8 @@ mod tests {
 
     #[test]
     fn client_ip_believes_trusted_peers_only() {
-        let rule = |from| ClientIpRule::new("127.0.0.2/32".parse().unwrap(), from);
+        let rule =
+            |from| ArcSwap::from_pointee(ClientIpRule::new("127.0.0.2/32".parse().unwrap(), from));
         let log = UnvouchedLog::default();
         let p2: SocketAddr = "127.0.0.2:5000".parse().unwrap();
         let p3: SocketAddr = "127.0.0.3:5000".parse().unwrap();
@@ -99,6 +102,7 @@ mod tests {
         // garbage never panics and never moves the key onto a chosen address
         let h = headers(&[("x-real-ip", "nope"), ("x-forwarded-for", "unknown, ,x")]);
         assert_eq!(client_ip(p2, &h, &rule(ClientIpFrom::Xff), &log), p2);
-        assert_eq!(client_ip(p2, &h, &ClientIpRule::default(), &log), p2);
+        let nobody = ArcSwap::from_pointee(ClientIpRule::default());
+        assert_eq!(client_ip(p2, &h, &nobody, &log), p2);
     }
 }

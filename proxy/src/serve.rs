@@ -115,8 +115,7 @@ where
             let clock = Clock::new();
             let svc_clock = clock.clone();
             let conn_svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                let rule = client_rule.load();
-                let client = client_ip(peer, req.headers(), &rule, &svc_metrics.unvouched);
+                let client = client_ip(peer, req.headers(), &client_rule, &svc_metrics.unvouched);
                 req.extensions_mut().insert(ClientAddr(client));
                 if deny_status.is_some() {
                     original_request(&mut req);
