@@ -10,6 +10,7 @@
 //!     [--admission engine|official] [--engine-core hosted|pinned]
 //!     [--header-timeout 10s] [--idle-timeout 60s] [--upstream-timeout 30s]
 //!     [--max-connections 10000] [--trust-forwarded CIDR ...]
+//!     [--client-ip-from xff|forwarded|real-ip|peer]
 //! ```
 //!
 //! DURATION arguments use the window syntax of `--limit`: a whole number and a unit
@@ -29,20 +30,30 @@
 //!   as a warning at most once a second.
 //!
 //! A decision service: `--mode forward-auth` (no `--upstream`) answers any path for
-//! nginx `auth_request`, Traefik ForwardAuth, Caddy `forward_auth` or Envoy `ext_authz`
-//! (HTTP): `200` (empty body) when granted, `--deny-status` (default 429) with `Retry-After`
+//! nginx `auth_request`, Traefik ForwardAuth, Caddy `forward_auth`, HAProxy (a Lua
+//! action) or Envoy `ext_authz` (HTTP): `200` (empty body) when granted, `--deny-status` (default 429) with `Retry-After`
 //! when rejected, and the failure policy otherwise (`open`: 200, `closed`: 503). The
 //! request decided (route matching, `--key-by path`) is the original one, from
 //! `X-Original-URI` / `X-Forwarded-Uri` and `X-Original-Method` /
-//! `X-Forwarded-Method`; the client address is the TCP peer unless it is trusted (below).
+//! `X-Forwarded-Method` (the shipped front proxy configurations overwrite or strip
+//! those a client sends); the client address is the TCP peer unless it is trusted
+//! (below).
 //!
-//! Trusted forwarding: `--trust-forwarded CIDR` (repeatable; the config file's
-//! `trust_forwarded` list adds to it). From a trusted peer the client is the rightmost
-//! `Forwarded` / `X-Forwarded-For` address that is not itself trusted; in
-//! `--mode forward-auth` `X-Real-IP` (nginx's `$remote_addr`) comes first. From any
-//! other peer those headers are ignored for keying (`client::client_ip` is the one place
-//! that decides). In proxy mode the upstream receives `X-Forwarded-For` with the TCP
-//! peer appended (an existing value kept: `EXISTING, PEER`).
+//! Who the client is, in every mode (`client::client_ip`, the rule of
+//! `ratelimitly_tower::forwarded`): the TCP peer, unless the peer is in
+//! `--trust-forwarded CIDR` (repeatable; the config file's `trust_forwarded` list adds
+//! to it). From a trusted peer, only the header `--client-ip-from` names (the file's
+//! `client_ip_from` when the flag is absent): `xff` (default) the rightmost
+//! `X-Forwarded-For` address that is not itself trusted, `forwarded` the same in RFC
+//! 7239 `Forwarded`, `real-ip` `X-Real-IP` when the `X-Forwarded-For` chain vouches for
+//! it (else the peer), `peer` no header. A trusted peer's `X-Real-IP` that no chain
+//! vouches for (`real-ip`; `xff` with no `X-Forwarded-For` at all: a front proxy that
+//! sets only `X-Real-IP`) is counted in `rl_proxy_client_ip_unvouched_total` and warned
+//! about. A header the client can also send is never believed on
+//! its own: the proxy in front must write the one named (`proxy/README.md` has a tested
+//! configuration for nginx, Caddy, Traefik, HAProxy and Envoy). In proxy mode the
+//! upstream receives `X-Forwarded-For` with the TCP peer appended (an existing value
+//! kept: `EXISTING, PEER`).
 //!
 //! Routes from a file: `--config FILE` (TOML; the format is in the `config` module's
 //! docs) replaces `--upstream`, `--limit`, `--key-by` and `--on-failure`, which conflict
@@ -93,7 +104,7 @@ use ratelimitly_tower::{AdmissionLayer, Exporter, FailurePolicy, LayerMetrics, O
 use tokio::net::TcpListener;
 use tower::Layer;
 
-use crate::cli::{AdmissionKind, Cli, EngineCore, LimitArg, Mode, merge_trusted};
+use crate::cli::{AdmissionKind, Cli, ClientFlags, EngineCore, LimitArg, Mode};
 use crate::conn::{ProxyMetrics, Timeouts};
 use crate::official::OfficialAdmission;
 use crate::routes::{Reload, RouteClassify, Router, reload_on_hangup};
@@ -296,11 +307,9 @@ async fn serve_all(
             Mode::Proxy => None,
             Mode::ForwardAuth => http::StatusCode::from_u16(cli.deny_status).ok(),
         },
-        trusted: Arc::new(ArcSwap::from_pointee(merge_trusted(
-            cli.trust_forwarded
-                .iter()
-                .chain(table.as_ref().map(|t| &t.trusted)),
-        ))),
+        client_rule: Arc::new(ArcSwap::from_pointee(
+            ClientFlags::of(&cli).rule(table.as_ref()),
+        )),
     };
     let listener = TcpListener::bind(cli.listen)
         .await
@@ -326,8 +335,8 @@ async fn serve_all(
                 path,
                 table: table.clone(),
                 backend: engine.is_some(),
-                trusted: limits.trusted.clone(),
-                trusted_flags: merge_trusted(&cli.trust_forwarded),
+                client_rule: limits.client_rule.clone(),
+                client_flags: ClientFlags::of(&cli),
             };
             tokio::spawn(reload_on_hangup(hup, reload));
         }

@@ -14,7 +14,7 @@ use arc_swap::ArcSwap;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use ratelimitly_tower::{ClientAddr, TrustedProxies};
+use ratelimitly_tower::{ClientAddr, ClientIpRule};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
@@ -55,8 +55,9 @@ pub(crate) struct ConnLimits {
     /// `--mode forward-auth`: requests are decided as their original request, and a
     /// rejection (429) is answered with this status.
     pub(crate) deny_status: Option<http::StatusCode>,
-    /// Peers whose forwarded headers are believed (replaced on SIGHUP).
-    pub(crate) trusted: Arc<ArcSwap<TrustedProxies>>,
+    /// Who the client is: the trusted peers and the source read from them (replaced
+    /// on SIGHUP).
+    pub(crate) client_rule: Arc<ArcSwap<ClientIpRule>>,
 }
 
 /// Accepts connections (at most `max_connections` open at once; more are closed at
@@ -107,16 +108,16 @@ where
         let _ = stream.set_nodelay(true);
         let svc = svc.clone();
         let metrics = limits.metrics.clone();
-        let trusted = limits.trusted.clone();
+        let client_rule = limits.client_rule.clone();
+        let svc_metrics = metrics.clone();
         tokio::spawn(async move {
             metrics.open.fetch_add(1, Ordering::Relaxed);
             let clock = Clock::new();
             let svc_clock = clock.clone();
             let conn_svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                let forward_auth = deny_status.is_some();
-                let client = client_ip(peer, req.headers(), &trusted.load(), forward_auth);
+                let client = client_ip(peer, req.headers(), &client_rule, &svc_metrics.unvouched);
                 req.extensions_mut().insert(ClientAddr(client));
-                if forward_auth {
+                if deny_status.is_some() {
                     original_request(&mut req);
                 } else {
                     append_forwarded_for(req.headers_mut(), peer.ip());
