@@ -205,8 +205,6 @@ fn measure(
             _ => None,
         },
         host_steal_ms: steal0.zip(steal1).map(|(a, b)| (b - a).max(0.0)),
-        window_first_second: spec.warmup.as_secs() as usize,
-        window_seconds: spec.duration.as_secs_f64().ceil() as usize,
         extra,
     }
 }
