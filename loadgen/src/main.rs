@@ -68,7 +68,7 @@ fn main() -> ExitCode {
 }
 
 /// Client and responder cores: client core 0 and responders on core 1 where the
-/// machine has two cores or more.
+/// machine has two cores or more (by default not on a client or application core).
 fn choose_cores(args: &Args, ncores: usize) -> (Vec<usize>, Vec<usize>) {
     let ncores = ncores.max(1);
     let client = args
@@ -79,10 +79,11 @@ fn choose_cores(args: &Args, ncores: usize) -> (Vec<usize>, Vec<usize>) {
         .filter(|c| *c < ncores)
         .collect::<Vec<_>>();
     let client = if client.is_empty() { vec![0] } else { client };
+    let app = app_cores(args, ncores, &client);
     let responders: Vec<usize> = match &args.responder_cores {
         Some(r) => r.0.iter().copied().filter(|c| *c < ncores).collect(),
         None => (0..ncores)
-            .filter(|c| !client.contains(c))
+            .filter(|c| !client.contains(c) && !app.contains(c))
             .take(1)
             .collect(),
     };
@@ -94,11 +95,21 @@ fn choose_cores(args: &Args, ncores: usize) -> (Vec<usize>, Vec<usize>) {
     (client, responders)
 }
 
+/// The application's cores (`--app-cores` that exist), else the client cores.
+fn app_cores(args: &Args, ncores: usize, client: &[usize]) -> Vec<usize> {
+    let app: Vec<usize> = args
+        .app_cores
+        .as_ref()
+        .map(|c| c.0.iter().copied().filter(|c| *c < ncores.max(1)).collect())
+        .unwrap_or_default();
+    if app.is_empty() { client.to_vec() } else { app }
+}
+
 /// The one-line description of the run on stderr.
 fn announce(ctx: &RunContext<'_>, responder_cores: &[usize]) {
     let (servers, args) = (ctx.servers, ctx.args);
     eprintln!(
-        "loadgen: {} servers{} ({}), key id {} ({:?}), client cores {:?}, responder cores {:?}, H = {} ms, {}",
+        "loadgen: {} servers{} ({}), key id {} ({:?}), client cores {:?}, application cores {:?}, responder cores {:?}, H = {} ms, {}",
         servers.endpoints.len(),
         if servers.dead.is_empty() {
             ""
@@ -113,6 +124,7 @@ fn announce(ctx: &RunContext<'_>, responder_cores: &[usize]) {
         servers.key.key_id(),
         servers.key.mode(),
         ctx.client_cores,
+        ctx.app_cores,
         if servers.embedded {
             responder_cores.to_vec()
         } else {
@@ -134,6 +146,7 @@ fn run(args: &Args) -> Result<Verdict, String> {
         .map(|n| n.get())
         .unwrap_or(1);
     let (client_cores, responder_cores) = choose_cores(args, ncores);
+    let app_cores = app_cores(args, ncores, &client_cores);
     let policy = args.policy().map_err(|e| format!("policy: {e}"))?;
     let servers = setup::start(args, &responder_cores).map_err(|e| e.to_string())?;
     if let Err(e) = policy.check_key(&servers.key) {
@@ -145,6 +158,7 @@ fn run(args: &Args) -> Result<Verdict, String> {
         servers: &servers,
         work: Workload::from_args(args),
         client_cores,
+        app_cores,
         horizon: policy.horizon(),
     };
     if !args.quiet {

@@ -100,6 +100,7 @@ fn spec_of(ctx: &RunContext<'_>) -> PhaseSpec {
         drain: ctx.horizon + Duration::from_secs(2),
         load: ctx.load(),
         cores: ctx.client_cores.clone(),
+        app_cores: ctx.app_cores.clone(),
         gate: Arc::new(AtomicBool::new(false)),
         extra: ExtraSlot::default(),
     }

@@ -146,9 +146,9 @@ fn embedded_server_id(index: usize) -> u64 {
     rl_responder::decide::default_server_id(now, index as u64 + 1)
 }
 
-/// The configuration of the `i`-th embedded responder: pinned to its responder core
-/// through [`ResponderConfig::cpus`], with the run's I/O backend, reply batching and
-/// faults.
+/// The configuration of the `i`-th embedded responder: `--responder-threads` threads,
+/// pinned in turn to the responder cores through [`ResponderConfig::cpus`], with the
+/// run's I/O backend, reply batching and faults.
 pub fn responder_config(
     args: &Args,
     key: &ApiKey,
@@ -157,13 +157,15 @@ pub fn responder_config(
 ) -> ResponderConfig {
     let mut cfg = ResponderConfig::new(vec![key.clone()]);
     cfg.server_id = Some(embedded_server_id(i));
-    cfg.cores = 1;
+    let threads = args.responder_threads.max(1);
+    cfg.cores = threads;
     cfg.reply_batch = args.reply_batch;
     cfg.io = args.io;
-    cfg.cpus = responder_cores
-        .get(i % responder_cores.len().max(1))
-        .map(|c| vec![*c])
-        .unwrap_or_default();
+    // thread j of responder i on the (i * threads + j)-th responder core, in turn
+    cfg.cpus = (0..threads)
+        .filter_map(|j| responder_cores.get((i * threads + j) % responder_cores.len().max(1)))
+        .copied()
+        .collect();
     cfg.faults = base_faults(args, i);
     if args.chaos {
         cfg.dedup_capacity = CHAOS_DEDUP_CAPACITY;

@@ -55,6 +55,37 @@ fn cores_default_to_client_0_responders_1() {
     assert_eq!(choose_cores(&a, 1), (vec![0], vec![0]));
     let a = Args::try_parse_from(["loadgen", "--client-cores", "0-2"]).unwrap();
     assert_eq!(choose_cores(&a, 8), (vec![0, 1, 2], vec![3]));
+    // the application's cores are apart from the responders' too
+    let a = Args::try_parse_from(["loadgen", "--client-cores", "0-1", "--app-cores", "2"]);
+    let a = a.unwrap();
+    assert_eq!(choose_cores(&a, 8), (vec![0, 1], vec![3]));
+    assert_eq!(app_cores(&a, 8, &[0, 1]), vec![2]);
+    assert_eq!(
+        app_cores(&a, 2, &[0, 1]),
+        vec![0, 1],
+        "no core 2: the client cores"
+    );
+}
+
+/// Engine cores pinned on their own cores, the application's workers apart, responders
+/// with two threads each: a thread-per-core run (tuning/scaling.py) completes.
+#[test]
+fn pinned_engine_cores_with_the_application_apart() {
+    let doc = run_json(
+        &[
+            "--engine-core",
+            "pinned",
+            "--client-cores",
+            "0",
+            "--app-cores",
+            "1",
+            "--responder-threads",
+            "2",
+        ],
+        "apart",
+    );
+    assert_eq!(doc["parameters"]["engine_core"], "pinned");
+    assert!(doc["results"][0]["decisions"].as_u64().unwrap() > 0);
 }
 
 /// End to end on loopback: every client for a fraction of a second, with guards,

@@ -162,6 +162,19 @@ pub struct Args {
     #[arg(long, value_parser = parse_cores)]
     #[serde(skip)]
     pub responder_cores: Option<CoreList>,
+    /// Cores of the application's threads: the Tokio workers of the engine and official
+    /// clients (the tasks that submit requests and await answers; with --engine-core
+    /// hosted also the engine's cores), one worker per core (default: the client cores).
+    /// With --engine-core pinned and cores apart from --client-cores, every engine core
+    /// has a CPU of its own (tuning/scaling.py).
+    #[arg(long, value_parser = parse_cores)]
+    #[serde(skip)]
+    pub app_cores: Option<CoreList>,
+    /// Threads (SO_REUSEPORT sockets) of each embedded responder, 1..=64, pinned in turn
+    /// to the responder cores (default 1).
+    #[arg(long, default_value_t = 1, value_parser = ranged::<usize>(1, 64))]
+    #[serde(skip)]
+    pub responder_threads: usize,
 
     /// Measured duration in seconds (per client, > 0, at most 86400).
     #[arg(long, default_value_t = 10.0, value_parser = duration_seconds)]

@@ -80,13 +80,29 @@ impl Target for EngineTarget {
             quiet,
         } = *self;
         let extra = spec.extra.clone();
+        // A pinned engine starts here, before this thread is pinned to the application's
+        // cores: its core threads may go to cores outside them (the engine can only pin
+        // to CPUs its builder's thread may run on).
+        let start = if hosted {
+            Err(builder)
+        } else {
+            match builder.build() {
+                Ok(engine) => Ok(engine),
+                Err(e) => {
+                    let _ = ready.send(Err(format!("engine: {e}")));
+                    return;
+                }
+            }
+        };
         tokio_load::run_phase(spec, ready, move || async move {
-            let b = if hosted {
-                builder.runtime(tokio::runtime::Handle::current())
-            } else {
-                builder
+            // Ok: the pinned engine; Err: the builder of the hosted one
+            let engine = match start {
+                Ok(engine) => engine,
+                Err(builder) => builder
+                    .runtime(tokio::runtime::Handle::current())
+                    .build()
+                    .map_err(|e| format!("engine: {e}"))?,
             };
-            let engine = b.build().map_err(|e| format!("engine: {e}"))?;
             Ok(EngineClient {
                 handle: engine.handle(),
                 engine: Some(engine),

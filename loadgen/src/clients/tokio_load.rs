@@ -1,5 +1,6 @@
 //! Drives a future-based client (the engine or the official client) on a Tokio runtime
-//! limited to the client cores (worker threads pinned), closed loop (N in flight) or open
+//! limited to the application's cores (`--app-cores`, by default the client cores; worker
+//! threads pinned), closed loop (N in flight) or open
 //! loop (a pacer thread at a fixed rate; latency from each request's intended send time).
 //!
 //! Owns the load shape for the future-based clients. Must not set up servers or
@@ -176,8 +177,8 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<C, String>>,
 {
-    crate::cpu::pin(spec.cores[0]);
-    let rt = match runtime(&spec.cores) {
+    crate::cpu::pin(spec.app_cores[0]);
+    let rt = match runtime(&spec.app_cores) {
         Ok(rt) => rt,
         Err(e) => {
             let _ = ready.send(Err(format!("runtime: {e}")));
@@ -194,7 +195,7 @@ where
         };
         let phase = Phase::new(Instant::now(), spec.warmup, spec.duration);
         let _ = ready.send(Ok(Arc::clone(&phase)));
-        let pacer_core = spec.cores.first().copied();
+        let pacer_core = spec.app_cores.first().copied();
         drive(
             Arc::clone(&client),
             phase,
