@@ -346,30 +346,32 @@ impl<F: FnMut(&Event)> Run<'_, F> {
 
     /// Reads everything the sockets hold: datagrams and queued ICMP errors.
     fn receive(&mut self) {
+        let mut datagrams: Vec<(Instant, SocketAddr, Vec<u8>)> = Vec::new();
+        let mut icmp: Vec<(Instant, IcmpError)> = Vec::new();
         let mut buf = [0u8; 2048];
-        let socks: Vec<UdpSocket> = self
-            .sockets
-            .all()
-            .filter_map(|s| s.try_clone().ok())
-            .collect();
-        for s in &socks {
+        for s in self.sockets.all() {
             // bounded: a socket's queue is finite, and each pass takes one entry
             for _ in 0..1024 {
                 match s.recv_from(&mut buf) {
-                    Ok((n, from)) => self.datagram_in(from, &mut buf[..n]),
+                    Ok((n, from)) => datagrams.push((Instant::now(), from, buf[..n].to_vec())),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    // an ICMP error pending on the socket: read it from the queue below
+                    // an ICMP error pending on the socket: read from the queue below
                     Err(_) => {}
                 }
             }
-            while let Ok(Some(icmp)) = errqueue::take(s) {
-                self.record(Instant::now(), What::Icmp(icmp));
+            while let Ok(Some(e)) = errqueue::take(s) {
+                icmp.push((Instant::now(), e));
             }
+        }
+        for (at, from, mut data) in datagrams {
+            self.datagram_in(at, from, &mut data);
+        }
+        for (at, e) in icmp {
+            self.record(at, What::Icmp(e));
         }
     }
 
-    fn datagram_in(&mut self, from: SocketAddr, data: &mut [u8]) {
-        let now = Instant::now();
+    fn datagram_in(&mut self, now: Instant, from: SocketAddr, data: &mut [u8]) {
         let len = data.len();
         let result = match TenantView::parse(data) {
             Err(reason) => Received::Dropped {
