@@ -67,6 +67,15 @@ fn cores_default_to_client_0_responders_1() {
     );
 }
 
+/// A hosted engine with two client cores starts (its builder runs before the runtime's
+/// driving thread is pinned to one core) and decides.
+#[test]
+fn hosted_engine_on_two_client_cores() {
+    let doc = run_json(&["--client-cores", "0,1"], "hosted2");
+    assert_eq!(doc["parameters"]["engine_core"], "hosted");
+    assert!(doc["results"][0]["decisions"].as_u64().unwrap() > 0);
+}
+
 /// Engine cores pinned on their own cores, the application's workers apart, responders
 /// with two threads each: a thread-per-core run (tuning/scaling.py) completes.
 #[test]

@@ -80,9 +80,9 @@ impl Target for EngineTarget {
             quiet,
         } = *self;
         let extra = spec.extra.clone();
-        // A pinned engine starts here, before this thread is pinned to the application's
-        // cores: its core threads may go to cores outside them (the engine can only pin
-        // to CPUs its builder's thread may run on).
+        // A pinned engine starts here, on this thread, which is not pinned: its core
+        // threads may go to CPUs outside the application's (the engine can only pin to
+        // CPUs its builder's thread may run on).
         let start = if hosted {
             Err(builder)
         } else {
