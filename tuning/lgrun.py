@@ -147,41 +147,42 @@ COLORS = ["#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bb
 
 
 def svg_bars(path, title, labels, panels):
-    """Bar panels side by side (one per metric: (name, values, color)) over the same
-    labelled points; labels under every panel, rotated, with room for the longest."""
+    """Bar panels stacked one above the other (one per metric: (name, values, color)) over
+    the same points; the points' labels once, under the last panel, slanted, with room
+    for the longest (the last one is not cut)."""
     n = max(1, len(labels))
-    bw = max(18, min(60, 560 // n))
-    pw = 70 + n * bw + 20  # panel width
-    ph = 260
-    label_room = 12 + 5.2 * max((len(lb) for lb in labels), default=1) * 0.72
-    width = int(len(panels) * pw + 20)
-    height = int(60 + ph + label_room + 20)
+    bw = max(22, min(60, 900 // n))
+    diag = 0.7071 * 5.6 * max((len(lb) for lb in labels), default=1)  # a slanted label's reach
+    left, top, ph, gap = 70, 50, 200, 46
+    right = max(30, diag + 12 - bw / 2)
+    width = int(left + n * bw + right)
+    bottom = top + len(panels) * (ph + gap) - gap
+    height = int(bottom + diag + 30)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="sans-serif" font-size="11">',
            f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<text x="{width / 2:.0f}" y="22" font-size="15" text-anchor="middle">{esc(title)}</text>']
+           f'<text x="{width / 2:.0f}" y="24" font-size="15" text-anchor="middle">{esc(title)}</text>']
     for k, (name, vals, color) in enumerate(panels):
-        x0, top = 10 + k * pw, 50
-        base = top + ph
+        base = top + k * (ph + gap) + ph
         vals = [v if isinstance(v, (int, float)) else 0 for v in vals]
         tk = ticks(max(vals + [0]))
         vmax = tk[-1] or 1
-        out.append(f'<text x="{x0 + pw / 2:.0f}" y="{top - 8}" font-size="13" '
-                   f'text-anchor="middle">{esc(name)}</text>')
+        out.append(f'<text x="{left}" y="{base - ph - 6}" font-size="13">{esc(name)}</text>')
         for t in tk:
-            y = base - (ph - 20) * t / vmax
-            out.append(f'<line x1="{x0 + 60}" y1="{y:.1f}" x2="{x0 + pw - 10}" y2="{y:.1f}" stroke="#ddd"/>')
-            out.append(f'<text x="{x0 + 56}" y="{y + 4:.1f}" text-anchor="end">{fmt(t)}</text>')
-        out.append(f'<line x1="{x0 + 60}" y1="{base}" x2="{x0 + pw - 10}" y2="{base}" stroke="black"/>')
+            y = base - (ph - 24) * t / vmax
+            out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + n * bw}" y2="{y:.1f}" stroke="#ddd"/>')
+            out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{fmt(t)}</text>')
+        out.append(f'<line x1="{left}" y1="{base}" x2="{left + n * bw}" y2="{base}" stroke="black"/>')
         for i, v in enumerate(vals):
-            h = (ph - 20) * v / vmax
-            x = x0 + 66 + i * bw
+            h = (ph - 24) * v / vmax
+            x = left + i * bw + 3
             out.append(f'<rect x="{x}" y="{base - h:.1f}" width="{bw - 6}" height="{h:.1f}" fill="{color}"/>')
             out.append(f'<text x="{x + (bw - 6) / 2:.1f}" y="{base - h - 3:.1f}" text-anchor="middle" '
                        f'font-size="9">{fmt(v)}</text>')
-            lx = x + (bw - 6) / 2
-            out.append(f'<text transform="translate({lx:.1f},{base + 12}) rotate(45)" font-size="9">'
-                       f'{esc(labels[i])}</text>')
+    for i, lb in enumerate(labels):
+        lx = left + i * bw + bw / 2
+        out.append(f'<text transform="translate({lx:.1f},{bottom + 12}) rotate(45)" font-size="10">'
+                   f'{esc(lb)}</text>')
     out.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(out))

@@ -78,6 +78,8 @@ def parse_args(argv=None):
                     "(write --extra=--dead-oldest, or put them after --)")
     ap.add_argument("--out", default="sweep", help="output prefix P: P.csv, P.svg, P-latency.svg, P/ (created)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
+    ap.add_argument("--replot", action="store_true",
+                    help="only redraw P.svg and P-latency.svg from P.csv and the .hgrm files in P/")
     argv = sys.argv[1:] if argv is None else list(argv)
     tail = []
     if "--" in argv:
@@ -192,8 +194,23 @@ def plots(out, rows, runs_dir):
         lgrun.svg_percentiles(out + "-latency.svg", f"latency by percentile, commit {lgrun.short_commit(done)}", curves)
 
 
+def replot(out):
+    """Redraws a finished sweep's charts from its CSV (numbers as the CSV has them)."""
+    with open(out + ".csv") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r["point"], r["runs"] = int(r["point"]), int(r["runs"] or 0)
+        for k in lgrun.FIGURES:
+            r[k] = float(r[k]) if r.get(k) not in (None, "") else None
+        r["dirty"] = r.get("dirty") == "True"
+    plots(out, rows, out)
+
+
 def main(argv=None):
     a = parse_args(argv)
+    if a.replot:
+        replot(a.out)
+        return
     names, points = grid(a)
     varying = [n for n in names if len({str(p[n]) for p in points}) > 1]
     loadgen = lgrun.loadgen_binary(a.loadgen, build=not a.dry_run)
