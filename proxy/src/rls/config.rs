@@ -559,7 +559,7 @@ descriptors:
         let bounds = Bounds {
             window_max: Some(Duration::from_secs(3600)),
         };
-        let e = parse(&FILE, bounds, &RlsMetrics::default()).unwrap_err();
+        let e = parse(FILE, bounds, &RlsMetrics::default()).unwrap_err();
         assert!(e.starts_with("line 32:") && e.contains("API key"), "{e}");
         // an empty domain configuration is fine
         assert!(parse("domain: a\n", Bounds::default(), &RlsMetrics::default()).is_ok());

@@ -77,11 +77,14 @@ pub enum CallAnswer {
 /// The `answer` label values, in [`CallAnswer`] order.
 pub const CALL_ANSWERS: [&str; 4] = ["ok", "over_limit", "invalid_argument", "unavailable"];
 
+/// (domain, rule label) → the rule's counters.
+type RuleRegistry = BTreeMap<(Arc<str>, Arc<str>), Arc<RuleCounters>>;
+
 /// The service's counters: per call, and a registry of per-rule counters.
 #[derive(Debug, Default)]
 pub struct RlsMetrics {
     calls: [AtomicU64; 4],
-    rules: Mutex<BTreeMap<(Arc<str>, Arc<str>), Arc<RuleCounters>>>,
+    rules: Mutex<RuleRegistry>,
 }
 
 /// `s` as a Prometheus label value (`\`, `"` and newlines escaped).

@@ -34,3 +34,5 @@ pub use metrics::{CallAnswer, DescriptorOutcome, RlsMetrics, RuleCounters};
 pub use request::{Call, Invalid};
 pub use rules::Rules;
 pub use service::{RateLimiter, Reload, serve};
+/// The failure policy `RateLimiter::new` takes (`--on-failure`).
+pub use ratelimitly_tower::OnFailure;
