@@ -10,6 +10,9 @@
 #   6. nginx as a plain reverse proxy (the anchor: wrk -> nginx -> upstream, on the proxy's CPUs)
 #   7. nginx + auth_request -> rl-proxy --mode forward-auth (both on the proxy's CPUs; every
 #      request decided by the engine, the decision service's config is proxy/conf/nginx.conf)
+#   8-10. Envoy's rate limit service (rls_rows below): Envoy as a plain reverse proxy, Envoy
+#      with its HTTP rate limit filter asking rl-proxy --mode rls (proxy/conf/envoy-rls.yaml),
+#      and rl-rls-load's ShouldRateLimit calls straight to rl-proxy --mode rls (gRPC).
 #
 # nginx runs as one process (`master_process off`, as in proxy/conf/nginx.conf: one worker,
 # the proxy's one CPU by default); rows 6 and 7 are skipped when nginx cannot be installed.
@@ -216,6 +219,117 @@ NGINX
 sed -e 's/worker_connections 256;/worker_connections 1024;/' "$ROOT/proxy/conf/nginx.conf" \
     >"$TMP/nginx-auth.conf"
 
+# ---- rl-proxy --mode rls: Envoy's rate limit service (rows 8-10) ---------------------------
+# Envoy (the pip-installed 1.40, --concurrency 1) on the proxy's CPUs: first as a plain
+# reverse proxy (the anchor), then with its HTTP rate limit filter asking rl-proxy --mode rls
+# (proxy/conf/envoy-rls.yaml, a remote_address descriptor per request, the limit below never
+# reached) on the same CPUs; its CPU columns count both. Then rl-rls-load (on the
+# environment's CPUs) keeps CONNECTIONS ShouldRateLimit calls in flight over 2 HTTP/2
+# connections straight to rl-proxy --mode rls: decisions/s and rl-proxy's CPU per decision
+# (its threads' schedstat run time). Skipped when Envoy is not installed.
+ENVOY=${ENVOY:-${RL_PROXY_TOOLS:-$ROOT/target/proxy-tools}/envoy/_bin/envoy}
+cat >"$TMP/rls-bench.yaml" <<'YAML'
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: { unit: second, requests_per_unit: 4000000000 }
+YAML
+cat >"$TMP/envoy-plain.yaml" <<'YAML'
+static_resources:
+  listeners:
+  - name: ingress
+    address:
+      socket_address: { address: 127.0.0.1, port_value: {LISTEN_PORT} }
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          use_remote_address: true
+          route_config:
+            virtual_hosts:
+            - name: app
+              domains: ["*"]
+              routes:
+              - match: { prefix: "/" }
+                route: { cluster: upstream }
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: upstream
+    type: STATIC
+    load_assignment:
+      cluster_name: upstream
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: { address: 127.0.0.1, port_value: {UPSTREAM_PORT} }
+YAML
+
+# start_envoy CONF_TEMPLATE RLS_PORT: Envoy on the proxy's CPUs; sets ENVOY_PID, ENVOY_PORT.
+start_envoy() {
+    ENVOY_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    sed -e "s|{LISTEN_PORT}|$ENVOY_PORT|" -e "s|{UPSTREAM_PORT}|$UPORT|" \
+        -e "s|{RL_PROXY_PORT}|$2|" -e "s|{FAILURE_MODE_DENY}|true|" "$1" >"$TMP/envoy.yaml"
+    taskset -c "$PROXY_CPUS" "$ENVOY" -c "$TMP/envoy.yaml" --concurrency 1 -l error \
+        --disable-hot-restart --log-path "$TMP/envoy.log" >/dev/null 2>&1 &
+    ENVOY_PID=$!
+    PIDS+=($ENVOY_PID)
+    for _ in $(seq 1 400); do
+        python3 -c "import socket; socket.create_connection(('127.0.0.1', $ENVOY_PORT), 0.2)" \
+            2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "envoy did not listen" >&2
+    cat "$TMP/envoy.log" >&2
+    return 1
+}
+stop_envoy() {
+    kill -TERM "$ENVOY_PID"
+    wait "$ENVOY_PID" 2>/dev/null || true
+}
+
+rls_rows() {
+    [ -x "$ENVOY" ] || { echo "skipped the rls rows: no $ENVOY" >&2; return 0; }
+    start_envoy "$TMP/envoy-plain.yaml" 9
+    run "envoy, plain reverse proxy" "$ENVOY_PORT" "$ENVOY_PID"
+    stop_envoy
+
+    RATELIMITLY_API_KEY=$AES_KEY taskset -c "$PROXY_CPUS" "$BIN/rl-proxy" --mode rls \
+        --config "$TMP/rls-bench.yaml" --endpoint "$SID@127.0.0.1:$RPORT" \
+        --on-failure closed >"$TMP/rls.out" 2>"$TMP/rls.err" &
+    local rls_pid=$!
+    PIDS+=($rls_pid)
+    local rls_port
+    rls_port=$(json_field "$(ready_line "$TMP/rls.out" '"event":"ready"')" port)
+    start_envoy "$ROOT/proxy/conf/envoy-rls.yaml" "$rls_port"
+    run "envoy + ratelimit filter -> rl-proxy --mode rls" "$ENVOY_PORT" "$ENVOY_PID" "$rls_pid"
+    stop_envoy
+
+    local line
+    line=$(taskset -c "$ENV_CPUS" "$BIN/rl-rls-load" --target "127.0.0.1:$rls_port" \
+        --duration "$DURATION" --warmup 1 --concurrency "$CONNS" --connections 2 \
+        --values 100000 --pid "$rls_pid")
+    echo "rl-rls-load: $line" >&2
+    local row
+    row=$(python3 - "$line" <<'PY'
+import json, sys
+j = json.loads(sys.argv[1])
+print("gRPC: rl-rls-load -> rl-proxy --mode rls|%s|%sus|%sus|%s|%s" % (
+    j["decisions_per_s"], j["p50_us"], j["p99_us"], j["cpu_us_per_decision"],
+    j["errors"] + j["over_limit"]))
+PY
+)
+    ROWS+=("$row")
+    kill -TERM "$rls_pid"
+    wait "$rls_pid" || { echo "rl-proxy --mode rls exited non-zero" >&2; cat "$TMP/rls.err" >&2; }
+}
+# ---- end of the rls rows --------------------------------------------------------------------
+
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # A limit no request reaches: every request is decided (granted) by the service.
@@ -264,6 +378,8 @@ for round in $(seq 1 "$ROUNDS"); do
         stop_nginx
         stop_proxy
     fi
+
+    rls_rows
 done
 
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -309,7 +425,7 @@ for n in names:
     rps = med(float(r[1]) for r in rs)
     ratios = per = "-"
     adm = cap = cpu = "-"
-    if "upstream" not in n:
+    if "upstream" not in n and not n.startswith("gRPC"):
         rr = [float(r[1]) / float(b[1]) for r, b in zip(rs, base)]
         ratios = f"{med(rr):.2f}x"
         per = " ".join(f"{x:.2f}" for x in rr)
@@ -319,6 +435,10 @@ for n in names:
         cpu = f"{c:.1f}"
         cap = f"{1e6/c:.0f}"
         ref = by.get("nginx, plain reverse proxy") if n.startswith("nginx +") else base
+        if n.startswith("envoy +"):  # rls rows: against Envoy alone
+            ref = by.get("envoy, plain reverse proxy")
+        if n.startswith("gRPC"):  # rls rows: the CPU per decision is the whole figure
+            ref = None
         if "limit off" not in n and "plain reverse proxy" not in n and ref:
             adm = f"{med(float(r[4]) - float(b[4]) for r, b in zip(rs, ref)):.1f}"
     non2xx = sum(int(r[5]) for r in rs)
@@ -327,7 +447,11 @@ for n in names:
 lines += [
     "",
     "`admission CPU µs/req`: against `--limit off`; for the nginx + auth_request row, against nginx",
-    "alone (the decision service and the subrequest together).",
+    "alone (the decision service and the subrequest together); for the envoy + ratelimit filter row,",
+    "against Envoy alone (the filter, its gRPC call and rl-proxy --mode rls together).",
+    "The gRPC row is rl-rls-load calling ShouldRateLimit (one remote_address descriptor, 100000",
+    "values) with CONNECTIONS calls in flight over 2 HTTP/2 connections: req/s is decisions/s,",
+    "proxy CPU µs/req is rl-proxy --mode rls's CPU per decision.",
     "`req/s one proxy CPU sustains` = 1e6 / proxy CPU µs per request: the throughput the proxy's CPU",
     "budget allows when the proxy, not the shared environment CPU, is the bottleneck. On a shared",
     "2-CPU machine the measured req/s mostly follows what wrk and the upstream get on their CPU;",
