@@ -52,7 +52,8 @@ descriptors:
 
 fn rls_cmd(files: &[&TempFile], ep: &str, extra: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
-    cmd.env("RATELIMITLY_API_KEY", NONE_KEY).args(["--mode", "rls"]);
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+        .args(["--mode", "rls"]);
     for f in files {
         cmd.args(["--config", f.path()]);
     }
@@ -144,7 +145,12 @@ async fn the_black_box_list() {
     let _s = SERIAL.lock().await;
     let r = responder(601);
     let rules = TempFile::new("rls-bb.yaml", RULES);
-    let p = start(rls_cmd(&[&rules], &endpoint(&r), &["--on-failure", "closed"])).await;
+    let p = start(rls_cmd(
+        &[&rules],
+        &endpoint(&r),
+        &["--on-failure", "closed"],
+    ))
+    .await;
     let mut c = client(&p).await;
 
     // per-descriptor limit: remaining counts down, the window is the reset
@@ -171,7 +177,11 @@ async fn the_black_box_list() {
     let mut h = req("bb", &[&[("user", "u2")]]);
     h.hits_addend = 2;
     assert_eq!(call(&mut c, h.clone()).await.statuses[0].limit_remaining, 1);
-    assert_eq!(call(&mut c, h.clone()).await.overall_code, OVER, "2 > 1 left");
+    assert_eq!(
+        call(&mut c, h.clone()).await.overall_code,
+        OVER,
+        "2 > 1 left"
+    );
     h.hits_addend = 0;
     h.descriptors[0].hits_addend = Some(UInt64Value { value: 1 });
     assert_eq!(st(&call(&mut c, h).await.statuses[0]).3, 0);
@@ -213,7 +223,10 @@ async fn the_black_box_list() {
     let ab: &[&[(&str, &str)]] = &[&[("a", "k")], &[("b", "k")]];
     let a = call(&mut c, req("bb", ab)).await;
     assert_eq!(a.overall_code, OK);
-    assert_eq!((a.statuses[0].limit_remaining, a.statuses[1].limit_remaining), (4, 0));
+    assert_eq!(
+        (a.statuses[0].limit_remaining, a.statuses[1].limit_remaining),
+        (4, 0)
+    );
     let a = call(&mut c, req("bb", ab)).await;
     assert_eq!(a.overall_code, OVER);
     assert_eq!(st(&a.statuses[0]).0, OK);
@@ -228,7 +241,10 @@ async fn the_black_box_list() {
 
     // the metrics: per rule and per call, never the key
     let text = metrics_text(&p).await;
-    assert!(!text.contains(NONE_KEY), "the API key is not on the metrics page");
+    assert!(
+        !text.contains(NONE_KEY),
+        "the API key is not on the metrics page"
+    );
     assert!(!text.contains("qyyqwps9"), "nor a part of it");
     let m = parse_prometheus(&text);
     let v = |k: &str| *m.get(k).unwrap_or_else(|| panic!("missing {k} in\n{text}"));
@@ -243,7 +259,11 @@ async fn the_black_box_list() {
     assert_eq!(d("a", "not_consumed"), 1.0);
     assert_eq!(d("login", "granted"), 1.0);
     assert!(v("rl_proxy_rls_calls_total{answer=\"over_limit\"}") >= 4.0);
-    assert_eq!(v("ratelimitly_decision_latency_seconds_count"), 18.0, "one per call with limits");
+    assert_eq!(
+        v("ratelimitly_decision_latency_seconds_count"),
+        18.0,
+        "one per call with limits"
+    );
     assert_eq!(get(p.admin(), "/healthz").await.status(), 200);
     // no series carries a value only a client sent (acme is the configuration's)
     for sent in ["u1", "u9", "/other", "nope", "elsewhere"] {
@@ -261,7 +281,12 @@ async fn bad_input_is_invalid_argument() {
     let _s = SERIAL.lock().await;
     let r = responder(602);
     let rules = TempFile::new("rls-bad.yaml", RULES);
-    let p = start(rls_cmd(&[&rules], &endpoint(&r), &["--on-failure", "closed"])).await;
+    let p = start(rls_cmd(
+        &[&rules],
+        &endpoint(&r),
+        &["--on-failure", "closed"],
+    ))
+    .await;
     let mut c = client(&p).await;
     let bad = |s: &tonic::Status, what: &str| {
         assert_eq!(s.code(), tonic::Code::InvalidArgument, "{what}: {s:?}");
@@ -296,7 +321,10 @@ async fn bad_input_is_invalid_argument() {
     let a = call(&mut c, req("bb", &[&[("user", "after")]])).await;
     assert_eq!(a.statuses[0].limit_remaining, 2);
     let m = parse_prometheus(&metrics_text(&p).await);
-    assert_eq!(m["rl_proxy_rls_calls_total{answer=\"invalid_argument\"}"], 6.0);
+    assert_eq!(
+        m["rl_proxy_rls_calls_total{answer=\"invalid_argument\"}"],
+        6.0
+    );
     assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
     r.stop();
 }
@@ -349,11 +377,15 @@ async fn check_reload_and_flags() {
     let good = TempFile::new("rls-check.yaml", RULES);
     let month = TempFile::new(
         "rls-month.yaml",
-        &RULES.replace("{ unit: hour, requests_per_unit: 100 }", "{ unit: month, requests_per_unit: 100 }"),
+        &RULES.replace(
+            "{ unit: hour, requests_per_unit: 100 }",
+            "{ unit: month, requests_per_unit: 100 }",
+        ),
     );
     let check = |files: &[&TempFile]| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
-        cmd.env_remove("RATELIMITLY_API_KEY").args(["--mode", "rls", "--check"]);
+        cmd.env_remove("RATELIMITLY_API_KEY")
+            .args(["--mode", "rls", "--check"]);
         for f in files {
             cmd.args(["--config", f.path()]);
         }
@@ -363,7 +395,10 @@ async fn check_reload_and_flags() {
     assert_eq!(code, Some(0), "{err}");
     let (code, err) = run_to_exit(check(&[&good, &month])).await;
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains(month.path()) && err.contains("line 9:") && err.contains("month"), "{err}");
+    assert!(
+        err.contains(month.path()) && err.contains("line 9:") && err.contains("month"),
+        "{err}"
+    );
     let (code, err) = run_to_exit(check(&[&good, &good])).await;
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("domain \"bb\""), "one domain, one file: {err}");
@@ -376,7 +411,10 @@ async fn check_reload_and_flags() {
     assert!(err.contains("--config"), "{err}");
 
     let r = responder(604);
-    let file = TempFile::new("rls-reload.yaml", "domain: rl\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n");
+    let file = TempFile::new(
+        "rls-reload.yaml",
+        "domain: rl\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n",
+    );
     let log = TempFile::new("rls-reload.log", "");
     let stderr = std::fs::File::create(&log.0).unwrap();
     let p = start_with_stderr(
@@ -394,7 +432,12 @@ async fn check_reload_and_flags() {
     let mut reloaded = false;
     for _ in 0..50 {
         let a = call(&mut c, one()).await;
-        if a.statuses[0].current_limit.as_ref().map(|l| l.requests_per_unit) == Some(5) {
+        if a.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit)
+            == Some(5)
+        {
             reloaded = true;
             break;
         }
@@ -412,7 +455,10 @@ async fn check_reload_and_flags() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(logged.contains("reload refused") && logged.contains("line 4:"), "{logged}");
+    assert!(
+        logged.contains("reload refused") && logged.contains("line 4:"),
+        "{logged}"
+    );
     let a = call(&mut c, one()).await;
     assert_eq!(st(&a.statuses[0]).1, Some(5), "the running rules kept");
     assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));

@@ -44,7 +44,13 @@ impl Envoy {
         let child = Command::new(bin)
             .arg("-c")
             .arg(&conf)
-            .args(["--concurrency", "1", "-l", "warning", "--disable-hot-restart"])
+            .args([
+                "--concurrency",
+                "1",
+                "-l",
+                "warning",
+                "--disable-hot-restart",
+            ])
             .arg("--log-path")
             .arg(&log)
             .stdout(Stdio::null())
@@ -130,22 +136,34 @@ async fn behind_a_real_envoy() {
         let resp = get_from("127.0.0.2", open.addr(), "/orders").await;
         assert_eq!(resp.status(), StatusCode::OK, "{}", open.log_text());
         assert_eq!(resp.body().as_ref(), UPSTREAM_BODY, "reached the upstream");
-        assert_eq!(header(&resp, "ratelimit-policy"), Some("\"remote_address\";q=3;w=60"));
+        assert_eq!(
+            header(&resp, "ratelimit-policy"),
+            Some("\"remote_address\";q=3;w=60")
+        );
         let want = format!("\"remote_address\";r={left};t=60");
         assert_eq!(header(&resp, "ratelimit"), Some(want.as_str()));
     }
     let resp = get_from("127.0.0.2", open.addr(), "/orders").await;
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(retry_after(&resp), 60);
-    assert_eq!(header(&resp, "ratelimit"), Some("\"remote_address\";r=0;t=60"));
-    assert_eq!(header(&resp, "ratelimit-policy"), Some("\"remote_address\";q=3;w=60"));
+    assert_eq!(
+        header(&resp, "ratelimit"),
+        Some("\"remote_address\";r=0;t=60")
+    );
+    assert_eq!(
+        header(&resp, "ratelimit-policy"),
+        Some("\"remote_address\";q=3;w=60")
+    );
     assert_ne!(resp.body().as_ref(), UPSTREAM_BODY, "not forwarded");
     // another downstream address: its own bucket (through the other Envoy too)
     let resp = get_from("127.0.0.3", open.addr(), "/orders").await;
     assert_eq!(resp.status(), StatusCode::OK);
     let resp = get_from("127.0.0.3", closed.addr(), "/orders").await;
     assert_eq!(resp.status(), StatusCode::OK);
-    assert_eq!(header(&resp, "ratelimit"), Some("\"remote_address\";r=1;t=60"));
+    assert_eq!(
+        header(&resp, "ratelimit"),
+        Some("\"remote_address\";r=1;t=60")
+    );
 
     // the service gone: failure_mode_deny false lets requests through, true refuses them
     r.stop();
@@ -153,7 +171,11 @@ async fn behind_a_real_envoy() {
     assert_eq!(resp.status(), StatusCode::OK, "fail open");
     assert_eq!(resp.body().as_ref(), UPSTREAM_BODY);
     let resp = get_from("127.0.0.4", closed.addr(), "/orders").await;
-    assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR, "fail closed");
+    assert_eq!(
+        resp.status(),
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "fail closed"
+    );
     let m = metrics_of(&rl).await;
     assert_eq!(m["rl_proxy_rls_calls_total{answer=\"unavailable\"}"], 2.0);
 

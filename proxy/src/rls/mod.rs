@@ -31,8 +31,8 @@ pub mod service;
 
 pub use config::{Bounds, load, parse_window};
 pub use metrics::{CallAnswer, DescriptorOutcome, RlsMetrics, RuleCounters};
+/// The failure policy `RateLimiter::new` takes (`--on-failure`).
+pub use ratelimitly_tower::OnFailure;
 pub use request::{Call, Invalid};
 pub use rules::Rules;
 pub use service::{RateLimiter, Reload, serve};
-/// The failure policy `RateLimiter::new` takes (`--on-failure`).
-pub use ratelimitly_tower::OnFailure;
