@@ -75,6 +75,24 @@ async fn client(p: &Proc) -> RateLimitServiceClient<Channel> {
         .expect("connects")
 }
 
+/// A responder (`id`), [`RULES`] in `file`, `rl-proxy --mode rls ... --on-failure closed`
+/// over them, and a client of it.
+async fn service(
+    id: u64,
+    file: &str,
+) -> (
+    rl_responder::ResponderHandle,
+    TempFile,
+    Proc,
+    RateLimitServiceClient<Channel>,
+) {
+    let r = responder(id);
+    let rules = TempFile::new(file, RULES);
+    let p = start(rls_cmd(&[&rules], &endpoint(&r), &["--on-failure", "closed"])).await;
+    let c = client(&p).await;
+    (r, rules, p, c)
+}
+
 /// A request of `domain` with one descriptor per `&[(key, value)]`.
 fn req(domain: &str, descs: &[&[(&str, &str)]]) -> RateLimitRequest {
     RateLimitRequest {
@@ -143,15 +161,7 @@ async fn metrics_text(p: &Proc) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_black_box_list() {
     let _s = SERIAL.lock().await;
-    let r = responder(601);
-    let rules = TempFile::new("rls-bb.yaml", RULES);
-    let p = start(rls_cmd(
-        &[&rules],
-        &endpoint(&r),
-        &["--on-failure", "closed"],
-    ))
-    .await;
-    let mut c = client(&p).await;
+    let (r, _rules, p, mut c) = service(601, "rls-bb.yaml").await;
 
     // per-descriptor limit: remaining counts down, the window is the reset
     for left in [2, 1, 0] {
@@ -279,15 +289,7 @@ async fn the_black_box_list() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_invalid_argument() {
     let _s = SERIAL.lock().await;
-    let r = responder(602);
-    let rules = TempFile::new("rls-bad.yaml", RULES);
-    let p = start(rls_cmd(
-        &[&rules],
-        &endpoint(&r),
-        &["--on-failure", "closed"],
-    ))
-    .await;
-    let mut c = client(&p).await;
+    let (r, _rules, p, mut c) = service(602, "rls-bad.yaml").await;
     let bad = |s: &tonic::Status, what: &str| {
         assert_eq!(s.code(), tonic::Code::InvalidArgument, "{what}: {s:?}");
         assert!(!s.message().is_empty(), "{what}: a reason");
