@@ -88,7 +88,12 @@ async fn service(
 ) {
     let r = responder(id);
     let rules = TempFile::new(file, RULES);
-    let p = start(rls_cmd(&[&rules], &endpoint(&r), &["--on-failure", "closed"])).await;
+    let p = start(rls_cmd(
+        &[&rules],
+        &endpoint(&r),
+        &["--on-failure", "closed"],
+    ))
+    .await;
     let c = client(&p).await;
     (r, rules, p, c)
 }
