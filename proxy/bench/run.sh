@@ -13,6 +13,10 @@
 #   8-15. the same pair (plain reverse proxy anchor, then forward-auth to rl-proxy with the
 #      shipped configuration of proxy/conf/) for Caddy (forward_auth), HAProxy (the Lua
 #      action), Traefik (ForwardAuth) and Envoy (HTTP ext_authz)
+#   16-17. Envoy's rate limit service (rls_rows below; its anchor is row 14, Envoy as a
+#      plain reverse proxy): Envoy with its HTTP rate limit filter asking rl-proxy --mode rls
+#      (proxy/conf/envoy-rls.yaml), and rl-rls-load's ShouldRateLimit calls straight to
+#      rl-proxy --mode rls (gRPC).
 #
 # nginx runs as one process (`master_process off`, as in proxy/conf/nginx.conf: one worker,
 # the proxy's one CPU by default); Caddy, Traefik (Go) and HAProxy size their threads to
@@ -302,6 +306,79 @@ for tool in nginx caddy haproxy traefik envoy; do
     if [ -x "${FRONT_BIN[$tool]}" ]; then FRONTS+=("$tool"); else echo "no $tool: its rows skipped" >&2; fi
 done
 
+# ---- rl-proxy --mode rls: Envoy's rate limit service (rows 16-17) --------------------------
+# Envoy (the pip-installed 1.40, --concurrency 1) on the proxy's CPUs, against Envoy as a
+# plain reverse proxy (the front proxies' row): with its HTTP rate limit filter asking rl-proxy --mode rls
+# (proxy/conf/envoy-rls.yaml, a remote_address descriptor per request, the limit below never
+# reached) on the same CPUs; its CPU columns count both. Then rl-rls-load (on the
+# environment's CPUs) keeps CONNECTIONS ShouldRateLimit calls in flight over 2 HTTP/2
+# connections straight to rl-proxy --mode rls: decisions/s and rl-proxy's CPU per decision
+# (its threads' schedstat run time). Skipped when Envoy is not installed.
+cat >"$TMP/rls-bench.yaml" <<'YAML'
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: { unit: second, requests_per_unit: 4000000000 }
+YAML
+
+# start_envoy CONF_TEMPLATE RLS_PORT: Envoy on the proxy's CPUs; sets ENVOY_PID, ENVOY_PORT.
+start_envoy() {
+    ENVOY_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    sed -e "s|{LISTEN_PORT}|$ENVOY_PORT|" -e "s|{UPSTREAM_PORT}|$UPORT|" \
+        -e "s|{RL_PROXY_PORT}|$2|" -e "s|{FAILURE_MODE_DENY}|true|" "$1" >"$TMP/envoy.yaml"
+    taskset -c "$PROXY_CPUS" "$ENVOY" -c "$TMP/envoy.yaml" --concurrency 1 -l error \
+        --disable-hot-restart --log-path "$TMP/envoy.log" >/dev/null 2>&1 &
+    ENVOY_PID=$!
+    PIDS+=($ENVOY_PID)
+    for _ in $(seq 1 400); do
+        python3 -c "import socket; socket.create_connection(('127.0.0.1', $ENVOY_PORT), 0.2)" \
+            2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "envoy did not listen" >&2
+    cat "$TMP/envoy.log" >&2
+    return 1
+}
+stop_envoy() {
+    kill -TERM "$ENVOY_PID"
+    wait "$ENVOY_PID" 2>/dev/null || true
+}
+
+rls_rows() {
+    [ -x "$ENVOY" ] || { echo "skipped the rls rows: no $ENVOY" >&2; return 0; }
+    # the anchor, Envoy alone, is the front proxies' "envoy, plain reverse proxy" row
+
+    RATELIMITLY_API_KEY=$AES_KEY taskset -c "$PROXY_CPUS" "$BIN/rl-proxy" --mode rls \
+        --config "$TMP/rls-bench.yaml" --endpoint "$SID@127.0.0.1:$RPORT" \
+        --on-failure closed >"$TMP/rls.out" 2>"$TMP/rls.err" &
+    local rls_pid=$!
+    PIDS+=($rls_pid)
+    local rls_port
+    rls_port=$(json_field "$(ready_line "$TMP/rls.out" '"event":"ready"')" port)
+    start_envoy "$ROOT/proxy/conf/envoy-rls.yaml" "$rls_port"
+    run "envoy + ratelimit filter -> rl-proxy --mode rls" "$ENVOY_PORT" "$ENVOY_PID" "$rls_pid"
+    stop_envoy
+
+    local line
+    line=$(taskset -c "$ENV_CPUS" "$BIN/rl-rls-load" --target "127.0.0.1:$rls_port" \
+        --duration "$DURATION" --warmup 1 --concurrency "$CONNS" --connections 2 \
+        --values 100000 --pid "$rls_pid")
+    echo "rl-rls-load: $line" >&2
+    local row
+    row=$(python3 - "$line" <<'PY'
+import json, sys
+j = json.loads(sys.argv[1])
+print("gRPC: rl-rls-load -> rl-proxy --mode rls|%s|%sus|%sus|%s|%s" % (
+    j["decisions_per_s"], j["p50_us"], j["p99_us"], j["cpu_us_per_decision"],
+    j["errors"] + j["over_limit"]))
+PY
+)
+    ROWS+=("$row")
+    kill -TERM "$rls_pid"
+    wait "$rls_pid" || { echo "rl-proxy --mode rls exited non-zero" >&2; cat "$TMP/rls.err" >&2; }
+}
+# ---- end of the rls rows --------------------------------------------------------------------
+
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # A limit no request reaches: every request is decided (granted) by the service.
@@ -352,6 +429,8 @@ for round in $(seq 1 "$ROUNDS"); do
         stop_front
         stop_proxy
     done
+
+    rls_rows
 done
 
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -403,7 +482,7 @@ for n in names:
     rps = med(float(r[1]) for r in rs)
     ratios = per = "-"
     adm = cap = cpu = "-"
-    if "upstream" not in n:
+    if "upstream" not in n and not n.startswith("gRPC"):
         rr = [float(r[1]) / float(b[1]) for r, b in zip(rs, base)]
         ratios = f"{med(rr):.2f}x"
         per = " ".join(f"{x:.2f}" for x in rr)
@@ -413,6 +492,8 @@ for n in names:
         cpu = f"{c:.1f}"
         cap = f"{1e6/c:.0f}"
         ref = by.get(n.split(" + ")[0] + ", plain reverse proxy") if " + " in n else base
+        if n.startswith("gRPC"):  # rls rows: the CPU per decision is the whole figure
+            ref = None
         if "limit off" not in n and "plain reverse proxy" not in n and ref:
             adm = f"{med(float(r[4]) - float(b[4]) for r, b in zip(rs, ref)):.1f}"
     non2xx = sum(int(r[5]) for r in rs)
@@ -421,7 +502,12 @@ for n in names:
 lines += [
     "",
     "`admission CPU µs/req`: against `--limit off`; for a forward-auth row, against the same front",
-    "proxy alone (its plain reverse proxy row): the decision service and the check request together.",
+    "proxy alone (its plain reverse proxy row): the decision service and the check request together;",
+    "for the envoy + ratelimit filter row, against Envoy alone (the filter, its gRPC call and",
+    "rl-proxy --mode rls together).",
+    "The gRPC row is rl-rls-load calling ShouldRateLimit (one remote_address descriptor, 100000",
+    "values) with CONNECTIONS calls in flight over 2 HTTP/2 connections: req/s is decisions/s,",
+    "proxy CPU µs/req is rl-proxy --mode rls's CPU per decision.",
     "`req/s one proxy CPU sustains` = 1e6 / proxy CPU µs per request: the throughput the proxy's CPU",
     "budget allows when the proxy, not the shared environment CPU, is the bottleneck. On a shared",
     "2-CPU machine the measured req/s mostly follows what wrk and the upstream get on their CPU;",

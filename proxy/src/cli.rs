@@ -27,6 +27,10 @@ pub(crate) enum Mode {
     Proxy,
     /// A decision service: 200, the deny status, or the failure policy's answer.
     ForwardAuth,
+    /// Envoy's rate limit service (gRPC ShouldRateLimit over h2c); rules from
+    /// envoyproxy/ratelimit YAML files (--config, repeatable).
+    #[cfg(feature = "rls")]
+    Rls,
 }
 
 /// Which client admits requests.
@@ -58,10 +62,11 @@ pub(crate) struct Cli {
     #[arg(long, default_value_t = 429, value_parser = clap::value_parser!(u16).range(400..=599))]
     pub(crate) deny_status: u16,
     /// Routes from a TOML file (upstream, limit, key_by, on_failure, route tables);
-    /// conflicts with --upstream, --limit, --key-by and --on-failure. SIGHUP reloads it.
-    #[arg(long, conflicts_with_all = ["limit", "key_by", "on_failure"])]
-    pub(crate) config: Option<PathBuf>,
-    /// With --config: check the file and exit 0, or 2 with a message naming the line.
+    /// conflicts with --upstream, --limit, --key-by and --on-failure. With --mode rls:
+    /// envoyproxy/ratelimit YAML files, one domain each (repeatable). SIGHUP reloads.
+    #[arg(long, conflicts_with_all = ["limit", "key_by"])]
+    pub(crate) config: Vec<PathBuf>,
+    /// With --config: check the files and exit 0, or 2 with a message naming the line.
     #[arg(long, requires = "config")]
     pub(crate) check: bool,
     /// A service endpoint ID@IP:PORT (repeatable); bypasses DNS.
@@ -85,9 +90,11 @@ pub(crate) struct Cli {
     /// What a bucket is keyed by: ip, path or header:NAME.
     #[arg(long, default_value = "ip", value_parser = |s: &str| s.parse::<KeyBy>())]
     pub(crate) key_by: KeyBy,
-    /// When the service gives no decision: open (forward) or closed (503).
-    #[arg(long, default_value = "open", value_parser = |s: &str| s.parse::<OnFailure>())]
-    pub(crate) on_failure: OnFailure,
+    /// When the service gives no decision: open (forward) or closed (503; --mode rls:
+    /// OVER_LIMIT). Default: open; with --mode rls, gRPC UNAVAILABLE (Envoy's
+    /// failure_mode_deny decides).
+    #[arg(long, value_parser = |s: &str| s.parse::<OnFailure>())]
+    pub(crate) on_failure: Option<OnFailure>,
     /// Which client admits requests.
     #[arg(long, value_enum, default_value = "engine")]
     pub(crate) admission: AdmissionKind,
