@@ -19,7 +19,7 @@
 
 mod common;
 
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -46,15 +46,6 @@ const CLIENT: &str = "127.0.0.2";
 const OTHER: &str = "127.0.0.3";
 const FORGER: &str = "127.0.0.4";
 const FORGER2: &str = "127.0.0.5";
-
-/// A free loopback port (bound, then released for the server to take).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A directory of its own under the temporary directory, removed on drop.
 struct TempDir(PathBuf);

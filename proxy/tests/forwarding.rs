@@ -5,46 +5,15 @@
 
 mod common;
 
-use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::net::SocketAddr;
 
-use bytes::Bytes;
 use common::*;
-use http::{Response, StatusCode};
-use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http::StatusCode;
 use rl_responder::ResponderHandle;
 use tokio::process::Command;
 
 const TRUSTED: &str = "127.0.0.2";
 const UNTRUSTED: &str = "127.0.0.3";
-
-/// GET `path` from a socket bound to `local`, with `headers`.
-async fn get_from(
-    local: &str,
-    addr: SocketAddr,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> Response<Bytes> {
-    let mut connector = HttpConnector::new();
-    connector.set_local_address(Some(local.parse::<IpAddr>().unwrap()));
-    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
-    let mut req = http::Request::get(format!("http://{addr}{path}"));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = tokio::time::timeout(
-        Duration::from_secs(10),
-        client.request(req.body(Empty::new()).unwrap()),
-    )
-    .await
-    .expect("answer within 10 s")
-    .expect("HTTP exchange");
-    let (parts, body) = resp.into_parts();
-    Response::from_parts(parts, body.collect().await.unwrap().to_bytes())
-}
 
 async fn status_from(local: &str, addr: SocketAddr, headers: &[(&str, &str)]) -> StatusCode {
     get_from(local, addr, "/", headers).await.status()

@@ -133,7 +133,7 @@ async fn behind_a_real_envoy() {
         .await;
 
     for left in [2, 1, 0] {
-        let resp = get_from("127.0.0.2", open.addr(), "/orders").await;
+        let resp = get_from("127.0.0.2", open.addr(), "/orders", &[]).await;
         assert_eq!(resp.status(), StatusCode::OK, "{}", open.log_text());
         assert_eq!(resp.body().as_ref(), UPSTREAM_BODY, "reached the upstream");
         assert_eq!(
@@ -143,7 +143,7 @@ async fn behind_a_real_envoy() {
         let want = format!("\"remote_address\";r={left};t=60");
         assert_eq!(header(&resp, "ratelimit"), Some(want.as_str()));
     }
-    let resp = get_from("127.0.0.2", open.addr(), "/orders").await;
+    let resp = get_from("127.0.0.2", open.addr(), "/orders", &[]).await;
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(retry_after(&resp), 60);
     assert_eq!(
@@ -156,9 +156,9 @@ async fn behind_a_real_envoy() {
     );
     assert_ne!(resp.body().as_ref(), UPSTREAM_BODY, "not forwarded");
     // another downstream address: its own bucket (through the other Envoy too)
-    let resp = get_from("127.0.0.3", open.addr(), "/orders").await;
+    let resp = get_from("127.0.0.3", open.addr(), "/orders", &[]).await;
     assert_eq!(resp.status(), StatusCode::OK);
-    let resp = get_from("127.0.0.3", closed.addr(), "/orders").await;
+    let resp = get_from("127.0.0.3", closed.addr(), "/orders", &[]).await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(
         header(&resp, "ratelimit"),
@@ -167,10 +167,10 @@ async fn behind_a_real_envoy() {
 
     // the service gone: failure_mode_deny false lets requests through, true refuses them
     r.stop();
-    let resp = get_from("127.0.0.4", open.addr(), "/orders").await;
+    let resp = get_from("127.0.0.4", open.addr(), "/orders", &[]).await;
     assert_eq!(resp.status(), StatusCode::OK, "fail open");
     assert_eq!(resp.body().as_ref(), UPSTREAM_BODY);
-    let resp = get_from("127.0.0.4", closed.addr(), "/orders").await;
+    let resp = get_from("127.0.0.4", closed.addr(), "/orders", &[]).await;
     assert_eq!(
         resp.status(),
         StatusCode::INTERNAL_SERVER_ERROR,

@@ -342,15 +342,24 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// GET `path` from a socket bound to `local` (a loopback address: 127.0.0.x is a
-/// client of its own).
-pub async fn get_from(local: &str, addr: SocketAddr, path: &str) -> Response<Bytes> {
+/// GET `path` with `headers` from a socket bound to `local` (a loopback address:
+/// 127.0.0.x is a client of its own).
+pub async fn get_from(
+    local: &str,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Response<Bytes> {
     let mut connector = HttpConnector::new();
     connector.set_local_address(Some(local.parse().unwrap()));
     let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
+    let mut req = http::Request::get(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
     let resp = tokio::time::timeout(
         Duration::from_secs(10),
-        client.get(format!("http://{addr}{path}").parse().unwrap()),
+        client.request(req.body(Empty::new()).unwrap()),
     )
     .await
     .expect("answer within 10 s")
