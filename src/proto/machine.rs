@@ -44,9 +44,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::proto::error::{ConfigError, DiscoveryError};
-use crate::proto::outcome::{CommError, Failure, Phase};
 #[cfg(doc)]
 use crate::proto::outcome::Response;
+use crate::proto::outcome::{CommError, Failure, Phase};
 use crate::proto::policy::{PolicyError, RequestPolicy, Schedule};
 use crate::proto::wire::DropReason;
 
