@@ -3,11 +3,12 @@
 //!
 //! Owns: [`SlotOutcome`] (a request's completion slot, its outcome, and on sampled
 //! decisions when it was decided), the queue of them that the core's driver takes with
-//! `CoreState::poll_outcome`, and the store of responses the core holds for requests not
-//! finished yet: a round-0 candidate retained until the round ends, or a decision whose
-//! completion resends wait for the end of a receive batch. A held response lives in one
-//! pooled cell; an in-flight entry keeps only the cell's index ([`Held`]), so the entry
-//! stays at 256 bytes.
+//! `CoreState::poll_outcome`, and the store of responses the core holds: a round-0
+//! candidate retained until the round ends, a decision whose completion resends wait for
+//! the end of a receive batch, and a decision not yet taken. A held response lives in one
+//! pooled cell from its arrival until it is taken (an in-flight entry and a queued outcome
+//! keep only the cell's index, [`Held`], so the entry stays at 256 bytes and the response
+//! is moved once, into the value `poll_outcome` returns).
 //! Must not touch: the completion slots themselves (the runtime writes each outcome into
 //! its slot and wakes the caller), request state, clocks (instants are parameters).
 
@@ -40,11 +41,19 @@ impl Held {
     pub(crate) const NONE: Held = Held(u32::MAX);
 }
 
+/// A request that ended: its slot, the cell of its response or its failure, and its
+/// decision time when sampled.
+struct Ended {
+    slot: u32,
+    result: Result<Held, Failure>,
+    decided_at: Option<Instant>,
+}
+
 /// The responses held and the outcomes not yet taken, of one core.
 pub(crate) struct Outcomes {
     cells: Vec<Option<Response>>,
     free: Vec<u32>,
-    done: VecDeque<SlotOutcome>,
+    done: VecDeque<Ended>,
     /// Requests finished so far: every [`WAKE_SAMPLE_EVERY`]th carries its time.
     finished: u64,
 }
@@ -80,6 +89,11 @@ impl Outcomes {
         *held = Held(i);
     }
 
+    /// The response held at `held`, to adjust in place.
+    pub(crate) fn get_mut(&mut self, held: Held) -> Option<&mut Response> {
+        self.cells.get_mut(held.0 as usize)?.as_mut()
+    }
+
     /// The response held at `held`, if any; the cell is freed.
     pub(crate) fn take(&mut self, held: &mut Held) -> Option<Response> {
         let i = std::mem::replace(held, Held::NONE).0;
@@ -88,13 +102,14 @@ impl Outcomes {
         r
     }
 
-    /// A request the core started ended at `now` with `outcome`.
-    pub(crate) fn finish(&mut self, slot: u32, outcome: Outcome, now: Instant) {
+    /// A request the core started ended at `now`: decided with the response held at
+    /// `held` (it stays there until taken), or failed.
+    pub(crate) fn finish(&mut self, slot: u32, result: Result<Held, Failure>, now: Instant) {
         let sampled = self.finished.is_multiple_of(WAKE_SAMPLE_EVERY);
         self.finished = self.finished.wrapping_add(1);
-        self.done.push_back(SlotOutcome {
+        self.done.push_back(Ended {
             slot,
-            outcome,
+            result,
             decided_at: sampled.then_some(now),
         });
     }
@@ -102,16 +117,26 @@ impl Outcomes {
     /// A request that ended without the core deciding it (refused, failed before its
     /// start, or failed with its core).
     pub(crate) fn fail(&mut self, slot: u32, f: Failure) {
-        self.done.push_back(SlotOutcome {
+        self.done.push_back(Ended {
             slot,
-            outcome: Err(f),
+            result: Err(f),
             decided_at: None,
         });
     }
 
-    /// The oldest outcome not yet taken.
+    /// The oldest outcome not yet taken (its response moves out of its cell).
+    #[inline]
     pub(crate) fn pop(&mut self) -> Option<SlotOutcome> {
-        self.done.pop_front()
+        let e = self.done.pop_front()?;
+        let outcome = match e.result {
+            Ok(mut held) => self.take(&mut held).ok_or(Failure::Shutdown),
+            Err(f) => Err(f),
+        };
+        Some(SlotOutcome {
+            slot: e.slot,
+            outcome,
+            decided_at: e.decided_at,
+        })
     }
 
     /// True when outcomes wait to be taken.
@@ -127,7 +152,7 @@ impl Outcomes {
     /// Bytes reserved up front for an in-flight limit of `in_flight`.
     pub(crate) fn reserved(in_flight: usize) -> usize {
         in_flight.min(HELD_PREALLOC) * Self::cell_size()
-            + OUTCOMES_PREALLOC * std::mem::size_of::<SlotOutcome>()
+            + OUTCOMES_PREALLOC * std::mem::size_of::<Ended>()
     }
 }
 
@@ -154,18 +179,27 @@ mod tests {
     }
 
     #[test]
-    fn every_eighth_finish_carries_its_time() {
+    fn every_eighth_finish_carries_its_time_and_a_decision_its_response() {
         let mut o = Outcomes::new(4);
         let now = Instant::now();
         for slot in 0..16 {
             o.finish(slot, Err(Failure::Shutdown), now);
         }
+        let mut h = Held::NONE;
+        o.hold(&mut h, Response::local_grant());
+        o.get_mut(h).unwrap().sends = 5;
+        o.finish(16, Ok(h), now);
         o.fail(99, Failure::Overloaded);
-        let sampled: Vec<u32> = std::iter::from_fn(|| o.pop())
+        let all: Vec<SlotOutcome> = std::iter::from_fn(|| o.pop()).collect();
+        let sampled: Vec<u32> = all
+            .iter()
             .filter(|x| x.decided_at.is_some())
             .map(|x| x.slot)
             .collect();
-        assert_eq!(sampled, [0, 8]);
+        assert_eq!(sampled, [0, 8, 16]);
+        let decided = all.iter().find(|x| x.slot == 16).unwrap();
+        assert_eq!(decided.outcome.as_ref().map(|r| r.sends).ok(), Some(5));
         assert!(!o.any());
+        assert_eq!(o.free, [0], "the decision's cell is freed when it is taken");
     }
 }

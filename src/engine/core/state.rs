@@ -491,7 +491,6 @@ impl CoreState {
         };
         self.wheel.cancel(e.timer);
         self.socks.release(e.sock);
-        let held = self.outcomes.take(&mut e.held);
         let s = &mut self.stats;
         let elapsed = micros(now.saturating_duration_since(e.req.started()));
         if res.is_ok() && e.answered_us != u32::MAX {
@@ -501,16 +500,18 @@ impl CoreState {
                 u64::from(elapsed.saturating_sub(e.answered_us)),
             );
         }
-        let outcome = match (res, held) {
-            (Ok(n), Some(mut r)) => {
+        // a decision's response stays in its cell until it is taken (moved once)
+        let result = match (res, self.outcomes.get_mut(e.held)) {
+            (Ok(n), Some(r)) => {
                 r.sends = n.sends;
                 r.completion_sends = n.completion_sends;
-                s.count_decision(&r, e.req.snapshot());
-                Ok(r)
+                s.count_decision(r, e.req.snapshot());
+                Ok(std::mem::replace(&mut e.held, Held::NONE))
             }
             // a decision always holds its response: only a guard
             (Ok(_), None) => Err(Failure::Shutdown),
             (Err(f), _) => {
+                drop(self.outcomes.take(&mut e.held));
                 s.count_failure(&f);
                 Err(f)
             }
@@ -521,7 +522,7 @@ impl CoreState {
         s.completions += 1;
         let slot = e.slot;
         self.inflight.discard(key);
-        self.outcomes.finish(slot, outcome, now);
+        self.outcomes.finish(slot, result, now);
     }
 
     /// Sends the completion transmits held back since the last receive batch (only

@@ -175,6 +175,7 @@ impl SlotPool {
     /// A core's turn: delivers the outcome of slot `idx` (exactly once per acquire), with
     /// the time its core decided when sampled, and records the slot in `wakes`: the turn
     /// wakes the callers once, after its sends ([`SlotPool::wake`]).
+    #[inline]
     pub(crate) fn complete_deferred(
         &self,
         idx: u32,
@@ -196,6 +197,7 @@ impl SlotPool {
 
     /// Writes the outcome (dropping a PDU still there) and marks it READY; false when
     /// the caller had left (the outcome is dropped and the slot freed instead).
+    #[inline]
     fn publish(&self, idx: u32, outcome: Outcome, decided: Option<Instant>) -> bool {
         let slot = &self.slots[idx as usize];
         // SAFETY: only the completing side writes while the slot is PENDING/ABANDONED;
