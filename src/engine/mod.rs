@@ -27,8 +27,8 @@ mod runtime;
 
 pub use self::core::{DEFAULT_IN_FLIGHT, DEFAULT_REPORT_INTERVAL};
 pub use self::core::{LatencyHistogram, Stats};
-pub use self::runtime::consts::{DEFAULT_IO_BACKEND, DEFAULT_SOCKET_BUFFER, MAX_SOCKETS_PER_CORE};
 pub use self::runtime::{
-    Batch, BuildError, Completion, Cores, DnsConfig, Engine, EngineBuilder, EngineHandle,
-    OptionError, Request, RequestBuilder,
+    Batch, BuildError, Completion, Cores, DEFAULT_IO_BACKEND, DEFAULT_SOCKET_BUFFER, DnsConfig,
+    Engine, EngineBuilder, EngineHandle, MAX_SOCKETS_PER_CORE, OptionError, Request,
+    RequestBuilder,
 };

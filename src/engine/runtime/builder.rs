@@ -44,10 +44,10 @@ impl EngineBuilder {
         }
     }
 
-    /// The cores' UDP I/O backend (default
-    /// [`DEFAULT_IO_BACKEND`](crate::engine::DEFAULT_IO_BACKEND); `Auto` is io_uring,
-    /// falling back to `recvmmsg`/`sendmmsg` where the kernel refuses io_uring). What
-    /// each costs per decision is measured in docs/benchmarks.md ("Backends").
+    /// The cores' UDP I/O backend, on pinned and hosted cores alike (default
+    /// [`DEFAULT_IO_BACKEND`](super::DEFAULT_IO_BACKEND), `Mmsg`; `Auto` is io_uring,
+    /// falling back to `recvmmsg`/`sendmmsg` where the kernel refuses io_uring, and says
+    /// which at info; `Uring` fails the build there).
     pub fn io_backend(mut self, b: crate::udp::BackendChoice) -> Self {
         self.settings.core.io_backend = b;
         self

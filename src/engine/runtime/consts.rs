@@ -13,10 +13,11 @@ use crate::udp::BackendChoice;
 /// burst of answers waits in the kernel while a core finishes its turn.
 pub const DEFAULT_SOCKET_BUFFER: usize = 4 << 20;
 
-/// The engine cores' default I/O backend: `recvmmsg`/`sendmmsg` with GSO/GRO. It works
-/// wherever UDP does (io_uring is refused by some container runtimes' seccomp profiles);
-/// io_uring is one `.io_backend(BackendChoice::Auto)` or `Uring` away. The two backends'
-/// measured costs are in docs/benchmarks.md ("Backends").
+/// The engine cores' default I/O backend: `recvmmsg`/`sendmmsg` with GSO/GRO. Measured
+/// side by side (docs/benchmarks.md, "Backends", has the figures), io_uring costs the same
+/// on a pinned core and less where servers answer one datagram at a time, but more CPU per
+/// decision on a hosted core with batched answers, the placement rl-proxy and loadgen use
+/// by default; io_uring is one `.io_backend(BackendChoice::Auto)` or `Uring` away.
 pub const DEFAULT_IO_BACKEND: BackendChoice = BackendChoice::Mmsg;
 
 /// Most sockets a core may be configured to hold (`max_sockets_per_core`): a bound on the

@@ -39,6 +39,7 @@ mod turn;
 pub use self::builder::EngineBuilder;
 pub use self::completion::Completion;
 pub use self::config::{BuildError, Cores, DnsConfig, OptionError};
+pub use self::consts::{DEFAULT_IO_BACKEND, DEFAULT_SOCKET_BUFFER, MAX_SOCKETS_PER_CORE};
 pub use self::handle::EngineHandle;
 pub use self::lifecycle::Engine;
 pub use self::request::{Batch, Request, RequestBuilder};
