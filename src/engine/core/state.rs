@@ -42,7 +42,7 @@ use super::wheel::{TimerHandle, TimerWheel};
 use crate::proto::error::RequestError;
 use crate::proto::machine::{Delivery, Ignored, Sends, Snapshot, TransmitKind};
 use crate::proto::outcome::{CommError, Failure, Response};
-use crate::proto::wire::{self, DropReason, RateResponseView, ReportEntry, RngError, TenantView};
+use crate::proto::wire::{self, DropReason, ReportEntry, RngError, TenantView};
 use crate::udp::SocketId;
 
 /// Where a core's transmits go: the core's send batch, or a simulated network.
@@ -241,8 +241,9 @@ impl CoreState {
     // ---------------------------------------------------------------- receive
 
     /// One datagram arrived on socket `sock` (the bytes are decrypted in place). The
-    /// datagram checks, in order: tenant TLV, routing by unique id, authentication, the
-    /// rate response PDU; then the request machine's server-id and timing rules. A
+    /// datagram checks, in order: tenant TLV, routing by unique id, then
+    /// `wire::open_response` (authentication, the rate response PDU), then the request
+    /// machine's server-id and timing rules. A
     /// datagram that fails one is counted by its [`DropReason`] and changes nothing.
     pub fn handle_datagram(
         &mut self,
@@ -260,18 +261,14 @@ impl CoreState {
         let Some(key) = self.inflight.route(&uid) else {
             return self.stats.drop(DropReason::UnknownRequest);
         };
-        let opened = match wire::open(&self.cfg.auth, buf) {
+        let (tenant, resp) = match wire::open_response(&self.cfg.auth, buf) {
             Ok(o) => o,
-            Err(r) => return self.stats.drop(r),
-        };
-        let resp = match RateResponseView::parse(opened.pdu) {
-            Ok(r) => r,
             Err(r) => return self.stats.drop(r),
         };
         let Some(e) = self.inflight.get_mut(key) else {
             return;
         };
-        let (server_id, steering) = (opened.tenant.id(), opened.tenant.steering());
+        let (server_id, steering) = (tenant.id(), tenant.steering());
         match e
             .req
             .handle_results(&self.cfg.plan, now, server_id, steering)
