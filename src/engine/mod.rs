@@ -8,8 +8,8 @@
 //! in any output.
 //!
 //! ```text
-//!  application threads (any runtime)                runtime: core i (pinned thread or hosted task)
-//!  ──────────────────────────────────               ─────────────────────────────────────────────────
+//!  application threads (any runtime)               runtime: core i (pinned thread or hosted task)
+//!  ──────────────────────────────────              ──────────────────────────────────────────────
 //!  RequestBuilder::send ─ encode PDU into slot ─┐
 //!  EngineHandle::submit / submit_batch / report ┼─▶ lock-free queue + udp::Waker (eventfd written
 //!   (runtime::submit: the one way in)           │   only while the core waits)

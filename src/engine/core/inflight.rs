@@ -1,10 +1,10 @@
 //! The per-core table of requests in flight.
 //!
 //! Owns: a generation-checked slab of `Entry` (request delivery state, sealed datagram
-//! bytes, completion slot index, timer handle, source socket, held response), the O(1) routing of a response by the
-//! slab index and generation that the core writes into bytes 0..5 of the unique id
-//! (masked with a per-core random value; the remaining bytes stay random and v4-shaped),
-//! and the pool of large datagram buffers.
+//! bytes, completion slot index, timer handle, source socket, held response's cell), the
+//! O(1) routing of a response by the slab index and generation that the core writes into
+//! bytes 0..5 of the unique id (masked with a per-core random value; the remaining bytes
+//! stay random and v4-shaped), and the pool of large datagram buffers.
 //! Must not touch: sockets, clocks, the completion protocol; capacity is fixed at start
 //! so the steady state never allocates.
 

@@ -103,7 +103,8 @@ impl Shared {
     }
 
     /// True when a reader asked core `i` for a fresh snapshot (the core checks once per
-    /// turn; it also publishes unasked every [`PUBLISH_EVERY`](super::consts::PUBLISH_EVERY) by its own clock).
+    /// turn; it also publishes unasked every
+    /// [`PUBLISH_EVERY`](super::consts::PUBLISH_EVERY) by its own clock).
     pub(crate) fn stats_wanted(&self, i: usize) -> bool {
         self.published[i].wanted.load(Ordering::Relaxed)
     }
