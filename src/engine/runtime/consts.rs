@@ -77,6 +77,14 @@ pub(crate) const PUBLISH_IDLE_EVERY: Duration = Duration::from_millis(10);
 /// runtime): a busy core answers within a turn, a parked one within its wake-up.
 pub(crate) const STATS_WAIT: Duration = Duration::from_millis(100);
 
+/// How often `EngineHandle::stats` looks for the fresh publication it waits for (waking
+/// the core again each time): a fraction of a parked core's wake-up.
+pub(crate) const STATS_POLL: Duration = Duration::from_micros(200);
+
+/// How often shutdown looks whether the cores are drained (graceful) or stopped (hosted
+/// cores, waited for from outside their runtime).
+pub(crate) const STOP_POLL: Duration = Duration::from_millis(1);
+
 /// How long a failed core waits between the turns that fail what reaches its queue.
 pub(crate) const DEAD_POLL: Duration = Duration::from_millis(1);
 
@@ -111,6 +119,11 @@ pub(crate) const REFRESH: Duration = Duration::from_secs(300);
 /// endpoints asks at every request, DNS is asked at most once a second.
 #[cfg(feature = "dns")]
 pub(crate) const FORCE_GAP: Duration = Duration::from_secs(1);
+
+/// When discovery asks again after a failure while it still has endpoints: soon enough
+/// that a lasting change is seen, far enough apart not to load a failing nameserver.
+#[cfg(feature = "dns")]
+pub(crate) const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(30);
 
 /// Timeout of one DNS exchange.
 #[cfg(feature = "dns")]

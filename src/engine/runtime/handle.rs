@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::completion::{Completion, SlotPool};
-use super::consts::{FLUSH_WAIT, QUEUE_MAX, STATS_WAIT};
+use super::consts::{FLUSH_WAIT, QUEUE_MAX, STATS_POLL, STATS_WAIT};
 use super::queue::Msg;
 use super::request::{Batch, Request, RequestBuilder};
 use super::shared::Shared;
@@ -120,7 +120,7 @@ impl EngineHandle {
                 && Instant::now() < deadline
             {
                 q.wake();
-                std::thread::sleep(Duration::from_micros(200));
+                std::thread::sleep(STATS_POLL);
             }
         }
         sh.published

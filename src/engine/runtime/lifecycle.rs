@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::builder::EngineBuilder;
 use super::config::{BuildError, Source};
-use super::consts::{GRACE_MARGIN, HOSTED_STOP_WAIT};
+use super::consts::{GRACE_MARGIN, HOSTED_STOP_WAIT, STOP_POLL};
 use super::handle::EngineHandle;
 #[cfg(feature = "dns")]
 use super::membership;
@@ -113,7 +113,7 @@ impl Engine {
             if queued == 0 && in_flight == 0 {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(1));
+            std::thread::sleep(STOP_POLL);
         }
     }
 
@@ -142,7 +142,7 @@ impl Engine {
         if tokio::runtime::Handle::try_current().is_err() {
             let t0 = Instant::now();
             while !self.tasks.iter().all(|t| t.is_finished()) && t0.elapsed() < HOSTED_STOP_WAIT {
-                std::thread::sleep(Duration::from_millis(1));
+                std::thread::sleep(STOP_POLL);
             }
         }
         self.tasks.clear();

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 
 #[cfg(feature = "dns")]
-use super::consts::{DNS_TIMEOUT, FORCE_GAP, REFRESH};
+use super::consts::{DNS_TIMEOUT, FORCE_GAP, REFRESH, RETRY_AFTER_FAILURE};
 #[cfg(feature = "dns")]
 use crate::discovery;
 #[cfg(feature = "dns")]
@@ -202,7 +202,7 @@ fn keep_after_failure(
     if kept == 0 {
         FORCE_GAP
     } else {
-        REFRESH.min(Duration::from_secs(30))
+        REFRESH.min(RETRY_AFTER_FAILURE)
     }
 }
 
