@@ -1,252 +1,252 @@
 #!/usr/bin/env python3
 """Sweep runner over loadgen parameters.
 
-Runs loadgen once per point of the grid (cartesian product of the lists given),
-collects the JSON figures into a CSV and draws an SVG (matplotlib when present,
-otherwise a small hand-written SVG).
+Runs loadgen once per point of the grid (the cartesian product of the lists given),
+--repeat times (in rounds: every point once, then again), and keeps everything as it
+goes: with --out P it creates P's folder and writes
 
-Example (a short sweep, ~3 s per point):
+  P.csv          one row per point (medians of its runs so far, their spread, the backend
+                 and placement each point ran with), rewritten after every run
+  P/runs.csv     one row per run, appended as each run ends
+  P/NNN-rK.json  loadgen's report of point NNN, round K (and its .hgrm)
+  P.svg          decisions/s, client CPU µs per decision and p99 per point, titled
+                 with the commit the runs were built from
+  P-latency.svg  latency by percentile (HdrHistogram style) of each point's last run
 
-    tuning/sweep.py --client engine,raw --in-flight 16,64,256 --duration 2 \
-        --out /tmp/sweep
+(--out naming an existing folder, or ending in '/', means P = that folder/sweep.)
+
+so a crash or Ctrl-C loses nothing finished.
+
+Defaults are loadgen's: an option not given here is not passed, and the CSV records what
+the runs used (the I/O backend from the report's results[0].io.backend, the engine core
+placement from its parameters). Only --duration (3 s) and --warmup (0.5 s) are the
+sweep's own, for shorter points.
+
+Example (a short sweep, ~4 s per point):
+
+    tuning/sweep.py --client engine,raw --in-flight 16,64,256 --out /tmp/sweep/inflight
 
 Lists are comma separated; core lists use ';' between alternatives
-(--client-cores '0;0,1'). In --rate, "closed" stands for a closed-loop point.
-
-The I/O axes: --io (auto, uring, mmsg), --gso (on, off), --reply-batch (on, off).
-Core placement: --engine-core (pinned, hosted, auto).
+(--client-cores '0;0,1'). In --rate, "closed" stands for a closed-loop point. Arguments
+after -- go to every loadgen run as they are (--unit-ms 5,20 -- --dead-oldest).
 --preset io sweeps backend x GSO x reply batching x {closed loop, 1k, 10k, 50k/s}:
 
     tuning/sweep.py --preset io --client engine,official,raw --duration 3 --out /tmp/io
+
+Thread-per-core scaling (engine cores 1..N on CPUs of their own) is tuning/scaling.py.
 """
 
 import argparse
 import csv
 import itertools
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
-FIELDS = [
-    "decisions_per_s",
-    "p50_us",
-    "p99_us",
-    "p999_us",
-    "max_us",
-    "client_cpu_us_per_decision",
-    "datagrams_per_decision",
-    "client_cores_used",
-    "io_backend",
-    "datagrams_per_send",
-    "datagrams_per_recv",
-    "gso_fallbacks",
-    "gro_fallbacks",
-    "queue_wait_p99_us",
-    "wire_p99_us",
-    "decision_p99_us",
-    "completion_wake_p99_us",
-    "timeouts",
-    "balanced",
-]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lgrun  # noqa: E402
+
+# axis name -> (loadgen option, separator of alternatives)
+AXES = {
+    "client": ("--client", ","),
+    "client_cores": ("--client-cores", ";"),
+    "in_flight": ("--in-flight", ","),
+    "rate": ("--rate", ","),
+    "io": ("--io", ","),
+    "gso": ("--gso", ","),
+    "reply_batch": ("--reply-batch", ","),
+    "engine_core": ("--engine-core", ","),
+    "batch": ("--batch", ","),
+    "unit_ms": ("--unit-ms", ","),
+    "socket_buffer": ("--socket-buffer", ","),
+    "servers": ("--servers", ","),
+    "auth": ("--auth", ","),
+}
 
 
-def split(s, sep=","):
-    return [x for x in s.split(sep) if x != ""]
-
-
-def main():
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--loadgen", default=None, help="loadgen binary (default: build & use target/release/loadgen)")
-    ap.add_argument("--client", default="engine", help="engine,official,raw")
-    ap.add_argument("--client-cores", default="0", help="alternatives separated by ';'")
-    ap.add_argument("--in-flight", default="64")
-    ap.add_argument("--rate", default="", help="open-loop rates; 'closed' or empty: closed loop")
-    ap.add_argument("--io", default="auto", help="I/O backends: auto,uring,mmsg")
-    ap.add_argument("--gso", default="on", help="on,off")
-    ap.add_argument("--reply-batch", default="on", help="on,off (embedded responders)")
-    ap.add_argument("--engine-core", default="pinned",
-                    help="pinned,hosted,auto: the engine core on a thread of its own or as a "
-                         "task on loadgen's Tokio runtime; auto is loadgen's default (hosted with "
-                         "mmsg, pinned with uring). Pinned here, so the recorded grids stay "
-                         "comparable")
+    ap.add_argument("--loadgen", default=None, help="loadgen binary (default: build and use target/release/loadgen)")
+    for axis, (opt, sep) in AXES.items():
+        alt = "alternatives separated by ';'" if sep == ";" else "comma-separated list"
+        ap.add_argument(opt, dest=axis, default=None, help=f"{alt} (default: loadgen's)")
     ap.add_argument("--preset", choices=["io"], default=None,
-                    help="io: --io uring,mmsg --gso on,off --reply-batch on,off "
-                         "--rate closed,1000,10000,50000")
-    ap.add_argument("--batch", default="32", help="raw client receive batch sizes")
-    ap.add_argument("--unit-ms", default="20")
-    ap.add_argument("--socket-buffer", default="4194304")
-    ap.add_argument("--servers", default="2")
-    ap.add_argument("--auth", default="aes")
-    ap.add_argument("--duration", default="3")
-    ap.add_argument("--warmup", default="0.5")
-    ap.add_argument("--extra", default="", help="extra loadgen arguments, space separated")
-    ap.add_argument("--out", default="sweep", help="output prefix: PREFIX.csv and PREFIX.svg")
+                    help="io: --io uring,mmsg --gso on,off --reply-batch on,off --rate closed,1000,10000,50000")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per point, in rounds; the CSV has their medians")
+    ap.add_argument("--duration", default="3", help="loadgen --duration of each run (s)")
+    ap.add_argument("--warmup", default="0.5", help="loadgen --warmup of each run (s)")
+    ap.add_argument("--extra", default="", help="more loadgen arguments, space separated "
+                    "(write --extra=--dead-oldest, or put them after --)")
+    ap.add_argument("--out", default="sweep", help="output prefix P: P.csv, P.svg, P-latency.svg, P/ (created)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
-    a = ap.parse_args()
+    ap.add_argument("--replot", action="store_true",
+                    help="only redraw P.svg and P-latency.svg from P.csv and the .hgrm files in P/")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    tail = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, tail = argv[:i], argv[i + 1:]
+    a = ap.parse_args(argv)
+    a.extra = " ".join([a.extra] + tail).strip()
     if a.preset == "io":
         a.io, a.gso, a.reply_batch = "uring,mmsg", "on,off", "on,off"
         a.rate = "closed,1000,10000,50000"
+    if a.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    return a
 
-    loadgen = a.loadgen
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if loadgen is None and not a.dry_run:
-        target = os.environ.get("CARGO_TARGET_DIR", os.path.join(root, "target"))
-        subprocess.run(["cargo", "build", "--release", "-p", "loadgen"], cwd=root, check=True)
-        loadgen = os.path.join(target, "release", "loadgen")
-    loadgen = loadgen or "loadgen"
 
-    axes = {
-        "client": split(a.client),
-        "client_cores": split(a.client_cores, ";"),
-        "in_flight": split(a.in_flight),
-        "rate": [("" if r == "closed" else r) for r in split(a.rate)] or [""],
-        "io": split(a.io),
-        "gso": split(a.gso),
-        "reply_batch": split(a.reply_batch),
-        "engine_core": split(a.engine_core),
-        "batch": split(a.batch),
-        "unit_ms": split(a.unit_ms),
-        "socket_buffer": split(a.socket_buffer),
-        "servers": split(a.servers),
-        "auth": split(a.auth),
-    }
-    names = list(axes)
-    points = list(itertools.product(*[axes[n] for n in names]))
-    varying = [n for n in names if len(axes[n]) > 1]
-    rows = []
-    for i, p in enumerate(points):
-        pt = dict(zip(names, p))
-        if a.dry_run:
-            jpath = "RESULT.json"
-        else:
-            fd, jpath = tempfile.mkstemp(suffix=".json")
-            os.close(fd)
-        cmd = [
-            loadgen, "--quiet", "--client", pt["client"], "--client-cores", pt["client_cores"],
-            "--in-flight", pt["in_flight"], "--batch", pt["batch"], "--unit-ms", pt["unit_ms"],
-            "--socket-buffer", pt["socket_buffer"], "--servers", pt["servers"], "--auth", pt["auth"],
-            "--io", pt["io"], "--gso", pt["gso"], "--reply-batch", pt["reply_batch"],
-            "--engine-core", pt["engine_core"],
-            "--duration", a.duration, "--warmup", a.warmup, "--json", jpath,
-        ]
-        if pt["rate"]:
-            cmd += ["--rate", pt["rate"]]
-        cmd += split(a.extra, " ")
-        print(f"[{i + 1}/{len(points)}] {' '.join(cmd)}", file=sys.stderr)
-        if a.dry_run:
+def grid(a):
+    """The points: a list of {axis: value} with only the axes given (a value None means
+    'not passed': loadgen's default)."""
+    given = {}
+    for axis, (_, sep) in AXES.items():
+        text = getattr(a, axis)
+        if text is None:
             continue
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        row = dict(pt)
-        row["exit"] = r.returncode
-        try:
-            with open(jpath) as f:
-                doc = json.load(f)
-            res = doc["results"][0]
-            lat = res["latency_us"]
-            row.update({
-                "decisions_per_s": round(res["decisions_per_s"], 1),
-                "p50_us": lat["p50"],
-                "p99_us": lat["p99"],
-                "p999_us": lat["p99.9"],
-                "max_us": lat["max"],
-                "client_cpu_us_per_decision": res["client_cpu_us_per_decision"],
-                "datagrams_per_decision": res["datagrams_per_decision"],
-                "client_cores_used": round(res["client_cores_used"], 3),
-                "timeouts": res["outcomes_window"]["timeout"],
-                "balanced": res["balanced"],
-            })
-            io = res.get("io") or {}
-            row.update({
-                "io_backend": io.get("backend"),
-                "datagrams_per_send": io.get("datagrams_per_send"),
-                "datagrams_per_recv": io.get("datagrams_per_recv"),
-                "gso_fallbacks": io.get("gso_fallbacks"),
-                "gro_fallbacks": io.get("gro_fallbacks"),
-            })
-            for stage, v in (res.get("breakdown_us") or {}).items():
-                row[f"{stage}_p99_us"] = v.get("p99")
-        except (OSError, ValueError, KeyError, IndexError) as e:
-            print(f"  no result ({e}); stderr tail: {r.stderr[-400:]}", file=sys.stderr)
-        finally:
-            try:
-                os.unlink(jpath)
-            except OSError:
-                pass
-        print("  " + ", ".join(f"{k}={row.get(k)}" for k in FIELDS[:6]), file=sys.stderr)
+        vals = [x for x in text.split(sep) if x != ""]
+        if axis == "rate":
+            vals = [None if v == "closed" else v for v in vals]
+        given[axis] = vals or [None]
+    names = list(given)
+    return names, [dict(zip(names, p)) for p in itertools.product(*[given[n] for n in names])]
+
+
+def command(loadgen, a, point):
+    cmd = [loadgen, "--quiet", "--duration", a.duration, "--warmup", a.warmup]
+    for axis, value in point.items():
+        if value is not None:
+            cmd += [AXES[axis][0], value]
+    return cmd + [x for x in a.extra.split(" ") if x]
+
+
+def label(point, varying):
+    keys = varying or ["client"]
+    text = " ".join(f"{k}={point.get(k) or 'default'}" for k in keys)
+    return text or "loadgen defaults"
+
+
+def r3(v):
+    return round(v, 3) if isinstance(v, float) else v
+
+
+def summary_rows(points, runs, varying):
+    """One row per point: the point's axes, its runs' medians and spreads, the facts of
+    its last run."""
+    rows = []
+    for i, pt in enumerate(points):
+        mine = [r for r in runs if r["point"] == i and r.get("decisions_per_s") is not None]
+        row = {"point": i, "label": label(pt, varying), "runs": len(mine)}
+        row.update({k: (v if v is not None else "default") for k, v in pt.items()})
+        if mine:
+            row.update({k: mine[-1].get(k) for k in lgrun.FACTS})
+            for k in lgrun.FIGURES:
+                row[k] = r3(lgrun.median([r.get(k) for r in mine]))
+            for k in ("decisions_per_s", "client_cpu_us_per_decision"):
+                lo, hi = lgrun.spread([r.get(k) for r in mine])
+                row[k + "_min"], row[k + "_max"] = r3(lo), r3(hi)
+            row["exit"] = max(r["exit"] for r in mine)
         rows.append(row)
-    if a.dry_run:
-        return
-    with open(a.out + ".csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=names + ["exit"] + FIELDS, extrasaction="ignore")
+    return rows
+
+
+def write_csv(path, rows, names):
+    spread = ["decisions_per_s_min", "decisions_per_s_max",
+              "client_cpu_us_per_decision_min", "client_cpu_us_per_decision_max"]
+    facts = [f for f in lgrun.FACTS if f not in names]
+    fields = ["point", "label"] + names + ["runs", "exit"] + facts + lgrun.FIGURES + spread
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
-        for row in rows:
-            w.writerow(row)
-    labels = [" ".join(f"{n}={row[n]}" for n in (varying or ["client"])) for row in rows]
-    plot(a.out + ".svg", labels, rows)
-    print(f"wrote {a.out}.csv and {a.out}.svg", file=sys.stderr)
+        for r in rows:
+            w.writerow(r)
+    os.replace(tmp, path)
 
 
-def plot(path, labels, rows):
-    thr = [float(r.get("decisions_per_s") or 0) for r in rows]
-    p99 = [float(r.get("p99_us") or 0) for r in rows]
-    try:
-        import matplotlib
+def append_run(path, run, names):
+    facts = [f for f in lgrun.FACTS if f not in names]
+    fields = ["point", "round", "exit"] + names + facts + lgrun.FIGURES + ["json"]
+    new = not os.path.exists(path)
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        if new:
+            w.writeheader()
+        w.writerow(run)
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
 
-        fig, (a1, a2) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
-        a1.bar(range(len(rows)), thr)
-        a1.set_ylabel("decisions/s")
-        a2.bar(range(len(rows)), p99, color="tab:red")
-        a2.set_ylabel("p99 µs")
-        a2.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize=7)
-        fig.tight_layout()
-        fig.savefig(path)
+def plots(out, rows, runs_dir):
+    done = [r for r in rows if r.get("runs")]
+    if not done:
         return
-    except ImportError:
-        pass
-    svg_bars(path, labels, [("decisions/s", thr, "#4477aa"), ("p99 latency (µs)", p99, "#cc3311")])
+    title = f"loadgen sweep, commit {lgrun.short_commit(done)} (medians of {max(r['runs'] for r in done)} run(s) per point)"
+    labels = [r["label"] for r in done]
+    lgrun.svg_bars(out + ".svg", title, labels, [
+        ("decisions/s", [r.get("decisions_per_s") for r in done], lgrun.COLORS[0]),
+        ("client CPU µs per decision", [r.get("client_cpu_us_per_decision") for r in done], lgrun.COLORS[2]),
+        ("p99 latency µs", [r.get("p99_us") for r in done], lgrun.COLORS[1]),
+    ])
+    curves = []
+    for r in done:
+        hgrms = sorted(f for f in os.listdir(runs_dir) if f.startswith(f"{r['point']:03d}-") and f.endswith(".hgrm"))
+        if hgrms:
+            curves.append((r["label"], lgrun.read_hgrm(os.path.join(runs_dir, hgrms[-1]))))
+    if curves:
+        lgrun.svg_percentiles(out + "-latency.svg", f"latency by percentile, commit {lgrun.short_commit(done)}", curves)
 
 
-def svg_bars(path, labels, panels):
-    """Minimal SVG: one bar panel per metric, point labels underneath."""
-    n = max(1, len(labels))
-    bw = max(24, min(80, 900 // n))
-    width = 120 + n * bw + 40
-    ph = 220
-    height = len(panels) * (ph + 40) + 140
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
-           f'<rect width="{width}" height="{height}" fill="white"/>']
-    for k, (title, vals, color) in enumerate(panels):
-        top = 20 + k * (ph + 40)
-        vmax = max(vals + [1e-9])
-        out.append(f'<text x="10" y="{top + 12}" font-size="13">{title}</text>')
-        base = top + ph
-        out.append(f'<line x1="110" y1="{base}" x2="{width - 20}" y2="{base}" stroke="black"/>')
-        for t in range(5):
-            v = vmax * t / 4
-            y = base - (ph - 30) * t / 4
-            out.append(f'<text x="105" y="{y + 4:.0f}" text-anchor="end">{v:.4g}</text>')
-            out.append(f'<line x1="110" y1="{y:.0f}" x2="{width - 20}" y2="{y:.0f}" stroke="#ddd"/>')
-        for i, v in enumerate(vals):
-            h = (ph - 30) * v / vmax
-            x = 120 + i * bw
-            out.append(f'<rect x="{x}" y="{base - h:.1f}" width="{bw - 6}" height="{h:.1f}" fill="{color}"/>')
-            out.append(f'<text x="{x + (bw - 6) / 2:.0f}" y="{base - h - 3:.0f}" text-anchor="middle" font-size="9">{v:.3g}</text>')
-    ly = len(panels) * (ph + 40) + 10
-    for i, lab in enumerate(labels):
-        x = 120 + i * bw + (bw - 6) / 2
-        out.append(f'<text transform="translate({x:.0f},{ly}) rotate(40)" font-size="9">{escape(lab)}</text>')
-    out.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(out))
+def replot(out):
+    """Redraws a finished sweep's charts from its CSV (numbers as the CSV has them)."""
+    with open(out + ".csv") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r["point"], r["runs"] = int(r["point"]), int(r["runs"] or 0)
+        for k in lgrun.FIGURES:
+            r[k] = float(r[k]) if r.get(k) not in (None, "") else None
+        r["dirty"] = r.get("dirty") == "True"
+    plots(out, rows, out)
 
 
-def escape(s):
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+def main(argv=None):
+    a = parse_args(argv)
+    if a.replot:
+        replot(a.out)
+        return
+    names, points = grid(a)
+    varying = [n for n in names if len({str(p[n]) for p in points}) > 1]
+    loadgen = lgrun.loadgen_binary(a.loadgen, build=not a.dry_run)
+    out = a.out
+    if out.endswith(os.sep) or os.path.isdir(out):
+        out = os.path.join(out, "sweep")  # a folder: P = FOLDER/sweep
+    runs_dir = out
+    if not a.dry_run:
+        os.makedirs(runs_dir, exist_ok=True)
+    runs = []
+    total = len(points) * a.repeat
+    for k in range(a.repeat):
+        for i, pt in enumerate(points):
+            base = os.path.join(runs_dir, f"{i:03d}-r{k + 1}")
+            cmd = command(loadgen, a, pt) + ["--hgrm", base + ".hgrm"]
+            lgrun.log(f"[{k * len(points) + i + 1}/{total}] {' '.join(cmd)}")
+            if a.dry_run:
+                continue
+            doc, code, err = lgrun.run(cmd, base + ".json")
+            run = {"point": i, "round": k + 1, "exit": code, "json": base + ".json"}
+            run.update({n: pt[n] if pt[n] is not None else "default" for n in names})
+            if doc is not None:
+                run.update(lgrun.figures(doc))
+            else:
+                lgrun.log(f"  no report (exit {code}); stderr: {err}")
+            if code != 0:
+                lgrun.log(f"  loadgen exited {code}: {err.strip().splitlines()[-1] if err.strip() else ''}")
+            runs.append(run)
+            append_run(os.path.join(runs_dir, "runs.csv"), run, names)
+            rows = summary_rows(points, runs, varying)
+            write_csv(out + ".csv", rows, names)
+            plots(out, rows, runs_dir)
+            lgrun.log("  " + ", ".join(f"{f}={run.get(f)}" for f in
+                                        ["decisions_per_s", "client_cpu_us_per_decision", "p99_us", "io_backend", "placement"]))
+    if not a.dry_run:
+        lgrun.log(f"wrote {out}.csv, {out}.svg, {out}-latency.svg and {runs_dir}/")
 
 
 if __name__ == "__main__":

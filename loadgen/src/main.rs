@@ -6,16 +6,19 @@
 //! Layout: `cli/` (options and their value parsers), `setup.rs` (servers and key),
 //! `workload.rs` (what each operation is), `clients/` (the [`clients::Target`]s: engine,
 //! official, raw), `phase.rs` (one measured phase), `stats.rs` (recording), `cpu.rs`
-//! (thread CPU time, pinning), `chaos/` (the `--chaos` soak), `output.rs`, `extra.rs`, `plot.rs` and `params.rs`
-//! (results), `memory.rs` (allocator and page settings). This file owns the run: cores,
-//! the phases in order, ratios, the output files and the exit status (its tests are
-//! `smoke.rs`). The API key string is never printed.
+//! (thread CPU time, pinning), `chaos/` (the `--chaos` soak), `output.rs`, `extra.rs`,
+//! `plot.rs`, `params.rs` and `machine.rs` (results), `health.rs` (whether the figures
+//! can be trusted), `memory.rs` (allocator and page settings). This file owns the run:
+//! cores, the phases in order, ratios, the output files and the exit status (its tests
+//! are `smoke.rs`). The API key string is never printed.
 
 mod chaos;
 mod cli;
 mod clients;
 mod cpu;
 mod extra;
+mod health;
+mod machine;
 mod memory;
 mod output;
 mod params;
@@ -29,11 +32,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::Parser;
 use serde_json::json;
 
 use cli::{Args, ClientKind};
 use clients::RunContext;
+use health::Verdict;
 use output::PhaseResult;
 use workload::Workload;
 
@@ -42,14 +45,20 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     memory::settle();
-    let args = Args::parse().settled();
+    let args = Args::parse_checked().settled();
     match run(&args) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => {
+        Ok(Verdict::Trusted) => ExitCode::SUCCESS,
+        Ok(Verdict::Unbalanced) => {
             eprintln!(
                 "loadgen: submitted != completed for at least one client (or --chaos failed)"
             );
             ExitCode::from(1)
+        }
+        Ok(Verdict::Untrusted(causes)) => {
+            for c in causes {
+                eprintln!("loadgen: {c}");
+            }
+            ExitCode::from(3)
         }
         Err(e) => {
             eprintln!("loadgen: {e}");
@@ -59,7 +68,7 @@ fn main() -> ExitCode {
 }
 
 /// Client and responder cores: client core 0 and responders on core 1 where the
-/// machine has two cores or more.
+/// machine has two cores or more (by default not on a client or application core).
 fn choose_cores(args: &Args, ncores: usize) -> (Vec<usize>, Vec<usize>) {
     let ncores = ncores.max(1);
     let client = args
@@ -70,10 +79,11 @@ fn choose_cores(args: &Args, ncores: usize) -> (Vec<usize>, Vec<usize>) {
         .filter(|c| *c < ncores)
         .collect::<Vec<_>>();
     let client = if client.is_empty() { vec![0] } else { client };
+    let app = app_cores(args, ncores, &client);
     let responders: Vec<usize> = match &args.responder_cores {
         Some(r) => r.0.iter().copied().filter(|c| *c < ncores).collect(),
         None => (0..ncores)
-            .filter(|c| !client.contains(c))
+            .filter(|c| !client.contains(c) && !app.contains(c))
             .take(1)
             .collect(),
     };
@@ -85,17 +95,21 @@ fn choose_cores(args: &Args, ncores: usize) -> (Vec<usize>, Vec<usize>) {
     (client, responders)
 }
 
-fn kernel() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
+/// The application's cores (`--app-cores` that exist), else the client cores.
+fn app_cores(args: &Args, ncores: usize, client: &[usize]) -> Vec<usize> {
+    let app: Vec<usize> = args
+        .app_cores
+        .as_ref()
+        .map(|c| c.0.iter().copied().filter(|c| *c < ncores.max(1)).collect())
+        .unwrap_or_default();
+    if app.is_empty() { client.to_vec() } else { app }
 }
 
 /// The one-line description of the run on stderr.
 fn announce(ctx: &RunContext<'_>, responder_cores: &[usize]) {
     let (servers, args) = (ctx.servers, ctx.args);
     eprintln!(
-        "loadgen: {} servers{} ({}), key id {} ({:?}), client cores {:?}, responder cores {:?}, H = {} ms, {}",
+        "loadgen: {} servers{} ({}), key id {} ({:?}), client cores {:?}, application cores {:?}, responder cores {:?}, H = {} ms, {}",
         servers.endpoints.len(),
         if servers.dead.is_empty() {
             ""
@@ -110,6 +124,7 @@ fn announce(ctx: &RunContext<'_>, responder_cores: &[usize]) {
         servers.key.key_id(),
         servers.key.mode(),
         ctx.client_cores,
+        ctx.app_cores,
         if servers.embedded {
             responder_cores.to_vec()
         } else {
@@ -123,11 +138,15 @@ fn announce(ctx: &RunContext<'_>, responder_cores: &[usize]) {
     );
 }
 
-fn run(args: &Args) -> Result<bool, String> {
+/// Runs the clients; the verdict says whether their figures can be trusted (every
+/// submitted operation completed, decisions were made, few timeouts).
+fn run(args: &Args) -> Result<Verdict, String> {
+    let started = rl_toolkit::utc::now_text();
     let ncores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
     let (client_cores, responder_cores) = choose_cores(args, ncores);
+    let app_cores = app_cores(args, ncores, &client_cores);
     let policy = args.policy().map_err(|e| format!("policy: {e}"))?;
     let servers = setup::start(args, &responder_cores).map_err(|e| e.to_string())?;
     if let Err(e) = policy.check_key(&servers.key) {
@@ -139,21 +158,20 @@ fn run(args: &Args) -> Result<bool, String> {
         servers: &servers,
         work: Workload::from_args(args),
         client_cores,
+        app_cores,
         horizon: policy.horizon(),
     };
-    announce(&ctx, &responder_cores);
+    if !args.quiet {
+        announce(&ctx, &responder_cores);
+    }
     let outcome = run_clients(&ctx, &responder_cores).and_then(|results| {
         let ratios = print_ratios(&results)?;
-        write_files(&ctx, &responder_cores, ncores, &results, ratios)?;
-        Ok(!results.is_empty() && results.iter().all(passed))
+        let machine = machine::machine_json(ncores, &started, &results);
+        write_files(&ctx, &responder_cores, machine, &results, ratios)?;
+        Ok(health::verdict(&ctx, &results))
     });
     servers.stop();
     outcome
-}
-
-/// True when a client completed what it submitted (and, with --chaos, passed).
-fn passed(r: &PhaseResult) -> bool {
-    r.balanced() && r.extra.chaos.as_ref().is_none_or(|c| c.passed())
 }
 
 /// Runs every client of the run in order (or the chaos run), printing each summary.
@@ -179,12 +197,10 @@ fn run_clients(
                     .map_err(|e| e.to_string())?;
                 results.push(r);
             }
-            Err(e) => {
-                eprintln!("loadgen: {} client failed: {e}", kind.name());
-                if !ctx.args.compare {
-                    return Err(e);
-                }
-            }
+            // alone, the error is the run's (printed once, by main); in --compare the
+            // other clients still run
+            Err(e) if !ctx.args.compare => return Err(format!("{} client: {e}", kind.name())),
+            Err(e) => eprintln!("loadgen: {} client failed: {e}", kind.name()),
         }
     }
     Ok(results)
@@ -225,14 +241,14 @@ fn print_ratios(
 fn write_files(
     ctx: &RunContext<'_>,
     responder_cores: &[usize],
-    ncores: usize,
+    machine: serde_json::Value,
     results: &[PhaseResult],
     ratios: serde_json::Map<String, serde_json::Value>,
 ) -> Result<(), String> {
     let args = ctx.args;
     if let Some(path) = &args.json {
         let doc = json!({
-            "machine": { "cores": ncores, "kernel": kernel() },
+            "machine": machine,
             "parameters": params::params_json(ctx, responder_cores),
             "results": results.iter().map(|r| r.to_json()).collect::<Vec<_>>(),
             "ratios": ratios,

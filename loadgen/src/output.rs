@@ -32,9 +32,6 @@ pub struct PhaseResult {
     /// Time the host took from this machine's CPUs inside the window (ms, all CPUs):
     /// on a virtual machine, latency spikes line up with it.
     pub host_steal_ms: Option<f64>,
-    /// Phase start offset of the window (whole seconds), for the time series.
-    pub window_first_second: usize,
-    pub window_seconds: usize,
     /// What only some clients report (I/O counters, latency breakdown).
     pub extra: ClientExtra,
 }
@@ -123,7 +120,9 @@ impl PhaseResult {
             "balanced": self.balanced(),
             "host_steal_ms": self.host_steal_ms,
             "series": self.series().iter().map(|s| json!({
-                "t_s": s.0, "completions": s.1, "p50_us": s.2, "p99_us": s.3, "max_us": s.4,
+                "t_s": s.t_s, "length_s": s.length_s, "decisions": s.decisions,
+                "completions": s.completions, "p50_us": s.p50_us, "p99_us": s.p99_us,
+                "max_us": s.max_us,
             })).collect::<Vec<_>>(),
         });
         if let Value::Object(m) = &mut v {
@@ -132,30 +131,52 @@ impl PhaseResult {
         v
     }
 
-    /// Per-second (t, completions, p50 µs, p99 µs, max µs) inside the window; completions
-    /// are the requests with a latency (sent ones: not reports, not overloaded).
-    pub fn series(&self) -> Vec<(f64, u64, f64, f64, f64)> {
+    /// The window second by second, from its start: the last point is shorter when the
+    /// window is not a whole number of seconds (its `length_s` says so), and the points'
+    /// decisions sum to [`PhaseResult::decisions`].
+    pub fn series(&self) -> Vec<SecondPoint> {
+        let us = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
         self.rec
             .seconds
             .iter()
+            .zip(&self.rec.second_decisions)
             .enumerate()
-            .skip(self.window_first_second)
-            .take(self.window_seconds)
-            .map(|(i, h)| {
-                let t = (i - self.window_first_second) as f64;
-                if h.is_empty() {
-                    (t, 0, 0.0, 0.0, 0.0)
-                } else {
-                    (
-                        t,
-                        h.len(),
-                        h.value_at_quantile(0.5) as f64 / 1000.0,
-                        h.value_at_quantile(0.99) as f64 / 1000.0,
-                        h.max() as f64 / 1000.0,
-                    )
-                }
+            .map(|(i, (h, decisions))| SecondPoint {
+                t_s: i as f64,
+                length_s: (self.window_s - i as f64).clamp(0.0, 1.0),
+                decisions: *decisions,
+                completions: h.len(),
+                p50_us: us(h, 0.5),
+                p99_us: us(h, 0.99),
+                max_us: h.max() as f64 / 1000.0,
             })
             .collect()
+    }
+}
+
+/// One second of a client's window (`series` in the JSON).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SecondPoint {
+    /// Start, in seconds since the window's start.
+    pub t_s: f64,
+    /// Length: 1 s, less for the last point of a window that is not a whole number of
+    /// seconds.
+    pub length_s: f64,
+    /// Grants and rejections completed in it.
+    pub decisions: u64,
+    /// Requests with a latency completed in it (sent ones: decisions and failures; not
+    /// reports, not overloaded requests).
+    pub completions: u64,
+    /// Latency of those (0 when there were none).
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+impl SecondPoint {
+    /// Decisions per second over the point's length.
+    pub fn decisions_per_s(&self) -> f64 {
+        self.decisions as f64 / self.length_s.max(1e-9)
     }
 }
 

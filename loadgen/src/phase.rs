@@ -100,6 +100,7 @@ fn spec_of(ctx: &RunContext<'_>) -> PhaseSpec {
         drain: ctx.horizon + Duration::from_secs(2),
         load: ctx.load(),
         cores: ctx.client_cores.clone(),
+        app_cores: ctx.app_cores.clone(),
         gate: Arc::new(AtomicBool::new(false)),
         extra: ExtraSlot::default(),
     }
@@ -205,8 +206,6 @@ fn measure(
             _ => None,
         },
         host_steal_ms: steal0.zip(steal1).map(|(a, b)| (b - a).max(0.0)),
-        window_first_second: spec.warmup.as_secs() as usize,
-        window_seconds: spec.duration.as_secs_f64().ceil() as usize,
         extra,
     }
 }

@@ -1,11 +1,12 @@
-//! The SVG plot of a run: latency percentiles and throughput per second, one line set
-//! per client.
+//! The SVG plot of a run: latency percentiles and decisions per second over the
+//! measurement window, one line set per client (each point at the middle of its second;
+//! a partial last second at the middle of its length, its rate over that length).
 //!
 //! Owns drawing only; takes finished results. Must not touch clients or sockets.
 
 use std::path::Path;
 
-use crate::output::PhaseResult;
+use crate::output::{PhaseResult, SecondPoint};
 
 /// SVG: latency percentiles (top) and throughput (bottom) over time, one line set per client.
 pub fn write_svg(path: &Path, results: &[PhaseResult]) -> Result<(), String> {
@@ -17,18 +18,15 @@ pub fn write_svg(path: &Path, results: &[PhaseResult]) -> Result<(), String> {
         .iter()
         .map(|r| (r.client.name(), r.series()))
         .collect();
-    let t_max = series
-        .iter()
-        .map(|(_, s)| s.len() as f64)
-        .fold(1.0, f64::max);
+    let t_max = results.iter().map(|r| r.window_s).fold(1.0, f64::max);
     let lat_max = series
         .iter()
-        .flat_map(|(_, s)| s.iter().map(|p| p.3))
+        .flat_map(|(_, s)| s.iter().map(|p| p.p99_us))
         .fold(1.0, f64::max)
         * 1.1;
     let thr_max = series
         .iter()
-        .flat_map(|(_, s)| s.iter().map(|p| p.1 as f64))
+        .flat_map(|(_, s)| s.iter().map(SecondPoint::decisions_per_s))
         .fold(1.0, f64::max)
         * 1.1;
     let colors = [RED, BLUE, GREEN, MAGENTA, CYAN, BLACK];
@@ -47,10 +45,11 @@ pub fn write_svg(path: &Path, results: &[PhaseResult]) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     for (i, (name, s)) in series.iter().enumerate() {
         let col = colors[i % colors.len()];
-        for (label, pick, width) in [("p50", 2usize, 1u32), ("p99", 3, 2)] {
+        for (label, p99, width) in [("p50", false, 1u32), ("p99", true, 2)] {
             let pts: Vec<(f64, f64)> = s
                 .iter()
-                .map(|p| (p.0 + 0.5, if pick == 2 { p.2 } else { p.3 }))
+                .filter(|p| p.completions > 0)
+                .map(|p| (mid(p), if p99 { p.p99_us } else { p.p50_us }))
                 .collect();
             c.draw_series(LineSeries::new(pts, col.stroke_width(width)))
                 .map_err(|e| e.to_string())?
@@ -70,10 +69,12 @@ pub fn write_svg(path: &Path, results: &[PhaseResult]) -> Result<(), String> {
     root.present().map_err(|e| e.to_string())
 }
 
-/// One second of a client's series: (t, completions, p50 µs, p99 µs, max µs).
-type SecondPoint = (f64, u64, f64, f64, f64);
+/// Where a point is drawn: the middle of its (possibly partial) second.
+fn mid(p: &SecondPoint) -> f64 {
+    p.t_s + p.length_s / 2.0
+}
 
-/// The lower chart of [`write_svg`]: completions per second of every client.
+/// The lower chart of [`write_svg`]: decisions per second of every client.
 fn draw_throughput<DB: plotters::prelude::DrawingBackend>(
     area: &plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
     series: &[(&str, Vec<SecondPoint>)],
@@ -83,7 +84,7 @@ fn draw_throughput<DB: plotters::prelude::DrawingBackend>(
 ) -> Result<(), String> {
     use plotters::prelude::*;
     let mut c = ChartBuilder::on(area)
-        .caption("completions per second", ("sans-serif", 18))
+        .caption("decisions per second", ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(80)
@@ -91,12 +92,12 @@ fn draw_throughput<DB: plotters::prelude::DrawingBackend>(
         .map_err(|e| e.to_string())?;
     c.configure_mesh()
         .x_desc("s")
-        .y_desc("ops/s")
+        .y_desc("decisions/s")
         .draw()
         .map_err(|e| e.to_string())?;
     for (i, (name, s)) in series.iter().enumerate() {
         let col = colors[i % colors.len()];
-        let pts: Vec<(f64, f64)> = s.iter().map(|p| (p.0 + 0.5, p.1 as f64)).collect();
+        let pts: Vec<(f64, f64)> = s.iter().map(|p| (mid(p), p.decisions_per_s())).collect();
         c.draw_series(LineSeries::new(pts, col.stroke_width(2)))
             .map_err(|e| e.to_string())?
             .label(name.to_string())

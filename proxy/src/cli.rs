@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use ratelimitly_engine::Endpoint;
-use ratelimitly_tower::{KeyBy, Limit, OnFailure, TrustedProxies};
+use ratelimitly_tower::{ClientIpFrom, ClientIpRule, KeyBy, Limit, OnFailure, TrustedProxies};
 
 use crate::config;
 
@@ -27,6 +27,10 @@ pub(crate) enum Mode {
     Proxy,
     /// A decision service: 200, the deny status, or the failure policy's answer.
     ForwardAuth,
+    /// Envoy's rate limit service (gRPC ShouldRateLimit over h2c); rules from
+    /// envoyproxy/ratelimit YAML files (--config, repeatable).
+    #[cfg(feature = "rls")]
+    Rls,
 }
 
 /// Which client admits requests.
@@ -48,8 +52,8 @@ pub(crate) struct Cli {
     #[arg(long, conflicts_with = "config")]
     pub(crate) upstream: Option<String>,
     /// proxy: forward granted requests to the upstream. forward-auth: a decision
-    /// service for nginx auth_request, Traefik ForwardAuth, Caddy forward_auth, Envoy
-    /// ext_authz: 200 when granted, --deny-status with Retry-After when rejected, the
+    /// service for nginx auth_request, Traefik ForwardAuth, Caddy forward_auth, HAProxy
+    /// (Lua), Envoy ext_authz: 200 when granted, --deny-status with Retry-After when rejected, the
     /// failure policy otherwise; the original request from X-Original-URI /
     /// X-Forwarded-Uri and X-Original-Method / X-Forwarded-Method. No --upstream.
     #[arg(long, value_enum, default_value = "proxy")]
@@ -58,10 +62,11 @@ pub(crate) struct Cli {
     #[arg(long, default_value_t = 429, value_parser = clap::value_parser!(u16).range(400..=599))]
     pub(crate) deny_status: u16,
     /// Routes from a TOML file (upstream, limit, key_by, on_failure, route tables);
-    /// conflicts with --upstream, --limit, --key-by and --on-failure. SIGHUP reloads it.
-    #[arg(long, conflicts_with_all = ["limit", "key_by", "on_failure"])]
-    pub(crate) config: Option<PathBuf>,
-    /// With --config: check the file and exit 0, or 2 with a message naming the line.
+    /// conflicts with --upstream, --limit, --key-by and --on-failure. With --mode rls:
+    /// envoyproxy/ratelimit YAML files, one domain each (repeatable). SIGHUP reloads.
+    #[arg(long, conflicts_with_all = ["limit", "key_by"])]
+    pub(crate) config: Vec<PathBuf>,
+    /// With --config: check the files and exit 0, or 2 with a message naming the line.
     #[arg(long, requires = "config")]
     pub(crate) check: bool,
     /// A service endpoint ID@IP:PORT (repeatable); bypasses DNS.
@@ -85,9 +90,11 @@ pub(crate) struct Cli {
     /// What a bucket is keyed by: ip, path or header:NAME.
     #[arg(long, default_value = "ip", value_parser = |s: &str| s.parse::<KeyBy>())]
     pub(crate) key_by: KeyBy,
-    /// When the service gives no decision: open (forward) or closed (503).
-    #[arg(long, default_value = "open", value_parser = |s: &str| s.parse::<OnFailure>())]
-    pub(crate) on_failure: OnFailure,
+    /// When the service gives no decision: open (forward) or closed (503; --mode rls:
+    /// OVER_LIMIT). Default: open; with --mode rls, gRPC UNAVAILABLE (Envoy's
+    /// failure_mode_deny decides).
+    #[arg(long, value_parser = |s: &str| s.parse::<OnFailure>())]
+    pub(crate) on_failure: Option<OnFailure>,
     /// Which client admits requests.
     #[arg(long, value_enum, default_value = "engine")]
     pub(crate) admission: AdmissionKind,
@@ -114,27 +121,62 @@ pub(crate) struct Cli {
     /// warning at most once a second).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_connections: u32,
-    /// Believe X-Forwarded-For / Forwarded (and, in forward-auth mode, X-Real-IP) from
-    /// peers in CIDR (repeatable; an address alone is one host): the client is then
-    /// the rightmost forwarded address that is not itself trusted. From any other peer
-    /// those headers are ignored for keying.
+    /// Peers in CIDR (repeatable; an address alone is one host) are proxies whose word
+    /// about the client is believed, read from --client-ip-from. From any other peer the
+    /// client is the peer and no header is read, in every mode.
     #[arg(long = "trust-forwarded", value_name = "CIDR", value_parser = parse_trusted)]
     pub(crate) trust_forwarded: Vec<TrustedProxies>,
+    /// What a trusted peer names the client in; the header the proxy in front writes
+    /// itself: xff (default: the rightmost X-Forwarded-For address not itself trusted),
+    /// forwarded (the same in RFC 7239 Forwarded), real-ip (X-Real-IP, only when the
+    /// X-Forwarded-For chain vouches for it, else the peer) or peer (no header). Wins
+    /// over the config file's client_ip_from.
+    #[arg(long, value_name = "SOURCE", value_parser = |s: &str| s.parse::<ClientIpFrom>())]
+    pub(crate) client_ip_from: Option<ClientIpFrom>,
 }
 
 pub(crate) fn parse_trusted(s: &str) -> Result<TrustedProxies, String> {
     s.parse::<TrustedProxies>().map_err(|e| e.to_string())
 }
 
-/// Every network of `lists`, in order.
-pub(crate) fn merge_trusted<'a>(
-    lists: impl IntoIterator<Item = &'a TrustedProxies>,
-) -> TrustedProxies {
-    let mut all = TrustedProxies::none();
-    for net in lists.into_iter().flat_map(|t| t.nets()) {
-        all = all.with(*net);
+/// The client-address flags (`--trust-forwarded`, `--client-ip-from`), kept for the
+/// reloads of the config file.
+#[derive(Clone, Debug)]
+pub(crate) struct ClientFlags {
+    trusted: Vec<TrustedProxies>,
+    source: Option<ClientIpFrom>,
+}
+
+impl ClientFlags {
+    pub(crate) fn of(cli: &Cli) -> Self {
+        ClientFlags {
+            trusted: cli.trust_forwarded.clone(),
+            source: cli.client_ip_from,
+        }
     }
-    all
+
+    /// The rule for who the client is: the trusted networks of the flags and of the
+    /// file, and the source of `--client-ip-from`, else the file's `client_ip_from`,
+    /// else the default (`xff`). The one place they are combined, at start and on
+    /// reload.
+    pub(crate) fn rule(&self, file: Option<&config::Table>) -> ClientIpRule {
+        let mut trusted = TrustedProxies::none();
+        let lists = self.trusted.iter().chain(file.map(|t| &t.trusted));
+        for net in lists.flat_map(|t| t.nets()) {
+            trusted = trusted.with(*net);
+        }
+        let source = self.source.or(file.and_then(|t| t.client_ip_from));
+        if let Some(s) = source
+            && trusted.is_empty()
+            && s != ClientIpFrom::Peer
+        {
+            tracing::warn!(
+                "client IP source {s} is never read: no peer is trusted (--trust-forwarded, \
+                 trust_forwarded), so every client is its TCP peer"
+            );
+        }
+        ClientIpRule::new(trusted, source.unwrap_or_default())
+    }
 }
 
 /// DURATION as in `--limit`'s WINDOW (one parser: `config::parse_duration`).
@@ -160,4 +202,33 @@ pub(crate) fn parse_limit(s: &str) -> Result<LimitArg, String> {
 pub(crate) fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
     s.parse()
         .map_err(|e: ratelimitly_engine::EndpointParseError| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flag_wins_over_the_file_and_the_lists_add_up() {
+        let text = "client_ip_from = \"forwarded\"\ntrust_forwarded = [\"10.0.0.0/8\"]\n";
+        let file = config::parse(text).unwrap();
+        let cli = |args: &[&str]| {
+            let mut all = vec!["rl-proxy", "--trust-forwarded", "127.0.0.1"];
+            all.extend(args);
+            Cli::parse_from(all)
+        };
+        let rule = ClientFlags::of(&cli(&[])).rule(Some(&file));
+        assert_eq!(rule.source(), ClientIpFrom::Forwarded);
+        assert!(rule.trusted().contains("127.0.0.1".parse().unwrap()));
+        assert!(rule.trusted().contains("10.1.1.1".parse().unwrap()));
+        assert_eq!(
+            ClientFlags::of(&cli(&[])).rule(None).source(),
+            ClientIpFrom::Xff
+        );
+        let flags = ClientFlags::of(&cli(&["--client-ip-from", "real-ip"]));
+        assert_eq!(flags.rule(Some(&file)).source(), ClientIpFrom::RealIp);
+        assert_eq!(flags.rule(None).source(), ClientIpFrom::RealIp);
+        let bad = ["rl-proxy", "--client-ip-from", "x-real-ip"];
+        assert!(Cli::try_parse_from(bad).is_err());
+    }
 }

@@ -1,51 +1,36 @@
-//! Who and what a request is: the client address it is keyed by (trusted forwarded
-//! headers) and, in `--mode forward-auth`, the original request it stands for.
+//! Who and what a request is: the client address it is keyed by and, in `--mode
+//! forward-auth`, the original request it stands for.
 //!
-//! Owns: [`client_ip`] (the one place that decides the client) and
-//! [`original_request`]. Must not touch: connections, admission, forwarding.
+//! Owns: [`client_ip`] (the proxy's use of the one rule, `ratelimitly_tower::forwarded`)
+//! and [`original_request`]. Must not touch: connections, admission, forwarding.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
+use arc_swap::ArcSwap;
 use http::HeaderMap;
-use ratelimitly_tower::TrustedProxies;
-use ratelimitly_tower::forwarded;
+use ratelimitly_tower::forwarded::{ClientIp, ClientIpRule, UnvouchedLog};
 
-/// The client address a request is keyed by: the one place that decides it.
+/// The client address a request is keyed by, in every mode: the current `rule` of
+/// `ratelimitly_tower::forwarded` (`--trust-forwarded`, `--client-ip-from` and the
+/// file's `trust_forwarded`, `client_ip_from`; replaced on reload). From an untrusted peer, the peer; from a
+/// trusted one, what its source vouches for. An `X-Real-IP` no `X-Forwarded-For` chain
+/// vouches for (`--client-ip-from real-ip`, or `xff` with no chain) is keyed by the
+/// peer and counted in `log` (warned about on the 1st, 2nd, 4th, … time).
 ///
-/// - From a peer that is not in `trusted` (`--trust-forwarded`, `trust_forwarded`):
-///   the TCP peer; `X-Forwarded-For`, `Forwarded` and `X-Real-IP` are ignored.
-/// - From a trusted peer, in `--mode forward-auth` (`forward_auth`): `X-Real-IP` first
-///   (what nginx sets to `$remote_addr`), taken as the address the proxy in front saw;
-///   when that one is trusted too, or absent, the forwarded chain is walked from it.
-/// - From a trusted peer otherwise (and when `X-Real-IP` is absent or no address): the
-///   rightmost `Forwarded` (RFC 7239, when present) or `X-Forwarded-For` address that
-///   is not itself trusted (`ratelimitly_tower::forwarded::client_ip`; Caddy's
-///   `forward_auth` sends `X-Forwarded-For`).
-///
-/// An address taken from a header has port 0.
+/// The peer keeps its port; an address taken from a header has port 0.
 pub fn client_ip(
     peer: SocketAddr,
     headers: &HeaderMap,
-    trusted: &TrustedProxies,
-    forward_auth: bool,
+    rule: &ArcSwap<ClientIpRule>,
+    log: &UnvouchedLog,
 ) -> SocketAddr {
-    if trusted.is_empty() || !trusted.contains(peer.ip()) {
+    let rule = rule.load();
+    if rule.trusted().is_empty() {
         return peer;
     }
-    let mut seen = peer.ip();
-    if forward_auth
-        && let Some(real) = headers
-            .get("x-real-ip")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|s| s.trim().parse::<IpAddr>().ok())
-    {
-        seen = real;
-    }
-    let ip = forwarded::client_ip(seen, headers, trusted);
-    if ip == peer.ip() {
-        peer
-    } else {
-        SocketAddr::new(ip, 0)
+    match log.note(rule.client_ip(peer.ip(), headers)) {
+        ClientIp::Forwarded(ip) => SocketAddr::new(ip, 0),
+        ClientIp::Peer(_) | ClientIp::Unvouched(_) => peer,
     }
 }
 
@@ -75,6 +60,7 @@ pub fn original_request<B>(req: &mut http::Request<B>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ratelimitly_tower::forwarded::ClientIpFrom;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -86,51 +72,37 @@ mod tests {
 
     #[test]
     fn client_ip_believes_trusted_peers_only() {
-        let trusted: TrustedProxies = "127.0.0.2/32".parse().unwrap();
+        let rule =
+            |from| ArcSwap::from_pointee(ClientIpRule::new("127.0.0.2/32".parse().unwrap(), from));
+        let log = UnvouchedLog::default();
         let p2: SocketAddr = "127.0.0.2:5000".parse().unwrap();
         let p3: SocketAddr = "127.0.0.3:5000".parse().unwrap();
-        let xff = headers(&[("x-forwarded-for", "198.51.100.1, 203.0.113.9")]);
-        assert_eq!(client_ip(p3, &xff, &trusted, false), p3, "untrusted peer");
-        assert_eq!(
-            client_ip(p2, &xff, &trusted, false),
-            "203.0.113.9:0".parse().unwrap(),
-            "rightmost untrusted"
-        );
-        // trusted hops are skipped; Forwarded wins over X-Forwarded-For
-        let h = headers(&[
-            ("x-forwarded-for", "203.0.113.9"),
-            ("forwarded", "for=198.51.100.1, for=127.0.0.2"),
-        ]);
-        assert_eq!(
-            client_ip(p2, &h, &trusted, false),
-            "198.51.100.1:0".parse().unwrap()
-        );
-        // X-Real-IP: forward-auth mode only, from a trusted peer only, before the chain
         let h = headers(&[
             ("x-real-ip", "192.0.2.5"),
-            ("x-forwarded-for", "203.0.113.9"),
+            ("forwarded", "for=198.51.100.1"),
+            ("x-forwarded-for", "198.51.100.1, 203.0.113.9"),
         ]);
+        for from in ClientIpFrom::ALL {
+            assert_eq!(client_ip(p3, &h, &rule(from), &log), p3, "untrusted peer");
+        }
+        let ip = |from| client_ip(p2, &h, &rule(from), &log).to_string();
         assert_eq!(
-            client_ip(p2, &h, &trusted, true).ip().to_string(),
-            "192.0.2.5"
+            ip(ClientIpFrom::Xff),
+            "203.0.113.9:0",
+            "rightmost untrusted"
         );
-        assert_eq!(
-            client_ip(p2, &h, &trusted, false).ip().to_string(),
-            "203.0.113.9"
-        );
-        assert_eq!(client_ip(p3, &h, &trusted, true), p3);
-        // an X-Real-IP that is itself trusted: the chain is walked from it
-        let h = headers(&[
-            ("x-real-ip", "127.0.0.2"),
-            ("x-forwarded-for", "203.0.113.9"),
-        ]);
-        assert_eq!(
-            client_ip(p2, &h, &trusted, true).ip().to_string(),
-            "203.0.113.9"
-        );
+        assert_eq!(ip(ClientIpFrom::Forwarded), "198.51.100.1:0");
+        assert_eq!(ip(ClientIpFrom::Peer), "127.0.0.2:5000");
+        // X-Real-IP off the chain: the peer, counted
+        assert_eq!(ip(ClientIpFrom::RealIp), "127.0.0.2:5000");
+        assert_eq!(log.count(), 1);
+        let h = headers(&[("x-real-ip", "192.0.2.5"), ("x-forwarded-for", "192.0.2.5")]);
+        let got = client_ip(p2, &h, &rule(ClientIpFrom::RealIp), &log);
+        assert_eq!(got.to_string(), "192.0.2.5:0");
         // garbage never panics and never moves the key onto a chosen address
         let h = headers(&[("x-real-ip", "nope"), ("x-forwarded-for", "unknown, ,x")]);
-        assert_eq!(client_ip(p2, &h, &trusted, true), p2);
-        assert_eq!(client_ip(p2, &xff, &TrustedProxies::none(), false), p2);
+        assert_eq!(client_ip(p2, &h, &rule(ClientIpFrom::Xff), &log), p2);
+        let nobody = ArcSwap::from_pointee(ClientIpRule::default());
+        assert_eq!(client_ip(p2, &h, &nobody, &log), p2);
     }
 }

@@ -6,6 +6,8 @@
 //! key_by = "ip"                         # default for routes (default "ip")
 //! on_failure = "open"                   # default for routes (default "open")
 //! trust_forwarded = ["10.0.0.0/8"]      # optional: added to --trust-forwarded (CIDRs)
+//! client_ip_from = "xff"                # optional: real-ip, xff (default), forwarded, peer;
+//!                                       # --client-ip-from wins over it
 //!
 //! [[route]]
 //! path = "/api/"                        # a prefix; the longest match wins
@@ -42,7 +44,8 @@ use std::time::Duration;
 
 use http::Method;
 use ratelimitly_tower::{
-    Consumption, KeyBy, Keyed, LatencyTracker, Limit, OnFailure, TrustedProxies, keyed,
+    ClientIpFrom, Consumption, KeyBy, Keyed, LatencyTracker, Limit, OnFailure, TrustedProxies,
+    keyed,
 };
 use serde::Deserialize;
 use toml::Spanned;
@@ -55,6 +58,7 @@ struct RawFile {
     key_by: Option<Spanned<String>>,
     on_failure: Option<Spanned<String>>,
     trust_forwarded: Option<Spanned<Vec<String>>>,
+    client_ip_from: Option<Spanned<String>>,
     #[serde(default)]
     route: Vec<RawRoute>,
 }
@@ -129,6 +133,9 @@ pub struct Table {
     /// `trust_forwarded`: peers whose forwarded headers are believed (with the
     /// `--trust-forwarded` flags).
     pub trusted: TrustedProxies,
+    /// `client_ip_from`: what trusted peers name the client in (`--client-ip-from`
+    /// wins over it).
+    pub client_ip_from: Option<ClientIpFrom>,
     /// Longest path first (file order among equal lengths).
     routes: Vec<Arc<Route>>,
     default: Arc<Route>,
@@ -338,6 +345,10 @@ pub fn parse(text: &str) -> Result<Table, String> {
             }
         }
     }
+    let client_ip_from = match &raw.client_ip_from {
+        None => None,
+        Some(c) => Some(c.get_ref().parse().map_err(|e| at(text, c, e))?),
+    };
     let top_limits = match &raw.limit {
         None => Vec::new(),
         Some(l) => limits(text, l)?,
@@ -379,6 +390,7 @@ pub fn parse(text: &str) -> Result<Table, String> {
     Ok(Table {
         upstream: raw.upstream.map(Spanned::into_inner),
         trusted,
+        client_ip_from,
         routes,
         default: Arc::new(route(RouteSpec {
             path: String::new(),
@@ -494,6 +506,14 @@ on_failure = "closed"
         assert!(t.trusted.contains("10.1.2.3".parse().unwrap()));
         assert!(t.trusted.contains("::1".parse().unwrap()));
         assert!(!t.trusted.contains("11.0.0.1".parse().unwrap()));
+        assert_eq!(t.client_ip_from, None);
+        let t = parse("client_ip_from = \"real-ip\"\n").unwrap();
+        assert_eq!(t.client_ip_from, Some(ClientIpFrom::RealIp));
+        let e = parse("limit = \"off\"\nclient_ip_from = \"x-real-ip\"\n").unwrap_err();
+        assert!(
+            e.starts_with("line 2: ") && e.contains("real-ip, xff"),
+            "{e}"
+        );
         let e = parse("[[route]]\npath = \"/a\"\nlimit = \"off\"\nlatency_guard = \"fast\"\n")
             .unwrap_err();
         assert!(e.starts_with("line 4:"), "{e}");

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use ratelimitly_tower::forwarded::UnvouchedLog;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The per-connection limits (`--header-timeout`, `--idle-timeout`).
@@ -212,6 +213,9 @@ pub struct ProxyMetrics {
     pub idle_timeouts: AtomicU64,
     /// Requests answered `504` by the upstream timeout.
     pub upstream_timeouts: AtomicU64,
+    /// Requests keyed by their peer because no `X-Forwarded-For` chain vouched for a
+    /// trusted peer's `X-Real-IP` (`ratelimitly_tower::forwarded::ClientIp::Unvouched`).
+    pub unvouched: UnvouchedLog,
 }
 
 impl ProxyMetrics {
@@ -256,6 +260,13 @@ impl ProxyMetrics {
              # TYPE rl_proxy_upstream_timeouts_total counter\n\
              rl_proxy_upstream_timeouts_total {}",
             self.upstream_timeouts.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP rl_proxy_client_ip_unvouched_total Requests keyed by their peer, the proxy in front: no X-Forwarded-For chain vouched for its X-Real-IP.\n\
+             # TYPE rl_proxy_client_ip_unvouched_total counter\n\
+             rl_proxy_client_ip_unvouched_total {}",
+            self.unvouched.count()
         );
         if eof {
             out.push_str("# EOF\n");

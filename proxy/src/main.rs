@@ -10,6 +10,7 @@
 //!     [--admission engine|official] [--engine-core hosted|pinned]
 //!     [--header-timeout 10s] [--idle-timeout 60s] [--upstream-timeout 30s]
 //!     [--max-connections 10000] [--trust-forwarded CIDR ...]
+//!     [--client-ip-from xff|forwarded|real-ip|peer]
 //! ```
 //!
 //! DURATION arguments use the window syntax of `--limit`: a whole number and a unit
@@ -29,20 +30,30 @@
 //!   as a warning at most once a second.
 //!
 //! A decision service: `--mode forward-auth` (no `--upstream`) answers any path for
-//! nginx `auth_request`, Traefik ForwardAuth, Caddy `forward_auth` or Envoy `ext_authz`
-//! (HTTP): `200` (empty body) when granted, `--deny-status` (default 429) with `Retry-After`
+//! nginx `auth_request`, Traefik ForwardAuth, Caddy `forward_auth`, HAProxy (a Lua
+//! action) or Envoy `ext_authz` (HTTP): `200` (empty body) when granted, `--deny-status` (default 429) with `Retry-After`
 //! when rejected, and the failure policy otherwise (`open`: 200, `closed`: 503). The
 //! request decided (route matching, `--key-by path`) is the original one, from
 //! `X-Original-URI` / `X-Forwarded-Uri` and `X-Original-Method` /
-//! `X-Forwarded-Method`; the client address is the TCP peer unless it is trusted (below).
+//! `X-Forwarded-Method` (the shipped front proxy configurations overwrite or strip
+//! those a client sends); the client address is the TCP peer unless it is trusted
+//! (below).
 //!
-//! Trusted forwarding: `--trust-forwarded CIDR` (repeatable; the config file's
-//! `trust_forwarded` list adds to it). From a trusted peer the client is the rightmost
-//! `Forwarded` / `X-Forwarded-For` address that is not itself trusted; in
-//! `--mode forward-auth` `X-Real-IP` (nginx's `$remote_addr`) comes first. From any
-//! other peer those headers are ignored for keying (`client::client_ip` is the one place
-//! that decides). In proxy mode the upstream receives `X-Forwarded-For` with the TCP
-//! peer appended (an existing value kept: `EXISTING, PEER`).
+//! Who the client is, in every mode (`client::client_ip`, the rule of
+//! `ratelimitly_tower::forwarded`): the TCP peer, unless the peer is in
+//! `--trust-forwarded CIDR` (repeatable; the config file's `trust_forwarded` list adds
+//! to it). From a trusted peer, only the header `--client-ip-from` names (the file's
+//! `client_ip_from` when the flag is absent): `xff` (default) the rightmost
+//! `X-Forwarded-For` address that is not itself trusted, `forwarded` the same in RFC
+//! 7239 `Forwarded`, `real-ip` `X-Real-IP` when the `X-Forwarded-For` chain vouches for
+//! it (else the peer), `peer` no header. A trusted peer's `X-Real-IP` that no chain
+//! vouches for (`real-ip`; `xff` with no `X-Forwarded-For` at all: a front proxy that
+//! sets only `X-Real-IP`) is counted in `rl_proxy_client_ip_unvouched_total` and warned
+//! about. A header the client can also send is never believed on
+//! its own: the proxy in front must write the one named (`proxy/README.md` has a tested
+//! configuration for nginx, Caddy, Traefik, HAProxy and Envoy). In proxy mode the
+//! upstream receives `X-Forwarded-For` with the TCP peer appended (an existing value
+//! kept: `EXISTING, PEER`).
 //!
 //! Routes from a file: `--config FILE` (TOML; the format is in the `config` module's
 //! docs) replaces `--upstream`, `--limit`, `--key-by` and `--on-failure`, which conflict
@@ -62,15 +73,22 @@
 //! so admitting a request costs no thread hand-off (`EngineBuilder::runtime`; the
 //! benchmark in `proxy/bench/` measures both).
 //!
-//! Modules: `cli` (the flags), `config` (the route file), `routes` (the router and the
-//! reload), `serve` (the accept loop), `conn` (timeouts and counters), `client` (the
-//! client address and the original request), `upstream` (forwarding), `admin`,
-//! `official`.
+//! Envoy's rate limit service: `--mode rls` (feature `rls`, on by default) serves
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over h2c on `--listen`,
+//! with rules from envoyproxy/ratelimit YAML files (`--config FILE`, repeatable, one
+//! domain each; `--check` checks them, SIGHUP reloads them, a bad reload keeps the
+//! running rules and logs why as a warning). `--on-failure open|closed` answers a call
+//! without a decision OK or `OVER_LIMIT`; without it the call is gRPC `UNAVAILABLE`. The
+//! library part `rl_proxy_rls::rls` documents the semantics.
 //!
-//! Owns: starting: key loading (environment or `--key-file`, never the command line,
-//! never echoed), the admission backend, the listeners, the readiness line, shutdown
-//! on SIGINT/SIGTERM. Must not touch: admission rules (the layer) and forwarding
-//! (`upstream`).
+//! Modules: `cli` (the flags), `start` (key, engine, listeners, readiness line),
+//! `config` (the route file), `routes` (the router and the reload), `serve` (the accept
+//! loop), `conn` (timeouts and counters), `client` (the client address and the original
+//! request), `upstream` (forwarding), `admin`, `official`, `rls_mode` (`--mode rls`).
+//!
+//! Owns: which mode runs, the admission backend of the proxy modes, their accept loop,
+//! shutdown on SIGINT/SIGTERM. Must not touch: admission rules (the layer) and
+//! forwarding (`upstream`).
 
 mod admin;
 mod cli;
@@ -78,36 +96,31 @@ mod client;
 mod config;
 mod conn;
 mod official;
+#[cfg(feature = "rls")]
+mod rls_mode;
 mod routes;
 mod serve;
+mod start;
 mod upstream;
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use clap::Parser;
-use ratelimitly_engine::{ApiKey, DnsConfig, Engine, EngineHandle};
+use ratelimitly_engine::{Engine, EngineHandle};
 use ratelimitly_tower::{AdmissionLayer, Exporter, FailurePolicy, LayerMetrics, OnFailure, keyed};
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 use tower::Layer;
 
-use crate::cli::{AdmissionKind, Cli, EngineCore, LimitArg, Mode, merge_trusted};
+use crate::cli::{AdmissionKind, Cli, ClientFlags, LimitArg, Mode};
 use crate::conn::{ProxyMetrics, Timeouts};
 use crate::official::OfficialAdmission;
 use crate::routes::{Reload, RouteClassify, Router, reload_on_hangup};
 use crate::serve::{ConnLimits, Shutdown, serve};
+use crate::start::StartError;
 use crate::upstream::Upstream;
-
-/// Why the proxy could not start. Never carries the key.
-#[derive(Debug)]
-enum StartError {
-    /// Bad arguments or key: exit 2.
-    Usage(String),
-    /// Anything else (bind, engine start): exit 1.
-    Runtime(String),
-}
 
 /// mimalloc, as in the responder and loadgen: a proxied request allocates a few dozen
 /// small blocks (hyper's buffers and futures, the upstream request). Under
@@ -143,20 +156,23 @@ fn init_tracing() {
         .try_init();
 }
 
-/// What admits requests, once started.
+/// What admits the proxy modes' requests, once started.
 enum Backend {
+    /// Nothing: no route is limited.
     Off,
     Engine(Engine),
     Official(ratelimitly::ApiKey),
 }
 
+/// Starts the mode the flags name and runs it until SIGINT or SIGTERM.
 fn run(cli: Cli) -> Result<(), StartError> {
-    let table = match &cli.config {
-        Some(path) => Some(config::load(path).map_err(StartError::Usage)?),
-        None => None,
-    };
+    #[cfg(feature = "rls")]
+    if cli.mode == Mode::Rls {
+        return rls_mode::run(cli);
+    }
+    let table = load_table(&cli)?;
     if cli.check {
-        if let (Some(path), Some(t)) = (&cli.config, &table) {
+        if let (Some(path), Some(t)) = (cli.config.first(), &table) {
             eprintln!(
                 "rl-proxy: {}: ok ({} routes)",
                 path.display(),
@@ -165,252 +181,257 @@ fn run(cli: Cli) -> Result<(), StartError> {
         }
         return Ok(());
     }
-    let upstream_uri = match &table {
-        Some(t) => t.upstream.clone(),
-        None => cli.upstream.clone(),
-    };
     let limited = match &table {
         Some(t) => t.limited(),
         None => matches!(cli.limit, LimitArg::On(_)),
     };
     let proxy_metrics = ProxyMetrics::new();
-    let upstream = match (cli.mode, upstream_uri) {
-        (Mode::Proxy, None) => {
-            return Err(StartError::Usage(
-                "--upstream is required (or --config with an upstream)".into(),
-            ));
-        }
-        (Mode::Proxy, Some(uri)) => {
-            Upstream::new(&uri, cli.upstream_timeout, proxy_metrics.clone())
-                .map_err(|e| StartError::Usage(e.to_string()))?
-        }
-        (Mode::ForwardAuth, _) if cli.upstream.is_some() => {
-            return Err(StartError::Usage(
-                "--mode forward-auth forwards nothing: no --upstream".into(),
-            ));
-        }
-        (Mode::ForwardAuth, _) => Upstream::granting(proxy_metrics.clone()),
+    let upstream = upstream(&cli, table.as_ref(), &proxy_metrics)?;
+    let rt = start::runtime()?;
+    let backend = if limited {
+        start_backend(&cli, &rt)?
+    } else {
+        Backend::Off
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| StartError::Runtime(format!("runtime: {e}")))?;
-    let backend = match limited {
-        false => Backend::Off,
-        true => {
-            if cli.endpoints.is_empty() && cli.domain.is_none() {
-                return Err(StartError::Usage(
-                    "one of --endpoint or --domain is required".into(),
-                ));
-            }
-            let text = ratelimitly_engine::key_source::read_key_text(cli.key_file.as_deref())
-                .map_err(|e| StartError::Usage(e.to_string()))?;
-            let key: ApiKey = text.parse().map_err(|e| StartError::Usage(e.to_string()))?;
-            match cli.admission {
-                AdmissionKind::Engine => {
-                    let mut b = Engine::builder(key);
-                    b = if cli.endpoints.is_empty() {
-                        b.dns(DnsConfig {
-                            domain: cli.domain.clone(),
-                            server: cli.dns_server,
-                        })
-                    } else {
-                        b.endpoints(cli.endpoints.clone())
-                    };
-                    if cli.engine_core == EngineCore::Hosted {
-                        b = b.runtime(rt.handle().clone());
-                    }
-                    // Built outside the runtime: a pinned core's build() blocks until
-                    // its thread has bound its socket.
-                    let engine = b.build().map_err(|e| match e {
-                        ratelimitly_engine::BuildError::Config(_)
-                        | ratelimitly_engine::BuildError::Option(_) => {
-                            StartError::Usage(e.to_string())
-                        }
-                        other => StartError::Runtime(other.to_string()),
-                    })?;
-                    Backend::Engine(engine)
-                }
-                AdmissionKind::Official => {
-                    if cli.config.is_some() {
-                        return Err(StartError::Usage(
-                            "--config admits through the engine only (--admission engine)".into(),
-                        ));
-                    }
-                    if cli.domain.is_none() {
-                        return Err(StartError::Usage(
-                            "--admission official needs --domain (the official client discovers servers through DNS)"
-                                .into(),
-                        ));
-                    }
-                    let official: ratelimitly::ApiKey = text
-                        .expose()
-                        .parse()
-                        .map_err(|_| StartError::Usage("invalid API key".into()))?;
-                    Backend::Official(official)
-                }
-            }
-        }
-    };
-    let handle = match &backend {
-        Backend::Engine(e) => Some(e.handle()),
+    let result = rt.block_on(serve_all(cli, upstream, &backend, proxy_metrics, table));
+    let engine = match backend {
+        Backend::Engine(e) => Some(e),
         _ => None,
     };
-    let official_key = match &backend {
-        Backend::Official(k) => Some(k.clone()),
-        _ => None,
-    };
-    let result = rt.block_on(serve_all(
-        cli,
-        upstream,
-        handle,
-        official_key,
-        proxy_metrics,
-        table,
-    ));
-    // the engine first (hosted cores stop on the runtime), letting decisions still in
-    // flight finish (at most the horizon)
-    if let Backend::Engine(e) = backend {
-        rt.block_on(e.shutdown_graceful());
-    }
-    rt.shutdown_timeout(Duration::from_secs(1));
+    start::stop(rt, engine);
     result
 }
 
-async fn serve_all(
-    cli: Cli,
-    upstream: Upstream,
-    engine: Option<EngineHandle>,
-    official_key: Option<ratelimitly::ApiKey>,
-    proxy_metrics: Arc<ProxyMetrics>,
-    table: Option<config::Table>,
-) -> Result<(), StartError> {
-    let limits = ConnLimits {
+/// The route file of `--config`, if given (once, without `--on-failure`: the file says
+/// it).
+fn load_table(cli: &Cli) -> Result<Option<config::Table>, StartError> {
+    match cli.config.as_slice() {
+        [] => Ok(None),
+        [_] if cli.on_failure.is_some() => Err(StartError::Usage(
+            "the argument '--config <CONFIG>' cannot be used with '--on-failure <ON_FAILURE>' \
+             (the route file sets on_failure)"
+                .into(),
+        )),
+        [path] => config::load(path).map(Some).map_err(StartError::Usage),
+        _ => Err(StartError::Usage(
+            "--config takes one route file (several files are for --mode rls)".into(),
+        )),
+    }
+}
+
+/// Where granted requests go: the upstream, or (`--mode forward-auth`) nowhere.
+fn upstream(
+    cli: &Cli,
+    table: Option<&config::Table>,
+    metrics: &Arc<ProxyMetrics>,
+) -> Result<Upstream, StartError> {
+    let uri = match table {
+        Some(t) => t.upstream.clone(),
+        None => cli.upstream.clone(),
+    };
+    match (cli.mode, uri) {
+        (Mode::Proxy, None) => Err(StartError::Usage(
+            "--upstream is required (or --config with an upstream)".into(),
+        )),
+        (Mode::Proxy, Some(uri)) => Upstream::new(&uri, cli.upstream_timeout, metrics.clone())
+            .map_err(|e| StartError::Usage(e.to_string())),
+        (_, _) if cli.upstream.is_some() => Err(StartError::Usage(
+            "--mode forward-auth forwards nothing: no --upstream".into(),
+        )),
+        (_, _) => Ok(Upstream::granting(metrics.clone())),
+    }
+}
+
+/// The admission backend of a limited proxy: the engine, or the official client's key.
+fn start_backend(cli: &Cli, rt: &tokio::runtime::Runtime) -> Result<Backend, StartError> {
+    let text = start::key_text(cli)?;
+    match cli.admission {
+        AdmissionKind::Engine => {
+            let key = text.parse().map_err(|e| StartError::Usage(e.to_string()))?;
+            Ok(Backend::Engine(start::engine(cli, key, rt)?))
+        }
+        AdmissionKind::Official if !cli.config.is_empty() => Err(StartError::Usage(
+            "--config admits through the engine only (--admission engine)".into(),
+        )),
+        AdmissionKind::Official if cli.domain.is_none() => Err(StartError::Usage(
+            "--admission official needs --domain (the official client discovers servers through DNS)"
+                .into(),
+        )),
+        AdmissionKind::Official => text
+            .expose()
+            .parse()
+            .map(Backend::Official)
+            .map_err(|_| StartError::Usage("invalid API key".into())),
+    }
+}
+
+/// The accept loop's limits from the flags (and the route file's client rule).
+fn conn_limits(
+    cli: &Cli,
+    metrics: &Arc<ProxyMetrics>,
+    table: Option<&config::Table>,
+) -> ConnLimits {
+    ConnLimits {
         timeouts: Timeouts {
             header: cli.header_timeout,
             idle: cli.idle_timeout,
         },
         max_connections: cli.max_connections as usize,
-        metrics: proxy_metrics.clone(),
+        metrics: metrics.clone(),
         deny_status: match cli.mode {
-            Mode::Proxy => None,
             Mode::ForwardAuth => http::StatusCode::from_u16(cli.deny_status).ok(),
+            _ => None,
         },
-        trusted: Arc::new(ArcSwap::from_pointee(merge_trusted(
-            cli.trust_forwarded
-                .iter()
-                .chain(table.as_ref().map(|t| &t.trusted)),
-        ))),
-    };
-    let listener = TcpListener::bind(cli.listen)
-        .await
-        .map_err(|e| StartError::Runtime(format!("cannot listen on {}: {e}", cli.listen)))?;
-    let admin = TcpListener::bind(cli.admin_listen)
-        .await
-        .map_err(|e| StartError::Runtime(format!("cannot listen on {}: {e}", cli.admin_listen)))?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| StartError::Runtime(e.to_string()))?;
-    let admin_port = admin
-        .local_addr()
-        .map_err(|e| StartError::Runtime(e.to_string()))?
-        .port();
+        client_rule: Arc::new(ArcSwap::from_pointee(ClientFlags::of(cli).rule(table))),
+    }
+}
 
-    let (server, exporters) = if let Some(table) = table {
-        let table = Arc::new(ArcSwap::from_pointee(table));
-        if let Some(path) = cli.config.clone() {
-            // registered before the readiness line: a SIGHUP from then on reloads
-            let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-                .map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
-            let reload = Reload {
-                path,
-                table: table.clone(),
-                backend: engine.is_some(),
-                trusted: limits.trusted.clone(),
-                trusted_flags: merge_trusted(&cli.trust_forwarded),
-            };
-            tokio::spawn(reload_on_hangup(hup, reload));
-        }
-        let (layers, exporters) = match engine.clone() {
-            Some(h) => {
-                let open = AdmissionLayer::new(h.clone(), RouteClassify)
-                    .failure_policy(FailurePolicy::all(OnFailure::Open));
-                let closed = AdmissionLayer::new(h.clone(), RouteClassify)
-                    .failure_policy(FailurePolicy::all(OnFailure::Closed));
-                let exporters = vec![
-                    Exporter::new(open.metrics()).with_engine(h),
-                    Exporter::new(closed.metrics()),
-                ];
-                let layers = (open.layer(upstream.clone()), closed.layer(upstream.clone()));
-                (Some(layers), exporters)
-            }
-            None => (None, vec![Exporter::new(LayerMetrics::new())]),
-        };
-        let router = Router {
-            table,
-            upstream,
-            layers,
-        };
-        (tokio::spawn(serve(listener, router, limits)), exporters)
-    } else {
-        let failure = FailurePolicy::all(cli.on_failure);
-        let metrics: Arc<LayerMetrics>;
-        let server = match (cli.limit, engine.clone(), official_key) {
-            (LimitArg::Off, _, _) => {
-                metrics = LayerMetrics::new();
-                tokio::spawn(serve(listener, upstream, limits))
-            }
-            (LimitArg::On(limit), Some(h), _) => {
-                let layer = AdmissionLayer::new(h, keyed(limit, cli.key_by.clone()))
-                    .failure_policy(failure);
-                metrics = layer.metrics();
-                tokio::spawn(serve(listener, layer.layer(upstream), limits))
-            }
-            (LimitArg::On(limit), None, Some(key)) => {
-                let mut b = ratelimitly::Client::builder(key);
-                if let Some(d) = &cli.domain {
-                    b = b
-                        .service_domain(d.clone())
-                        .map_err(|e| StartError::Usage(format!("bad --domain: {e}")))?;
-                }
-                if let Some(s) = cli.dns_server {
-                    b = b.dns_server(s);
-                }
-                let client = b
-                    .build()
-                    .await
-                    .map_err(|e| StartError::Runtime(format!("official client: {e}")))?;
-                let layer = AdmissionLayer::with_admission(
-                    OfficialAdmission::new(client),
-                    keyed(limit, cli.key_by.clone()),
-                )
-                .failure_policy(failure);
-                metrics = layer.metrics();
-                tokio::spawn(serve(listener, layer.layer(upstream), limits))
-            }
-            (LimitArg::On(_), None, None) => unreachable!("a backend exists when limiting"),
-        };
-        let mut exporter = Exporter::new(metrics);
-        if let Some(h) = engine {
-            exporter = exporter.with_engine(h);
-        }
-        (server, vec![exporter])
+/// A server task and the exporters of its admin page.
+type Serving = (JoinHandle<()>, Vec<Exporter>);
+
+/// The proxy modes: the listeners, the admin page, the readiness line, then serving
+/// until SIGINT or SIGTERM.
+async fn serve_all(
+    cli: Cli,
+    upstream: Upstream,
+    backend: &Backend,
+    proxy_metrics: Arc<ProxyMetrics>,
+    table: Option<config::Table>,
+) -> Result<(), StartError> {
+    let limits = conn_limits(&cli, &proxy_metrics, table.as_ref());
+    let (listener, local) = start::bind(cli.listen).await?;
+    let (admin, admin_addr) = start::bind(cli.admin_listen).await?;
+    let engine = match backend {
+        Backend::Engine(e) => Some(e.handle()),
+        _ => None,
     };
-    let admin_task = tokio::spawn(admin::serve(admin, exporters, proxy_metrics));
+    let (server, exporters) = match table {
+        Some(table) => serve_routes(&cli, table, upstream, engine, listener, limits)?,
+        None => serve_one_route(&cli, upstream, backend, engine, listener, limits).await?,
+    };
+    let page = proxy_metrics.clone();
+    let admin_task = tokio::spawn(admin::serve(
+        admin,
+        exporters,
+        Arc::new(move |out: &mut String| page.encode(out)),
+    ));
     let shutdown =
         Shutdown::register().map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
-
-    println!(
-        "{{\"event\":\"ready\",\"address\":\"{}\",\"port\":{},\"admin_port\":{}}}",
-        local.ip(),
-        local.port(),
-        admin_port
-    );
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
-
+    start::print_ready(local, admin_addr);
     shutdown.wait().await;
     server.abort();
     admin_task.abort();
     Ok(())
+}
+
+/// `--config`: the router over the route table, reloaded on SIGHUP.
+fn serve_routes(
+    cli: &Cli,
+    table: config::Table,
+    upstream: Upstream,
+    engine: Option<EngineHandle>,
+    listener: TcpListener,
+    limits: ConnLimits,
+) -> Result<Serving, StartError> {
+    let table = Arc::new(ArcSwap::from_pointee(table));
+    if let Some(path) = cli.config.first().cloned() {
+        // registered before the readiness line: a SIGHUP from then on reloads
+        let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
+        let reload = Reload {
+            path,
+            table: table.clone(),
+            backend: engine.is_some(),
+            client_rule: limits.client_rule.clone(),
+            client_flags: ClientFlags::of(cli),
+        };
+        tokio::spawn(reload_on_hangup(hup, reload));
+    }
+    let (layers, exporters) = match engine {
+        Some(h) => {
+            let layer = |on: OnFailure| {
+                AdmissionLayer::new(h.clone(), RouteClassify).failure_policy(FailurePolicy::all(on))
+            };
+            let (open, closed) = (layer(OnFailure::Open), layer(OnFailure::Closed));
+            let exporters = vec![
+                Exporter::new(open.metrics()).with_engine(h.clone()),
+                Exporter::new(closed.metrics()),
+            ];
+            let layers = (open.layer(upstream.clone()), closed.layer(upstream.clone()));
+            (Some(layers), exporters)
+        }
+        None => (None, vec![Exporter::new(LayerMetrics::new())]),
+    };
+    let router = Router {
+        table,
+        upstream,
+        layers,
+    };
+    Ok((tokio::spawn(serve(listener, router, limits)), exporters))
+}
+
+/// The one-route flags (`--limit`, `--key-by`, `--on-failure`): the layer over the
+/// upstream, or the upstream alone with `--limit off`.
+async fn serve_one_route(
+    cli: &Cli,
+    upstream: Upstream,
+    backend: &Backend,
+    engine: Option<EngineHandle>,
+    listener: TcpListener,
+    limits: ConnLimits,
+) -> Result<Serving, StartError> {
+    let failure = FailurePolicy::all(cli.on_failure.unwrap_or(OnFailure::Open));
+    let (server, metrics) = match (backend, cli.limit) {
+        (Backend::Engine(e), LimitArg::On(limit)) => {
+            let layer = AdmissionLayer::new(e.handle(), keyed(limit, cli.key_by.clone()))
+                .failure_policy(failure);
+            let m = layer.metrics();
+            (
+                tokio::spawn(serve(listener, layer.layer(upstream), limits)),
+                m,
+            )
+        }
+        (Backend::Official(key), LimitArg::On(limit)) => {
+            let client = official_client(cli, key.clone()).await?;
+            let layer = AdmissionLayer::with_admission(
+                OfficialAdmission::new(client),
+                keyed(limit, cli.key_by.clone()),
+            )
+            .failure_policy(failure);
+            let m = layer.metrics();
+            (
+                tokio::spawn(serve(listener, layer.layer(upstream), limits)),
+                m,
+            )
+        }
+        // `--limit off`: no backend was started
+        _ => (
+            tokio::spawn(serve(listener, upstream, limits)),
+            LayerMetrics::new(),
+        ),
+    };
+    let mut exporter = Exporter::new(metrics);
+    if let Some(h) = engine {
+        exporter = exporter.with_engine(h);
+    }
+    Ok((server, vec![exporter]))
+}
+
+/// The official client of `--admission official` (DNS discovery of `--domain`).
+async fn official_client(
+    cli: &Cli,
+    key: ratelimitly::ApiKey,
+) -> Result<ratelimitly::Client, StartError> {
+    let mut b = ratelimitly::Client::builder(key);
+    if let Some(d) = &cli.domain {
+        b = b
+            .service_domain(d.clone())
+            .map_err(|e| StartError::Usage(format!("bad --domain: {e}")))?;
+    }
+    if let Some(s) = cli.dns_server {
+        b = b.dns_server(s);
+    }
+    b.build()
+        .await
+        .map_err(|e| StartError::Runtime(format!("official client: {e}")))
 }

@@ -16,12 +16,11 @@ use arc_swap::ArcSwap;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use ratelimitly_tower::{
-    AdmissionService, Classify, Consumption, EngineAdmission, OnFailure, ResponseBody,
-    TrustedProxies,
+    AdmissionService, Classify, ClientIpRule, Consumption, EngineAdmission, OnFailure, ResponseBody,
 };
 use tower::ServiceExt;
 
-use crate::cli::merge_trusted;
+use crate::cli::ClientFlags;
 use crate::config;
 use crate::upstream::Upstream;
 
@@ -31,20 +30,20 @@ pub(crate) struct Reload {
     pub(crate) table: Arc<ArcSwap<config::Table>>,
     /// An admission backend was started.
     pub(crate) backend: bool,
-    /// The connections' trusted peers: the flags' and the file's.
-    pub(crate) trusted: Arc<ArcSwap<TrustedProxies>>,
-    pub(crate) trusted_flags: TrustedProxies,
+    /// The connections' client rule: the flags' and the file's.
+    pub(crate) client_rule: Arc<ArcSwap<ClientIpRule>>,
+    pub(crate) client_flags: ClientFlags,
 }
 
-/// Reloads the routes (and the file's `trust_forwarded`) on every SIGHUP; a file that
+/// Reloads the routes (and the file's `trust_forwarded`, `client_ip_from`) on every SIGHUP; a file that
 /// is refused leaves the running ones in place. Both outcomes are logged as warnings.
 pub(crate) async fn reload_on_hangup(mut hup: tokio::signal::unix::Signal, r: Reload) {
     let Reload {
         path,
         table,
         backend,
-        trusted,
-        trusted_flags,
+        client_rule,
+        client_flags,
     } = r;
     while hup.recv().await.is_some() {
         let refused = "config reload refused, the running routes are kept";
@@ -58,7 +57,7 @@ pub(crate) async fn reload_on_hangup(mut hup: tokio::signal::unix::Signal, r: Re
             ),
             Ok(t) => {
                 tracing::warn!(routes = t.route_count(), file = %path.display(), "config reloaded");
-                trusted.store(Arc::new(merge_trusted([&trusted_flags, &t.trusted])));
+                client_rule.store(Arc::new(client_flags.rule(Some(&t))));
                 table.store(Arc::new(t));
             }
         }

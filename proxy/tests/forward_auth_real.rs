@@ -1,16 +1,25 @@
-//! `rl-proxy --mode forward-auth` behind a real nginx (`auth_request`) and a real Caddy
-//! (`forward_auth`), configured by `proxy/conf/nginx.conf` and `proxy/conf/Caddyfile`
-//! (the text `proxy/README.md` documents). Grants reach the upstream, rejections arrive
-//! as 429 with `Retry-After` and the RateLimit fields, two client addresses (127.0.0.2,
-//! 127.0.0.3) keep two buckets, routes match on the original URI (`/api/` limited,
-//! `/health` off).
+//! `rl-proxy --mode forward-auth` behind the five front proxies people run, each the
+//! real binary with the configuration shipped in `proxy/conf/` (the text
+//! `proxy/README.md` shows): nginx (`auth_request`), Caddy (`forward_auth`), Traefik
+//! (ForwardAuth, file provider), HAProxy (a Lua action) and Envoy (HTTP `ext_authz`).
 //!
-//! A missing nginx or caddy binary skips its test with a message, unless
-//! `RL_REQUIRE_PROXIES=1` (CI), where it fails.
+//! For each: grants reach the upstream (with the RateLimit fields where the proxy can
+//! pass them), the 4th request on a 3-per-minute route is a 429 with `Retry-After` and
+//! the fields, another client address has its own bucket, the original method and URI
+//! select the route, and a client that forges new `X-Real-IP`, `X-Forwarded-For`,
+//! `Forwarded` and original-request headers on every request still gets 429 on the
+//! 4th, while a second forger naming the first one's address keeps its own bucket.
+//!
+//! Clients are bound to 127.0.0.2 to 127.0.0.5, never 127.0.0.1: Envoy appends its
+//! host's own address to `X-Forwarded-For` for a peer of exactly 127.0.0.1. rl-proxy
+//! trusts 127.0.0.1 only, where the front proxies connect from.
+//!
+//! A missing binary skips its test with a message, unless `RL_REQUIRE_PROXIES=1`
+//! (CI), where it fails. One test at a time (`SERIAL`).
 
 mod common;
 
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -26,15 +35,17 @@ use tokio::process::{Child, Command};
 
 const NGINX_CONF: &str = include_str!("../conf/nginx.conf");
 const CADDYFILE: &str = include_str!("../conf/Caddyfile");
+const TRAEFIK_STATIC: &str = include_str!("../conf/traefik.yml");
+const TRAEFIK_DYNAMIC: &str = include_str!("../conf/traefik-dynamic.yml");
+const HAPROXY_CFG: &str = include_str!("../conf/haproxy.cfg");
+const HAPROXY_LUA: &str = include_str!("../conf/ratelimitly.lua");
+const ENVOY_YAML: &str = include_str!("../conf/envoy.yaml");
 
-/// A free loopback port (bound, then released for the server to take).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+/// The client whose bucket is spent, another client, and two forgers.
+const CLIENT: &str = "127.0.0.2";
+const OTHER: &str = "127.0.0.3";
+const FORGER: &str = "127.0.0.4";
+const FORGER2: &str = "127.0.0.5";
 
 /// A directory of its own under the temporary directory, removed on drop.
 struct TempDir(PathBuf);
@@ -54,12 +65,11 @@ impl Drop for TempDir {
     }
 }
 
-/// A front proxy process, killed on drop (`kill_on_drop`), with its log.
+/// A front proxy process, killed on drop (`kill_on_drop`), with its logs.
 struct Front {
-    _child: Child,
+    child: Child,
     port: u16,
-    log: PathBuf,
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 impl Front {
@@ -67,22 +77,37 @@ impl Front {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
-    /// Polls the port (at most 10 s) until it accepts.
-    async fn wait_ready(mut self) -> Front {
-        for _ in 0..200 {
-            if tokio::net::TcpStream::connect(self.addr()).await.is_ok() {
-                return self;
+    /// Every log file of the process.
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        for name in ["stderr.log", "error.log", "envoy.log"] {
+            if let Ok(t) = std::fs::read_to_string(self.dir.0.join(name)) {
+                out += &format!("--- {name}\n{t}");
             }
-            if let Ok(Some(status)) = self._child.try_wait() {
-                panic!("exited with {status}: {}", self.log_text());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("not listening within 10 s: {}", self.log_text());
+        out
     }
 
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+    /// Polls `/health` (a route without a limit, through the whole chain) until it is
+    /// answered 200: at most 100 tries, 15 s.
+    async fn wait_ready(mut self) -> Front {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        for _ in 0..100 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("exited with {status}: {}", self.logs());
+            }
+            let probe = send(CLIENT, self.addr(), "GET", "/health", &[]);
+            if let Ok(Some(r)) = tokio::time::timeout(Duration::from_secs(2), probe).await
+                && r.status() == StatusCode::OK
+            {
+                return self;
+            }
+            if tokio::time::Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("/health not answered 200 within 15 s: {}", self.logs());
     }
 }
 
@@ -90,68 +115,78 @@ impl Front {
 fn fill(text: &str, dir: &Path, listen: u16, upstream: SocketAddr, rl: SocketAddr) -> String {
     text.replace("{TMP}", dir.to_str().unwrap())
         .replace("{LISTEN}", &format!("127.0.0.1:{listen}"))
+        .replace("{LISTEN_PORT}", &listen.to_string())
         .replace("{UPSTREAM}", &upstream.to_string())
+        .replace("{UPSTREAM_PORT}", &upstream.port().to_string())
         .replace("{RL_PROXY}", &rl.to_string())
+        .replace("{RL_PROXY_PORT}", &rl.port().to_string())
 }
 
-fn nginx(bin: &Path, upstream: SocketAddr, rl: SocketAddr) -> Front {
-    let dir = TempDir::new("nginx");
+/// Starts `tool` from `bin` with its shipped configuration, in front of `upstream` and
+/// asking `rl`.
+fn front(tool: FrontTool, bin: &Path, upstream: SocketAddr, rl: SocketAddr) -> Front {
+    let dir = TempDir::new(&format!("{tool:?}"));
     let port = free_port();
-    let conf = dir.0.join("nginx.conf");
-    std::fs::write(&conf, fill(NGINX_CONF, &dir.0, port, upstream, rl)).unwrap();
-    let log = dir.0.join("error.log");
-    let child = Command::new(bin)
-        .arg("-p")
-        .arg(&dir.0)
-        .arg("-e")
-        .arg(&log)
-        .arg("-c")
-        .arg(&conf)
-        .args(["-g", "daemon off;"])
+    let write = |name: &str, text: &str| {
+        let path = dir.0.join(name);
+        std::fs::write(&path, fill(text, &dir.0, port, upstream, rl)).unwrap();
+        path
+    };
+    let mut cmd = Command::new(bin);
+    match tool {
+        FrontTool::Nginx => {
+            let conf = write("nginx.conf", NGINX_CONF);
+            cmd.arg("-p")
+                .arg(&dir.0)
+                .arg("-e")
+                .arg(dir.0.join("error.log"));
+            cmd.arg("-c").arg(conf).args(["-g", "daemon off;"]);
+        }
+        FrontTool::Caddy => {
+            let conf = write("Caddyfile", CADDYFILE);
+            cmd.args(["run", "--adapter", "caddyfile", "--config"])
+                .arg(conf);
+            for var in ["HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME"] {
+                cmd.env(var, &dir.0);
+            }
+        }
+        FrontTool::Traefik => {
+            write("traefik-dynamic.yml", TRAEFIK_DYNAMIC);
+            let conf = write("traefik.yml", TRAEFIK_STATIC);
+            cmd.arg(format!("--configFile={}", conf.display()));
+        }
+        FrontTool::Haproxy => {
+            write("ratelimitly.lua", HAPROXY_LUA);
+            let conf = write("haproxy.cfg", HAPROXY_CFG);
+            cmd.arg("-db").arg("-f").arg(conf);
+        }
+        FrontTool::Envoy => {
+            let conf = write("envoy.yaml", ENVOY_YAML);
+            cmd.arg("-c")
+                .arg(conf)
+                .args(["--disable-hot-restart", "-l", "warning"]);
+            cmd.arg("--log-path").arg(dir.0.join("envoy.log"));
+        }
+    }
+    let stderr = std::fs::File::create(dir.0.join("stderr.log")).unwrap();
+    let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .kill_on_drop(true)
         .spawn()
-        .expect("nginx starts");
-    Front {
-        _child: child,
-        port,
-        log,
-        _dir: dir,
-    }
+        .unwrap_or_else(|e| panic!("{tool:?} starts: {e}"));
+    Front { child, port, dir }
 }
 
-fn caddy(bin: &Path, upstream: SocketAddr, rl: SocketAddr) -> Front {
-    let dir = TempDir::new("caddy");
-    let port = free_port();
-    let conf = dir.0.join("Caddyfile");
-    std::fs::write(&conf, fill(CADDYFILE, &dir.0, port, upstream, rl)).unwrap();
-    let log = dir.0.join("caddy.log");
-    let child = Command::new(bin)
-        .args(["run", "--adapter", "caddyfile", "--config"])
-        .arg(&conf)
-        .env("HOME", &dir.0)
-        .env("XDG_DATA_HOME", &dir.0)
-        .env("XDG_CONFIG_HOME", &dir.0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("caddy starts");
-    Front {
-        _child: child,
-        port,
-        log,
-        _dir: dir,
-    }
-}
+/// The routes: `GET /api/` 3 a minute per client IP, any other method on `/api/` and
+/// `/health` off.
+const ROUTES: &str = "[[route]]\npath = \"/api/\"\nmethods = [\"GET\"]\nlimit = \"3/60s\"\n\
+    key_by = \"ip\"\nlabel = \"api\"\n\n[[route]]\npath = \"/api/\"\nlimit = \"off\"\n\n\
+    [[route]]\npath = \"/health\"\nlimit = \"off\"\n";
 
-/// The routes: `/api/` 2 a minute per client IP, `/health` off, the rest off.
-const ROUTES: &str = "[[route]]\npath = \"/api/\"\nlimit = \"2/60s\"\nkey_by = \"ip\"\nlabel = \"api\"\n\n[[route]]\npath = \"/health\"\nlimit = \"off\"\n";
-
-/// rl-proxy as the decision service: trusts the front proxy (127.0.0.1) only.
+/// rl-proxy as the decision service, with the default client source (`xff`): trusts
+/// the front proxy (127.0.0.1) only.
 async fn decision_service(ep: &str, routes: &TempFile, deny_status: &str) -> Proc {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
     cmd.env("RATELIMITLY_API_KEY", NONE_KEY).args([
@@ -169,113 +204,184 @@ async fn decision_service(ep: &str, routes: &TempFile, deny_status: &str) -> Pro
     start(cmd).await
 }
 
-/// GET `path` from a socket bound to `local`.
-async fn get_from(local: &str, addr: SocketAddr, path: &str) -> Response<Bytes> {
+/// `METHOD path` with `headers` from a socket bound to `local`; `None` when the
+/// exchange fails or takes over 10 s.
+async fn send(
+    local: &str,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+) -> Option<Response<Bytes>> {
     let mut connector = HttpConnector::new();
     connector.set_local_address(Some(local.parse::<IpAddr>().unwrap()));
     let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
-    let resp = tokio::time::timeout(
-        Duration::from_secs(10),
-        client.get(format!("http://{addr}{path}").parse().unwrap()),
-    )
-    .await
-    .expect("answer within 10 s")
-    .expect("HTTP exchange");
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, v);
+    }
+    let exchange = client.request(req.body(Empty::new()).unwrap());
+    let resp = tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .ok()?
+        .ok()?;
     let (parts, body) = resp.into_parts();
-    Response::from_parts(parts, body.collect().await.unwrap().to_bytes())
+    let body = body.collect().await.ok()?.to_bytes();
+    Some(Response::from_parts(parts, body))
+}
+
+async fn must_send(
+    local: &str,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+) -> Response<Bytes> {
+    send(local, addr, method, path, headers)
+        .await
+        .unwrap_or_else(|| panic!("{method} {path} from {local}: no answer within 10 s"))
+}
+
+fn field<'a>(r: &'a Response<Bytes>, name: &str) -> Option<&'a str> {
+    r.headers().get(name).map(|v| v.to_str().unwrap())
+}
+
+/// Request `n` of a forger: new addresses in every header that names a client, and
+/// original-request headers that name a route without a limit. `spoof` also goes in
+/// every one (the address of the client whose bucket is spent).
+fn forged(n: u8, spoof: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("x-real-ip", format!("203.0.113.{n}")),
+        ("x-forwarded-for", format!("198.51.100.{n}, {spoof}")),
+        ("forwarded", format!("for=192.0.2.{n}, for={spoof}")),
+        ("x-original-uri", "/health".into()),
+        ("x-original-method", "POST".into()),
+        ("x-forwarded-uri", "/health".into()),
+        ("x-forwarded-method", "POST".into()),
+    ]
 }
 
 /// The checks through one front proxy at `front`.
-async fn check_front(front: SocketAddr, name: &str) {
-    for _ in 0..2 {
-        let resp = get_from("127.0.0.2", front, "/api/orders").await;
-        assert_eq!(resp.status(), StatusCode::OK, "{name}: granted");
+async fn check_front(front: SocketAddr, tool: FrontTool) {
+    let name = format!("{tool:?}");
+    // Traefik sends a grant's authResponseHeaders upstream only
+    let fields_on_grants = tool != FrontTool::Traefik;
+    for left in (0..3).rev() {
+        let r = must_send(CLIENT, front, "GET", "/api/orders", &[]).await;
+        assert_eq!(r.status(), StatusCode::OK, "{name}: granted");
         assert_eq!(
-            resp.body().as_ref(),
+            r.body().as_ref(),
             UPSTREAM_BODY,
             "{name}: reached the upstream"
         );
-        assert!(
-            resp.headers().contains_key("ratelimit-policy") || name == "caddy",
-            "{name}: the fields on the grant"
-        );
+        if fields_on_grants {
+            let state = field(&r, "ratelimit").unwrap_or_default();
+            assert!(
+                state.contains(&format!("r={left};")),
+                "{name}: {:?}",
+                r.headers()
+            );
+            let policy = field(&r, "ratelimit-policy").unwrap_or_default();
+            assert!(policy.contains("q=3;w=60"), "{name}: {:?}", r.headers());
+        }
     }
-    let resp = get_from("127.0.0.2", front, "/api/orders").await;
-    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS, "{name}");
-    assert_eq!(retry_after(&resp), 60, "{name}: Retry-After");
-    let policy = resp.headers().get("ratelimit-policy");
-    assert!(
-        policy.is_some_and(|v| v.to_str().unwrap().contains("q=2;w=60")),
-        "{name}: RateLimit-Policy on the rejection: {:?}",
-        resp.headers()
-    );
-    let state = resp.headers().get("ratelimit").map(|v| v.to_str().unwrap());
-    assert!(
-        state.is_some_and(|v| v.contains("r=0;t=60")),
-        "{name}: RateLimit on the rejection: {state:?}"
-    );
-    assert_ne!(resp.body().as_ref(), UPSTREAM_BODY, "{name}: not forwarded");
-    // another client address: another bucket
-    let resp = get_from("127.0.0.3", front, "/api/orders").await;
-    assert_eq!(
-        resp.status(),
-        StatusCode::OK,
-        "{name}: 127.0.0.3's own bucket"
-    );
-    // routes match on the original URI: /health is off
-    for _ in 0..4 {
-        let resp = get_from("127.0.0.2", front, "/health").await;
-        assert_eq!(resp.status(), StatusCode::OK, "{name}: /health is off");
-        assert_eq!(resp.body().as_ref(), UPSTREAM_BODY);
+    let r = must_send(CLIENT, front, "GET", "/api/orders", &[]).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "{name}: the 4th");
+    assert_eq!(retry_after(&r), 60, "{name}: Retry-After");
+    let policy = field(&r, "ratelimit-policy").unwrap_or_default();
+    assert!(policy.contains("q=3;w=60"), "{name}: {:?}", r.headers());
+    let state = field(&r, "ratelimit").unwrap_or_default();
+    assert!(state.contains("r=0;t=60"), "{name}: {:?}", r.headers());
+    assert_ne!(r.body().as_ref(), UPSTREAM_BODY, "{name}: not forwarded");
+
+    let r = must_send(OTHER, front, "GET", "/api/orders", &[]).await;
+    assert_eq!(r.status(), StatusCode::OK, "{name}: {OTHER}'s own bucket");
+
+    // the original method and URI select the route: POST /api/ and /health are off
+    for (method, path) in [("POST", "/api/orders"), ("GET", "/health")] {
+        for _ in 0..2 {
+            let r = must_send(CLIENT, front, method, path, &[]).await;
+            assert_eq!(r.status(), StatusCode::OK, "{name}: {method} {path} is off");
+            assert_eq!(r.body().as_ref(), UPSTREAM_BODY);
+        }
+    }
+
+    // forgers: new headers on every request, and naming the spent client
+    for (forger, first) in [(FORGER, 10), (FORGER2, 20)] {
+        for n in first..first + 4 {
+            let r = must_send(forger, front, "GET", "/api/orders", &forged(n, CLIENT)).await;
+            let want = if n < first + 3 {
+                StatusCode::OK
+            } else {
+                StatusCode::TOO_MANY_REQUESTS
+            };
+            assert_eq!(r.status(), want, "{name}: forger {forger}, request {n}");
+        }
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn behind_nginx_auth_request() {
-    let Some(bin) = front_binary(FrontTool::Nginx) else {
+/// Starts everything for `tool`, runs the checks, stops everything.
+async fn behind(tool: FrontTool, server_id: u64, deny_status: &str) {
+    let Some(bin) = front_binary(tool) else {
         return;
     };
     let _s = SERIAL.lock().await;
-    let r = responder(501);
+    let r = responder(server_id);
     let up = upstream().await;
-    let routes = TempFile::new("nginx-routes.toml", ROUTES);
-    let rl = decision_service(&endpoint(&r), &routes, "403").await;
-    let front = nginx(&bin, up.addr(), rl.addr()).wait_ready().await;
-    check_front(front.addr(), "nginx").await;
+    let routes = TempFile::new(&format!("{tool:?}-routes.toml"), ROUTES);
+    let rl = decision_service(&endpoint(&r), &routes, deny_status).await;
+    let front = front(tool, &bin, up.addr(), rl.addr()).wait_ready().await;
+    check_front(front.addr(), tool).await;
     drop(front);
     assert_eq!(rl.signal(libc::SIGTERM).await.code(), Some(0));
     up.signal(libc::SIGTERM).await;
     r.stop();
+}
+
+/// nginx `auth_request` knows 2xx, 401 and 403 only: rl-proxy denies with 403.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_nginx_auth_request() {
+    behind(FrontTool::Nginx, 501, "403").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_caddy_forward_auth() {
-    let Some(bin) = front_binary(FrontTool::Caddy) else {
-        return;
-    };
-    let _s = SERIAL.lock().await;
-    let r = responder(502);
-    let up = upstream().await;
-    let routes = TempFile::new("caddy-routes.toml", ROUTES);
-    let rl = decision_service(&endpoint(&r), &routes, "429").await;
-    let front = caddy(&bin, up.addr(), rl.addr()).wait_ready().await;
-    check_front(front.addr(), "caddy").await;
-    drop(front);
-    assert_eq!(rl.signal(libc::SIGTERM).await.code(), Some(0));
-    up.signal(libc::SIGTERM).await;
-    r.stop();
+    behind(FrontTool::Caddy, 502, "429").await;
 }
 
-/// `proxy/README.md` shows the nginx and Caddy configurations exactly as tested.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_traefik_forward_auth() {
+    behind(FrontTool::Traefik, 503, "429").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_haproxy_lua() {
+    behind(FrontTool::Haproxy, 504, "429").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_envoy_ext_authz() {
+    behind(FrontTool::Envoy, 505, "429").await;
+}
+
+/// `proxy/README.md` shows every shipped configuration exactly as tested.
 #[test]
 fn readme_shows_the_tested_configurations() {
     let readme = include_str!("../README.md");
-    assert!(
-        readme.contains(NGINX_CONF),
-        "README's nginx block is conf/nginx.conf"
-    );
-    assert!(
-        readme.contains(CADDYFILE),
-        "README's Caddy block is conf/Caddyfile"
-    );
+    for (file, text) in [
+        ("nginx.conf", NGINX_CONF),
+        ("Caddyfile", CADDYFILE),
+        ("traefik.yml", TRAEFIK_STATIC),
+        ("traefik-dynamic.yml", TRAEFIK_DYNAMIC),
+        ("haproxy.cfg", HAPROXY_CFG),
+        ("ratelimitly.lua", HAPROXY_LUA),
+        ("envoy.yaml", ENVOY_YAML),
+    ] {
+        assert!(
+            readme.contains(text),
+            "README's block of conf/{file} is the file"
+        );
+    }
 }

@@ -1,49 +1,19 @@
 //! Trusted forwarding end to end: clients bound to 127.0.0.2 (trusted) and 127.0.0.3
-//! (not), `X-Forwarded-For` / `X-Real-IP` believed from the trusted one only, and the
-//! peer appended to the `X-Forwarded-For` the upstream receives.
+//! (not); from the trusted one only the source of `--client-ip-from` (default
+//! `X-Forwarded-For`; `X-Real-IP` only when the chain vouches for it) is believed, the
+//! same in both modes; the peer appended to the `X-Forwarded-For` the upstream receives.
 
 mod common;
 
-use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::net::SocketAddr;
 
-use bytes::Bytes;
 use common::*;
-use http::{Response, StatusCode};
-use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http::StatusCode;
 use rl_responder::ResponderHandle;
 use tokio::process::Command;
 
 const TRUSTED: &str = "127.0.0.2";
 const UNTRUSTED: &str = "127.0.0.3";
-
-/// GET `path` from a socket bound to `local`, with `headers`.
-async fn get_from(
-    local: &str,
-    addr: SocketAddr,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> Response<Bytes> {
-    let mut connector = HttpConnector::new();
-    connector.set_local_address(Some(local.parse::<IpAddr>().unwrap()));
-    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
-    let mut req = http::Request::get(format!("http://{addr}{path}"));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = tokio::time::timeout(
-        Duration::from_secs(10),
-        client.request(req.body(Empty::new()).unwrap()),
-    )
-    .await
-    .expect("answer within 10 s")
-    .expect("HTTP exchange");
-    let (parts, body) = resp.into_parts();
-    Response::from_parts(parts, body.collect().await.unwrap().to_bytes())
-}
 
 async fn status_from(local: &str, addr: SocketAddr, headers: &[(&str, &str)]) -> StatusCode {
     get_from(local, addr, "/", headers).await.status()
@@ -122,53 +92,61 @@ async fn forwarded_headers_count_from_trusted_peers_only() {
     r.stop();
 }
 
-/// `--mode forward-auth`: `X-Real-IP` from a trusted peer keys the decision; from an
-/// untrusted one it is ignored.
+/// rl-proxy `--mode forward-auth --limit 1/60s --trust-forwarded 127.0.0.2` with `args`.
+async fn decision_service(r: &ResponderHandle, args: &[&str]) -> Proc {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+        .args(["--mode", "forward-auth", "--endpoint", &endpoint(r)])
+        .args(["--limit", "1/60s", "--trust-forwarded", "127.0.0.2"])
+        .args(args);
+    start(cmd).await
+}
+
+/// `--mode forward-auth` keys like proxy mode: by default `X-Forwarded-For` only, a
+/// client's `X-Real-IP` ignored; with `--client-ip-from real-ip`, `X-Real-IP` when the
+/// chain vouches for it, else the peer (counted); from an untrusted peer nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forward_auth_reads_x_real_ip_from_trusted_peers() {
+async fn forward_auth_reads_only_what_the_source_names() {
     let _s = SERIAL.lock().await;
     let r = responder(302);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
-    cmd.env("RATELIMITLY_API_KEY", NONE_KEY).args([
-        "--mode",
-        "forward-auth",
-        "--endpoint",
-        &endpoint(&r),
-        "--limit",
-        "1/60s",
-        "--trust-forwarded",
-        "127.0.0.2",
-    ]);
-    let fa = start(cmd).await;
+    let fa = decision_service(&r, &[]).await;
     let a = fa.addr();
     let real = |v| [("x-real-ip", v), ("x-forwarded-for", "198.51.100.77")];
-    assert_eq!(
-        status_from(TRUSTED, a, &real("192.0.2.1")).await,
-        StatusCode::OK
-    );
-    assert_eq!(
-        status_from(TRUSTED, a, &real("192.0.2.1")).await,
-        StatusCode::TOO_MANY_REQUESTS
-    );
-    assert_eq!(
-        status_from(TRUSTED, a, &real("192.0.2.2")).await,
-        StatusCode::OK,
-        "X-Real-IP comes before X-Forwarded-For"
-    );
-    assert_eq!(
-        status_from(UNTRUSTED, a, &real("192.0.2.3")).await,
-        StatusCode::OK
-    );
-    assert_eq!(
-        status_from(UNTRUSTED, a, &real("192.0.2.4")).await,
-        StatusCode::TOO_MANY_REQUESTS,
-        "an untrusted peer's X-Real-IP is ignored"
-    );
+    let first = real("192.0.2.1");
+    let then = real("192.0.2.2");
+    let why = "X-Real-IP is not read by default: the X-Forwarded-For client's bucket";
+    one_bucket(TRUSTED, a, &first, &then, why).await;
+    let first = real("192.0.2.3");
+    let then = real("192.0.2.4");
+    let why = "an untrusted peer's headers are ignored";
+    one_bucket(UNTRUSTED, a, &first, &then, why).await;
+    assert_eq!(fa.signal(libc::SIGTERM).await.code(), Some(0));
+
+    let fa = decision_service(&r, &["--client-ip-from", "real-ip"]).await;
+    let a = fa.addr();
+    // nginx: X-Real-IP $remote_addr, X-Forwarded-For $proxy_add_x_forwarded_for
+    let first = [
+        ("x-real-ip", "192.0.2.1"),
+        ("x-forwarded-for", "6.6.6.6, 192.0.2.1"),
+    ];
+    let then = [("x-real-ip", "192.0.2.1"), ("x-forwarded-for", "192.0.2.1")];
+    one_bucket(TRUSTED, a, &first, &then, "X-Real-IP on the chain").await;
+    let other = [("x-real-ip", "192.0.2.2"), ("x-forwarded-for", "192.0.2.2")];
+    let status = status_from(TRUSTED, a, &other).await;
+    assert_eq!(status, StatusCode::OK, "another client, another bucket");
+    // the two disagree: one was forged; the peer's bucket, whatever either says
+    let first = [("x-real-ip", "6.6.6.1"), ("x-forwarded-for", "192.0.2.3")];
+    let then = [("x-real-ip", "6.6.6.2"), ("x-forwarded-for", "192.0.2.4")];
+    let why = "X-Real-IP off the chain: the peer's bucket";
+    one_bucket(TRUSTED, a, &first, &then, why).await;
+    let m = metrics_of(&fa).await;
+    assert_eq!(m["rl_proxy_client_ip_unvouched_total"], 2.0);
     assert_eq!(fa.signal(libc::SIGTERM).await.code(), Some(0));
     r.stop();
 }
 
-/// The config file's `trust_forwarded` list is honoured like the flag.
+/// The config file's `trust_forwarded` list is honoured like the flag, and its
+/// `client_ip_from` names the header.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trust_forwarded_from_the_config_file() {
     let _s = SERIAL.lock().await;
@@ -177,7 +155,8 @@ async fn trust_forwarded_from_the_config_file() {
     let file = TempFile::new(
         "trust.toml",
         &format!(
-            "upstream = \"http://{}\"\nlimit = \"1/60s\"\ntrust_forwarded = [\"127.0.0.2/32\"]\n",
+            "upstream = \"http://{}\"\nlimit = \"1/60s\"\ntrust_forwarded = [\"127.0.0.2/32\"]\n\
+             client_ip_from = \"forwarded\"\n",
             up.addr()
         ),
     );
@@ -191,17 +170,18 @@ async fn trust_forwarded_from_the_config_file() {
     let proxy = start(cmd).await;
     let a = proxy.addr();
     let xff = |v| [("x-forwarded-for", v)];
+    let fwd = |v| [("forwarded", v), ("x-forwarded-for", "198.51.100.9")];
     assert_eq!(
-        status_from(TRUSTED, a, &xff("198.51.100.1")).await,
+        status_from(TRUSTED, a, &fwd("for=198.51.100.1")).await,
         StatusCode::OK
     );
     assert_eq!(
-        status_from(TRUSTED, a, &xff("198.51.100.2")).await,
+        status_from(TRUSTED, a, &fwd("for=198.51.100.2")).await,
         StatusCode::OK,
         "two forwarded clients, two buckets"
     );
     assert_eq!(
-        status_from(TRUSTED, a, &xff("198.51.100.1")).await,
+        status_from(TRUSTED, a, &fwd("for=198.51.100.1")).await,
         StatusCode::TOO_MANY_REQUESTS
     );
     assert_eq!(
@@ -241,9 +221,8 @@ async fn one_bucket(
 
 /// A chain through several trusted proxies, end to end: `--trust-forwarded` twice
 /// (127.0.0.2/32 and 10.0.0.0/8). From the trusted peer the client is the rightmost
-/// address that is not itself trusted, in `X-Forwarded-For` or in `Forwarded`
-/// (RFC 7239, which wins when both are present); from the untrusted peer `Forwarded`
-/// is ignored like `X-Forwarded-For`.
+/// `X-Forwarded-For` address that is not itself trusted (`Forwarded` is not read by
+/// default); from the untrusted peer `Forwarded` is ignored like `X-Forwarded-For`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarded_and_trusted_hops_end_to_end() {
     let _s = SERIAL.lock().await;
@@ -256,15 +235,17 @@ async fn forwarded_and_trusted_hops_end_to_end() {
     let then = [("x-forwarded-for", "198.51.100.20")];
     let why = "the same client without the trusted hop: the same bucket";
     one_bucket(TRUSTED, a, &first, &then, why).await;
-    // Forwarded: the same rule, and it wins over X-Forwarded-For (198.51.100.20's bucket
-    // is spent, so a grant shows Forwarded's 198.51.100.30 was the key)
-    let first = [
+    // Forwarded is not read by default (Caddy and Traefik pass a client's unchanged):
+    // the X-Forwarded-For client, whose bucket is spent, is the key
+    let forged = [
         ("forwarded", "for=198.51.100.30;proto=http, for=10.9.9.9"),
         ("x-forwarded-for", "198.51.100.20"),
     ];
-    let then = [("forwarded", "for=\"198.51.100.30:4711\"")];
-    let why = "198.51.100.30's bucket, with a port";
-    one_bucket(TRUSTED, a, &first, &then, why).await;
+    assert_eq!(
+        status_from(TRUSTED, a, &forged).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "a forged Forwarded does not move the key"
+    );
     // an untrusted peer's Forwarded is ignored: its own address is the key
     let first = [("forwarded", "for=198.51.100.40")];
     let then = [("forwarded", "for=198.51.100.41")];

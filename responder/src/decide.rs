@@ -142,6 +142,20 @@ fn inc(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Counts a dropped datagram under `counter` and logs it at debug with its reason (`why`),
+/// its source and, once the tenant TLV was read, its key id. Returns `None` (nothing to
+/// send). The drop counters of [`Counters`] are the totals of these reasons.
+fn dropped(
+    counter: &AtomicU64,
+    source: SocketAddr,
+    key_id: Option<u64>,
+    why: &'static str,
+) -> Option<usize> {
+    inc(counter);
+    tracing::debug!(%source, key_id, why, "datagram dropped");
+    None
+}
+
 /// Sizes of the shared state.
 #[derive(Clone, Copy, Debug)]
 pub struct Capacities {
@@ -345,7 +359,7 @@ impl Responder {
     fn handle_inner(
         &mut self,
         datagram: &mut [u8],
-        _source: SocketAddr,
+        source: SocketAddr,
         now: Instant,
         unix_ms: Option<u64>,
         out: &mut [u8],
@@ -355,41 +369,39 @@ impl Responder {
         let (t, auth_off) = match tenant(datagram) {
             Ok(v) => v,
             Err(FrameError::TooLong) => {
-                inc(&c.drop_too_long);
-                return None;
+                return dropped(&c.drop_too_long, source, None, "longer than 1200 bytes");
             }
-            Err(_) => {
-                inc(&c.drop_malformed);
-                return None;
-            }
+            Err(_) => return dropped(&c.drop_malformed, source, None, "malformed tenant TLV"),
         };
         let Some(&ki) = self.by_id.get(&t.id) else {
-            inc(&c.drop_unknown_key);
-            return None;
+            return dropped(&c.drop_unknown_key, source, Some(t.id), "unknown key id");
         };
         let auth = &self.keys[ki];
         let range = match auth.open(datagram, auth_off) {
             Ok(r) => r,
             Err(e) => {
-                inc(match e {
-                    FrameError::WrongAuthMode => &c.drop_wrong_mode,
-                    FrameError::CookieMismatch => &c.drop_bad_cookie,
-                    FrameError::AuthFailed | FrameError::EmptyCiphertext => &c.drop_auth_failed,
-                    _ => &c.drop_malformed,
-                });
-                return None;
+                let (counter, why) = match e {
+                    FrameError::WrongAuthMode => (
+                        &c.drop_wrong_mode,
+                        "auth TLV of another mode than the key's",
+                    ),
+                    FrameError::CookieMismatch => (&c.drop_bad_cookie, "cookie does not match"),
+                    FrameError::AuthFailed | FrameError::EmptyCiphertext => {
+                        (&c.drop_auth_failed, "AES-GCM authentication failed")
+                    }
+                    _ => (&c.drop_malformed, "malformed auth TLV"),
+                };
+                return dropped(counter, source, Some(t.id), why);
             }
         };
         let pdu = &datagram[range];
         let Ok(inbound) = crate::pdu::parse(pdu) else {
-            inc(&c.drop_malformed);
-            return None;
+            return dropped(&c.drop_malformed, source, Some(t.id), "malformed PDU");
         };
         match inbound {
             Inbound::Report(rep) => {
                 if unix_ms.is_some_and(|u| is_stale(t.timestamp_ms, u, REPORT_MAX_AGE_MS)) {
-                    inc(&c.drop_stale);
-                    return None;
+                    return dropped(&c.drop_stale, source, Some(t.id), "stale timestamp");
                 }
                 inc(&c.reports);
                 let now_ms = self.shared.ms(now);
@@ -414,8 +426,7 @@ impl Responder {
             Inbound::Request(req) => {
                 let max_age = u64::from(req.dedup_ttl_ms()) + STALE_GRACE_MS;
                 if unix_ms.is_some_and(|u| is_stale(t.timestamp_ms, u, max_age)) {
-                    inc(&c.drop_stale);
-                    return None;
+                    return dropped(&c.drop_stale, source, Some(t.id), "stale timestamp");
                 }
                 self.rate(ki, &t, req, now, out)
             }
@@ -433,6 +444,7 @@ impl Responder {
         let c = &*self.counters;
         // drawn first: if the RNG fails, nothing is decided or sent
         let Ok(nonce) = self.nonces.draw() else {
+            tracing::warn!("OS random source failed: request dropped");
             inc(&c.drop_rng_failed);
             return None;
         };
@@ -454,6 +466,11 @@ impl Responder {
                 let st = &mut *st;
                 let (len, grant) = evaluate(st, t.id, &req, now_ms, self.faults.fixed, body)
                     .or_else(|| {
+                        tracing::debug!(
+                            key_id = t.id,
+                            why = "bucket table full",
+                            "request dropped"
+                        );
                         inc(&c.drop_bucket_table_full);
                         None
                     })?;

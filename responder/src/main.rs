@@ -80,6 +80,29 @@ struct Cli {
     /// I/O backend: auto (io_uring where allowed, else mmsg), uring or mmsg.
     #[arg(long, default_value = "auto")]
     io: BackendChoice,
+    /// Log level on stderr: error, warn, info (adds the drop totals at exit) or debug
+    /// (adds every dropped datagram with its source and why: unknown key id, failed
+    /// authentication, malformed, stale timestamp, a fault).
+    #[arg(long, value_name = "LEVEL", default_value = "warn")]
+    log_level: tracing::Level,
+}
+
+/// The drop counters with a reason, for the exit summary (name, count).
+fn drop_totals(c: &rl_responder::Counters) -> [(&'static str, u64); 9] {
+    [
+        ("unknown key id", c.drop_unknown_key),
+        (
+            "failed authentication",
+            c.drop_auth_failed + c.drop_bad_cookie,
+        ),
+        ("auth mode not the key's", c.drop_wrong_mode),
+        ("malformed", c.drop_malformed),
+        ("longer than 1200 bytes", c.drop_too_long),
+        ("stale timestamp", c.drop_stale),
+        ("bucket table full", c.drop_bucket_table_full),
+        ("fault: silent", c.fault_silent_drops),
+        ("fault: inbound loss", c.fault_drop_in),
+    ]
 }
 
 fn on_off(s: &str) -> Result<bool, String> {
@@ -120,6 +143,10 @@ fn wait_signal(set: &libc::sigset_t) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_max_level(cli.log_level)
+        .with_writer(std::io::stderr)
+        .init();
     let keys = match keys::load(cli.key_file.as_deref(), cli.keys_file.as_deref()) {
         Ok(k) => k,
         Err(e) => {
@@ -190,6 +217,22 @@ fn main() -> ExitCode {
     if let Some(d) = dns {
         d.stop();
     }
+    let counters = handle.counters();
     handle.stop();
+    let drops: Vec<String> = drop_totals(&counters)
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(why, n)| format!("{why} {n}"))
+        .collect();
+    tracing::info!(
+        received = counters.received,
+        answered = counters.answered,
+        "stopped; dropped: {}",
+        if drops.is_empty() {
+            "none".to_owned()
+        } else {
+            drops.join(", ")
+        }
+    );
     ExitCode::SUCCESS
 }

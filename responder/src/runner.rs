@@ -439,129 +439,190 @@ fn queue_reply(q: &mut SendQueue, sock: SocketId, data: &[u8], to: SocketAddr, c
     }
 }
 
+/// A received datagram: `(socket, source, bytes)`.
+type Received<'a> = (SocketId, SocketAddr, &'a mut [u8]);
+
+/// Answers one received datagram at `now` (monotonic, Unix ms): the inbound faults
+/// (silence, random drops), the decision, then the outbound ones (random drops,
+/// duplicates, delay) and the reply queued on `q`.
+fn answer(
+    responder: &mut Responder,
+    st: &mut LoopState,
+    q: &mut SendQueue,
+    (sock, from, data): Received<'_>,
+    (now, unix): (Instant, u64),
+    c: &CounterSet,
+) {
+    let io_faults = st.faults.has_io_faults();
+    if io_faults {
+        // `received` counts every datagram, also those dropped by faults
+        let fault = if st.faults.silent {
+            Some((&c.fault_silent_drops, "fault: silent"))
+        } else if st.rng.chance(st.faults.drop_in) {
+            Some((&c.fault_drop_in, "fault: inbound loss"))
+        } else {
+            None
+        };
+        if let Some((counter, why)) = fault {
+            c.received.fetch_add(1, Ordering::Relaxed);
+            counter.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(source = %from, why, "datagram dropped");
+            return;
+        }
+    }
+    let Some(len) = responder.handle_at(data, from, now, unix, &mut st.out) else {
+        return;
+    };
+    let resp = &st.out[..len];
+    if !io_faults {
+        queue_reply(q, sock, resp, from, c);
+        return;
+    }
+    if st.rng.chance(st.faults.drop_out) {
+        c.fault_drop_out.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let copies = if st.rng.chance(st.faults.duplicate) {
+        c.fault_duplicated.fetch_add(1, Ordering::Relaxed);
+        2
+    } else {
+        1
+    };
+    let delay = st.faults.delay + st.rng.up_to(st.faults.jitter);
+    if !delay.is_zero() {
+        c.fault_delayed.fetch_add(1, Ordering::Relaxed);
+        for _ in 0..copies {
+            if !st.delayed.push(now + delay, resp, from) {
+                c.delay_queue_full.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        return;
+    }
+    for _ in 0..copies {
+        queue_reply(q, sock, resp, from, c);
+    }
+}
+
+/// What a core's loop keeps from one turn to the next, besides its driver.
+struct LoopState {
+    /// The response being built.
+    out: Box<[u8]>,
+    /// Responses held back by a delay fault.
+    delayed: Delayed,
+    /// The fault generation last applied, the faults, their random stream.
+    faults_seen: u64,
+    faults: Faults,
+    rng: FaultRng,
+    /// Consecutive failed turns of the driver.
+    errors: u32,
+    /// Turns since the I/O statistics were last published.
+    loops: u32,
+}
+
+impl LoopState {
+    fn new() -> Self {
+        LoopState {
+            out: vec![0u8; 2048].into_boxed_slice(),
+            delayed: Delayed::new(),
+            faults_seen: 0,
+            faults: Faults::default(),
+            rng: FaultRng::new(0),
+            errors: 0,
+            loops: 0,
+        }
+    }
+}
+
+/// Consecutive failed driver turns after which a core gives up (the driver is broken
+/// beyond retrying).
+const MAX_DRIVER_ERRORS: u32 = 100;
+
 impl Core {
+    /// The core's loop: apply fault changes, send due delayed responses, receive and
+    /// answer one batch; until stopped or the driver fails [`MAX_DRIVER_ERRORS`] times in
+    /// a row. Replies still queued go out before it ends.
     fn run(mut self, ready: std::sync::mpsc::Sender<()>) {
         let counters = self.responder.counter_set();
-        let c = &*counters;
-        let sock = self.sock;
-        let mut out = vec![0u8; 2048].into_boxed_slice();
-        let mut delayed = Delayed::new();
-        let mut faults_seen = 0u64;
-        let mut faults = Faults::default();
-        let mut rng = FaultRng::new(0);
-        let mut loops = 0u32;
-        let mut errors = 0u32;
+        let mut st = LoopState::new();
         // enable the ring on this thread and arm the receive before reporting ready
         // (anything that arrives meanwhile is kept for the first loop)
         let _ = self.driver.flush(&mut |_, _| {});
         let _ = ready.send(());
         drop(ready);
-        loop {
-            if self.control.stop.load(Ordering::Acquire) {
+        while !self.control.stop.load(Ordering::Acquire) {
+            self.refresh_faults(&mut st);
+            let wait = self.send_due(&mut st.delayed, &counters);
+            let got = self.turn(&mut st, wait, &counters);
+            if st.errors >= MAX_DRIVER_ERRORS {
                 break;
             }
-            let g = self.control.faults_gen.load(Ordering::Acquire);
-            if g != faults_seen {
-                faults_seen = g;
-                faults = self
-                    .control
-                    .faults
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
-                self.responder.set_faults(&faults);
-                rng = FaultRng::new(faults.seed.wrapping_add(self.index as u64));
-            }
-            let io_faults = faults.has_io_faults();
-            let mut wait = IDLE_WAIT;
-            if delayed.next_due().is_some() {
-                let now = Instant::now();
-                let d = &mut self.driver;
-                delayed.take_due(now, |data, to| queue_now(d, sock, data, to, c));
-                if let Some(next) = delayed.next_due() {
-                    wait = wait.min(next.saturating_duration_since(now));
-                }
-            }
-            // the clock is read once per loop, when the first datagram arrives
-            let mut clock: Option<(Instant, u64)> = None;
-            let mut got = 0usize;
-            let responder = &mut self.responder;
-            let r = self.driver.run_once(Some(wait), &mut |q, ev| match ev {
-                IoEvent::Datagram {
-                    sock: s,
-                    from,
-                    data,
-                } => {
-                    got += 1;
-                    let (now, unix) = *clock.get_or_insert_with(|| (Instant::now(), unix_ms()));
-                    if io_faults {
-                        // `received` counts every datagram, also those dropped by faults
-                        if faults.silent {
-                            c.received.fetch_add(1, Ordering::Relaxed);
-                            c.fault_silent_drops.fetch_add(1, Ordering::Relaxed);
-                            return;
-                        }
-                        if rng.chance(faults.drop_in) {
-                            c.received.fetch_add(1, Ordering::Relaxed);
-                            c.fault_drop_in.fetch_add(1, Ordering::Relaxed);
-                            return;
-                        }
-                    }
-                    let Some(len) = responder.handle_at(data, from, now, unix, &mut out) else {
-                        return;
-                    };
-                    let resp = &out[..len];
-                    if io_faults {
-                        if rng.chance(faults.drop_out) {
-                            c.fault_drop_out.fetch_add(1, Ordering::Relaxed);
-                            return;
-                        }
-                        let copies = if rng.chance(faults.duplicate) {
-                            c.fault_duplicated.fetch_add(1, Ordering::Relaxed);
-                            2
-                        } else {
-                            1
-                        };
-                        let delay = faults.delay + rng.up_to(faults.jitter);
-                        if !delay.is_zero() {
-                            c.fault_delayed.fetch_add(1, Ordering::Relaxed);
-                            for _ in 0..copies {
-                                if !delayed.push(now + delay, resp, from) {
-                                    c.delay_queue_full.fetch_add(1, Ordering::Relaxed);
-                                }
-                            }
-                            return;
-                        }
-                        if copies == 2 {
-                            queue_reply(q, s, resp, from, c);
-                        }
-                    }
-                    queue_reply(q, s, resp, from, c);
-                }
-                IoEvent::SendFailed { .. } => {
-                    c.send_errors.fetch_add(1, Ordering::Relaxed);
-                }
-                IoEvent::Woken => {}
-            });
-            match r {
-                Ok(()) => errors = 0,
-                Err(_) => {
-                    c.recv_errors.fetch_add(1, Ordering::Relaxed);
-                    errors += 1;
-                    if errors >= 100 {
-                        break; // the driver is broken beyond retrying
-                    }
-                }
-            }
-            loops += 1;
-            if got == 0 || loops >= STATS_EVERY {
-                loops = 0;
+            st.loops += 1;
+            if got == 0 || st.loops >= STATS_EVERY {
+                st.loops = 0;
                 self.publish_stats();
             }
         }
-        // replies still queued go out before the core ends
         let _ = self.driver.flush(&mut |_, _| {});
         self.publish_stats();
+    }
+
+    /// Takes the faults set since the last turn, if any.
+    fn refresh_faults(&mut self, st: &mut LoopState) {
+        let g = self.control.faults_gen.load(Ordering::Acquire);
+        if g == st.faults_seen {
+            return;
+        }
+        st.faults_seen = g;
+        st.faults = self
+            .control
+            .faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        self.responder.set_faults(&st.faults);
+        st.rng = FaultRng::new(st.faults.seed.wrapping_add(self.index as u64));
+    }
+
+    /// Queues the delayed responses now due; returns how long the next turn may wait.
+    fn send_due(&mut self, delayed: &mut Delayed, c: &CounterSet) -> Duration {
+        let mut wait = IDLE_WAIT;
+        if delayed.next_due().is_some() {
+            let now = Instant::now();
+            let (d, sock) = (&mut self.driver, self.sock);
+            delayed.take_due(now, |data, to| queue_now(d, sock, data, to, c));
+            if let Some(next) = delayed.next_due() {
+                wait = wait.min(next.saturating_duration_since(now));
+            }
+        }
+        wait
+    }
+
+    /// One driver turn of at most `wait`: every datagram received is answered (or
+    /// dropped, counted) through [`answer`]. Returns the datagrams received.
+    fn turn(&mut self, st: &mut LoopState, wait: Duration, c: &CounterSet) -> usize {
+        // the clock is read once per turn, when the first datagram arrives
+        let mut clock: Option<(Instant, u64)> = None;
+        let mut got = 0usize;
+        let responder = &mut self.responder;
+        let r = self.driver.run_once(Some(wait), &mut |q, ev| match ev {
+            IoEvent::Datagram { sock, from, data } => {
+                got += 1;
+                let now = *clock.get_or_insert_with(|| (Instant::now(), unix_ms()));
+                answer(responder, st, q, (sock, from, data), now, c);
+            }
+            IoEvent::SendFailed { .. } => {
+                c.send_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            IoEvent::Woken => {}
+        });
+        match r {
+            Ok(()) => st.errors = 0,
+            Err(_) => {
+                c.recv_errors.fetch_add(1, Ordering::Relaxed);
+                st.errors += 1;
+            }
+        }
+        got
     }
 
     fn publish_stats(&self) {

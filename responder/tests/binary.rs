@@ -85,3 +85,60 @@ fn key_file_is_read_like_the_environment() {
     assert!(err.contains("key file"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--log-level debug` logs every dropped datagram with why (here: a request of a key id
+/// the responder does not serve, and a datagram too short for a tenant TLV); at exit the
+/// drop totals by reason.
+#[test]
+fn debug_log_names_why_datagrams_were_dropped() {
+    let mut child = bin()
+        .env("RATELIMITLY_API_KEY", AES_KEY)
+        .args(["--log-level", "debug"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let port = v["port"].as_u64().unwrap() as u16;
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    // a tenant TLV (type 0x4C52, size 40) of key id 99, which this responder does not serve
+    let mut unknown = vec![0u8; 64];
+    unknown[..4].copy_from_slice(&[0x52, 0x4C, 40, 0]);
+    unknown[4..12].copy_from_slice(&99u64.to_le_bytes());
+    sock.send_to(&unknown, ("127.0.0.1", port)).unwrap();
+    sock.send_to(&[1, 2, 3], ("127.0.0.1", port)).unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // both drops logged (bounded wait), then stop
+    let mut log = String::new();
+    while !(log.contains("unknown key id") && log.contains("malformed tenant TLV")) {
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(line) => log.push_str(&(line + "\n")),
+            Err(_) => break,
+        }
+    }
+    // SAFETY: signalling our own child by pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    log.extend(rx.try_iter().map(|l| l + "\n"));
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("unknown key id") && log.contains("key_id=99"),
+        "{log}"
+    );
+    assert!(log.contains("malformed tenant TLV"), "{log}");
+    assert!(
+        log.contains("dropped: unknown key id 1, malformed 1"),
+        "{log}"
+    );
+}

@@ -37,7 +37,7 @@ Exit status:
 
 /// Command-line tool for debugging a Ratelimitly deployment (wire protocol v2).
 #[derive(Parser, Debug)]
-#[command(name = "rlctl", version, about, long_about = None, after_help = AFTER_HELP)]
+#[command(name = "rlctl", version = rl_toolkit::build_info::VERSION, about, long_about = None, after_help = AFTER_HELP)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -175,6 +175,19 @@ Sent through the engine (one core, static endpoints or DNS). If the engine canno
 this host (no sockets or file descriptors, no thread), nothing is sent: the outcome is a
 configuration failure (exit 2) whose error names the limit or the OS error.
 
+After a timeout rlctl probes every endpoint once (a request with one latency guard on the
+tracker rl-probe and no resource: nothing is consumed) from a socket that receives ICMP
+errors, and the error says per endpoint what came back: 'port unreachable from IP:PORT'
+(ICMP: nothing listens there), 'no answer from a reachable server' (the server drops
+datagrams whose key id or authentication it does not know), a datagram from another
+server id than the endpoint claims, or datagrams this key cannot read. loadgen uses the
+same words.
+
+--verbose sends the request itself from rlctl's own socket, through the engine's request
+machine (the same datagrams, rounds and selection), and prints on stderr every transmit,
+receive and ICMP error with its time and round; the timeout's error then says what the
+request itself saw.
+
 Environment: RATELIMITLY_API_KEY (the key, unless --key-file is given).";
 
 #[derive(Args, Debug)]
@@ -212,6 +225,10 @@ pub struct RequestCmd {
     /// Print one JSON object on one line on stdout (see below).
     #[arg(long)]
     pub json: bool,
+    /// Trace the request: every transmit, receive and ICMP error with its round, on
+    /// stderr (see below).
+    #[arg(long, short)]
+    pub verbose: bool,
 }
 
 #[derive(Args, Debug)]

@@ -2,8 +2,10 @@
 //!
 //! Layout (one responsibility per file): `cli.rs` (the clap definitions and help),
 //! `cmd/` (one file per command), `args.rs` (bucket and tracker specs), `servers.rs`
-//! (static endpoints or DNS), `send.rs` (the one-shot engine), `output.rs` (exit codes,
-//! JSON and error printing), `utc.rs` (start-time text).
+//! (static endpoints or DNS), `send.rs` (the one-shot engine, and the traced request of
+//! `--verbose`), `output.rs` (exit codes, JSON and error printing). What it shares with
+//! loadgen (the wording of failures, the traced request, the probe after a timeout, UTC
+//! text) is the `rl-toolkit` crate.
 //!
 //! Must not touch: the wire format, request policy rules or selection (they live in the
 //! engine crate). The API key is read by `ratelimitly_engine::key_source` from
@@ -23,7 +25,6 @@ mod cmd;
 mod output;
 mod send;
 mod servers;
-mod utc;
 
 use std::process::ExitCode;
 

@@ -1,10 +1,12 @@
 //! How rlctl sends: [`request`] runs one resource request through the engine
-//! (`ratelimitly_engine::engine::Engine` on one core with static endpoints), and
-//! [`report`] queues the latency reports on such an engine, flushes them once and counts
-//! the datagrams from the engine's statistics.
+//! (`ratelimitly_engine::engine::Engine` on one core with static endpoints),
+//! [`traced_request`] runs it through the engine's request machine on rlctl's own socket
+//! (`rl_toolkit::trace`, for `--verbose`), and [`report`] queues the latency reports on
+//! a one-core engine, flushes them once and counts the datagrams from the engine's
+//! statistics.
 //!
-//! Owns: the one-shot engine set-up and the mapping of its statistics to rlctl's
-//! figures. An engine that cannot start is returned as its [`BuildError`] (nothing was
+//! Owns: the one-shot engine set-up, the request's blocks for the trace, and the mapping
+//! of both to rlctl's figures. An engine that cannot start is returned as its [`BuildError`] (nothing was
 //! sent); the commands map it to a configuration failure. Must not touch: request
 //! policy rules (the engine's machine), argument parsing (cli.rs) and output (cmd/).
 
@@ -16,6 +18,9 @@ use ratelimitly_engine::proto::ids::{LatencyTracker, Resource};
 use ratelimitly_engine::proto::key::ApiKey;
 use ratelimitly_engine::proto::outcome::{CommError, Failure, Outcome};
 use ratelimitly_engine::proto::policy::RequestPolicy;
+use ratelimitly_engine::proto::wire::{GuardSpec, ResourceSpec};
+use rl_toolkit::trace::{self, Event, TraceRequest};
+use rl_toolkit::words::EndpointFinding;
 
 /// What one request run produced.
 #[derive(Debug)]
@@ -86,6 +91,58 @@ pub fn request(
         completion_sends: clamp(stats.completion_sends),
         latency,
     })
+}
+
+/// [`request`], traced: the same request (blocks, label, policy) driven by the engine's
+/// request machine on rlctl's own socket, `on_event` called for every transmit, receive
+/// and ICMP error. Returns the run and what the trace saw of each endpoint. Fails only
+/// if the socket cannot be opened or the request not encoded (nothing sent).
+pub fn traced_request(
+    key: &ApiKey,
+    policy: &RequestPolicy,
+    endpoints: &[Endpoint],
+    parts: &RequestParts<'_>,
+    on_event: impl FnMut(&Event),
+) -> std::io::Result<(RequestRun, Vec<EndpointFinding>)> {
+    let resources: Vec<ResourceSpec> = parts
+        .resources
+        .iter()
+        .map(|(r, tokens)| ResourceSpec {
+            bucket_id: r.id(),
+            window_ms: r.window_ms(),
+            rate_limit: r.rate_limit(),
+            tokens: *tokens,
+        })
+        .collect();
+    let guards: Vec<GuardSpec> = parts
+        .guards
+        .iter()
+        .map(|(t, threshold_ms)| GuardSpec {
+            tracker_id: t.id(),
+            ttl_ms: t.ttl_ms(),
+            max_samples: t.max_samples(),
+            min_samples: t.min_samples(),
+            threshold_ms: *threshold_ms,
+            current_latency_ms: 0,
+        })
+        .collect();
+    let req = TraceRequest {
+        key,
+        policy,
+        endpoints,
+        guards: &guards,
+        resources: &resources,
+        label: parts.label,
+    };
+    let t = trace::run(&req, on_event)?;
+    let findings = t.findings();
+    let run = RequestRun {
+        outcome: t.outcome,
+        sends: t.sends,
+        completion_sends: t.completion_sends,
+        latency: t.latency,
+    };
+    Ok((run, findings))
 }
 
 /// What a latency report run did.

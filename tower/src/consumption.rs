@@ -23,7 +23,7 @@ use ratelimitly_engine::{LatencyTracker, Resource};
 use smallvec::SmallVec;
 
 use crate::failure::FailureKind;
-use crate::forwarded::{TrustedProxies, client_ip};
+use crate::forwarded::{ClientIpFrom, ClientIpRule, TrustedProxies, UnvouchedLog};
 
 /// What one request consumes; an empty consumption is granted locally without asking
 /// the service.
@@ -221,8 +221,8 @@ impl FromStr for Limit {
 #[non_exhaustive]
 pub enum KeyBy {
     /// The client's IP address: the peer address ([`peer_addr`]), or behind trusted
-    /// proxies ([`Keyed::trusted_proxies`]) the forwarded client
-    /// ([`crate::forwarded::client_ip`]). A request without any peer address is not
+    /// proxies ([`Keyed::trusted_proxies`]) the client they vouch for, read from the
+    /// source [`Keyed::client_ip_from`] names ([`crate::forwarded`]). A request without any peer address is not
     /// keyed: it gets the failure policy for [`FailureKind::NoClientAddr`] (logged once
     /// per mapping at `warn!`), never a shared bucket.
     ClientIp,
@@ -263,7 +263,8 @@ pub struct Keyed {
     prefix: Cow<'static, str>,
     guards: Vec<(LatencyTracker, Duration)>,
     label: Cow<'static, str>,
-    trusted: Arc<TrustedProxies>,
+    client_rule: Arc<ClientIpRule>,
+    unvouched: Arc<UnvouchedLog>,
     buckets: Arc<Mutex<Buckets>>,
     warned_no_addr: Arc<AtomicBool>,
 }
@@ -297,7 +298,8 @@ pub fn keyed(limit: Limit, key_by: KeyBy) -> Keyed {
         prefix: Cow::Borrowed("http"),
         guards: Vec::new(),
         label: Cow::Borrowed(""),
-        trusted: Arc::default(),
+        client_rule: Arc::default(),
+        unvouched: Arc::default(),
         buckets: Arc::default(),
         warned_no_addr: Arc::default(),
     }
@@ -314,10 +316,19 @@ impl Keyed {
         self
     }
 
-    /// Believes `X-Forwarded-For` / `Forwarded` from peers in `trusted` for
-    /// [`KeyBy::ClientIp`] (default: nobody is trusted).
+    /// Believes what peers in `trusted` say about the client for [`KeyBy::ClientIp`]
+    /// (default: nobody is trusted), read from the source of
+    /// [`Keyed::client_ip_from`] (default: `X-Forwarded-For`).
     pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
-        self.trusted = Arc::new(trusted);
+        self.client_rule = Arc::new(ClientIpRule::new(trusted, self.client_rule.source()));
+        self
+    }
+
+    /// The header trusted peers name the client in ([`ClientIpFrom`]; default
+    /// [`ClientIpFrom::Xff`]): the one the proxy in front writes itself.
+    pub fn client_ip_from(mut self, source: ClientIpFrom) -> Self {
+        let trusted = self.client_rule.trusted().clone();
+        self.client_rule = Arc::new(ClientIpRule::new(trusted, source));
         self
     }
 
@@ -368,10 +379,11 @@ impl Keyed {
     /// address.
     fn client_addr<B>(&self, request: &http::Request<B>) -> Option<IpAddr> {
         let peer = peer_addr(request)?;
-        Some(if self.trusted.is_empty() {
+        Some(if self.client_rule.trusted().is_empty() {
             peer.ip()
         } else {
-            client_ip(peer.ip(), request.headers(), &self.trusted)
+            let client = self.client_rule.client_ip(peer.ip(), request.headers());
+            self.unvouched.note(client).addr()
         })
     }
 

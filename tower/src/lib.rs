@@ -112,8 +112,11 @@
 //! (feature `axum`, on by default: serve with
 //! `into_make_service_with_connect_info::<SocketAddr>()`), the [`ClientAddr`]
 //! extension, or a bare `SocketAddr` extension (insert one of these yourself with plain
-//! hyper). Behind a reverse proxy, [`Keyed::trusted_proxies`] believes `X-Forwarded-For`
-//! and `Forwarded` from peers in a CIDR list ([`forwarded`]). A request with no address
+//! hyper). Behind a reverse proxy, [`Keyed::trusted_proxies`] believes peers in a CIDR
+//! list, and only for the header [`Keyed::client_ip_from`] names (default: the rightmost
+//! untrusted `X-Forwarded-For` hop; `X-Real-IP` and `Forwarded`, which some proxies pass
+//! from the client unchanged, only when asked for): the rule of [`forwarded`], the same
+//! one `rl-proxy` applies. A request with no address
 //! is never put in a shared bucket: it gets the failure policy of
 //! [`FailureKind::NoClientAddr`], and a warning is logged once.
 //!
@@ -200,7 +203,7 @@ pub use crate::consumption::{
 pub use crate::exporter::{CONTENT_TYPE, Exporter};
 pub use crate::failure::{FailureKind, FailurePolicy, OnFailure};
 pub use crate::fields::PolicyState;
-pub use crate::forwarded::TrustedProxies;
+pub use crate::forwarded::{ClientIpFrom, ClientIpRule, TrustedProxies};
 pub use crate::metrics::{LATENCY_BUCKETS, LayerMetrics, OUTCOMES};
 pub use crate::service::{
     AdmissionLayer, AdmissionService, DEFAULT_MAX_PENDING, Rejection, RejectionHook, ResponseBody,

@@ -14,8 +14,8 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
 use hyper::body::Incoming;
 use ratelimitly_tower::{
-    AdmissionLayer, CircuitBreaker, Endpoint, EndpointProblem, FailurePolicy, KeyBy, LayerMetrics,
-    Limit, TrustedProxies, keyed, verify,
+    AdmissionLayer, CircuitBreaker, ClientIpFrom, Endpoint, EndpointProblem, FailurePolicy, KeyBy,
+    LayerMetrics, Limit, TrustedProxies, keyed, verify,
 };
 use tower::{Layer, Service, ServiceExt};
 
@@ -136,14 +136,33 @@ async fn forwarded_headers_only_from_trusted_peers() {
             .status,
         200
     );
-    let fwd = [("Forwarded", "for=\"198.51.100.3:99\";proto=http")];
-    assert_eq!(raw_get(LOCAL1, addr, "/", &fwd).await.status, 200);
+    // Forwarded (which Caddy and Traefik pass from the client unchanged) and X-Real-IP
+    // are not read by default: with neither XFF, both requests are the peer's
+    let fwd = |v| [("Forwarded", v), ("X-Real-IP", v)];
     assert_eq!(
-        raw_get(LOCAL1, addr, "/", &xff("198.51.100.3"))
-            .await
-            .status,
+        raw_get(LOCAL1, addr, "/", &fwd("for=6.6.6.1")).await.status,
+        200
+    );
+    assert_eq!(
+        raw_get(LOCAL1, addr, "/", &fwd("for=6.6.6.2")).await.status,
         429
     );
+    // ... unless the app says its proxy writes Forwarded
+    let from_forwarded = AdmissionLayer::new(
+        &e,
+        keyed(limit, KeyBy::ClientIp)
+            .prefix("fwd")
+            .trusted_proxies(TrustedProxies::loopback())
+            .client_ip_from(ClientIpFrom::Forwarded),
+    );
+    let addr = listen(from_forwarded.layer(tower::service_fn(ok))).await;
+    let fwd = [("Forwarded", "for=\"198.51.100.3:99\";proto=http")];
+    assert_eq!(raw_get(LOCAL1, addr, "/", &fwd).await.status, 200);
+    let same = [
+        ("Forwarded", "for=198.51.100.3"),
+        ("X-Forwarded-For", "198.51.100.9"),
+    ];
+    assert_eq!(raw_get(LOCAL1, addr, "/", &same).await.status, 429);
     // The peer is not trusted: headers are ignored, the peer is the key.
     let untrusted = AdmissionLayer::new(
         &e,

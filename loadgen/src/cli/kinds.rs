@@ -7,13 +7,13 @@
 use clap::ValueEnum;
 use serde::Serialize;
 
-/// Which client a run drives.
+/// Which client a run drives (the variants' doc comments are `--client`'s help text).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ClientKind {
-    /// Our thread-per-core engine (`ratelimitly_engine::engine`).
+    /// Our thread-per-core engine (the ratelimitly-engine crate).
     Engine,
-    /// The official `ratelimitly` 0.1.0 crate on a Tokio runtime.
+    /// The official ratelimitly 0.1.0 crate on a Tokio runtime.
     Official,
     /// Pre-encoded requests over batched UDP, no policy: the ceiling.
     Raw,
@@ -48,15 +48,17 @@ impl RawWait {
     }
 }
 
-/// Where the engine's core runs (`--engine-core`).
+/// Where the engine's core runs (`--engine-core`; the variants' doc comments are its
+/// `--help` text). `Auto` is settled by [`super::Args::placement`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EngineCore {
-    /// Hosted, on every backend (settled by [`super::Args::placement`]).
+    /// The cheaper placement of the backend: hosted with mmsg, pinned with --io uring or
+    /// auto.
     Auto,
     /// A pinned thread of its own on the first client core (the engine's default).
     Pinned,
-    /// A task on loadgen's Tokio runtime (`EngineBuilder::runtime`).
+    /// A task on loadgen's Tokio runtime (the engine builder's runtime option).
     Hosted,
 }
 
@@ -66,4 +68,15 @@ pub enum AuthArg {
     Aes,
     Cookie,
     None,
+}
+
+impl AuthArg {
+    /// The public fixture key of this mode (`rl-testkit`), which embedded runs use.
+    pub fn fixture(self) -> &'static str {
+        match self {
+            AuthArg::Aes => rl_testkit::keys::AES,
+            AuthArg::Cookie => rl_testkit::keys::COOKIE,
+            AuthArg::None => rl_testkit::keys::NONE,
+        }
+    }
 }

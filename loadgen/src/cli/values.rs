@@ -24,10 +24,21 @@ pub(super) fn on_off(text: &str) -> Result<bool, String> {
     }
 }
 
-/// A `usize` option that must be at least 1.
-pub(super) fn at_least_one() -> RangedU64ValueParser<usize> {
-    RangedU64ValueParser::<usize>::new().range(1..)
+/// An integer option within `min..=max` (of the field's type `T`).
+pub(super) fn ranged<T>(min: u64, max: u64) -> RangedU64ValueParser<T>
+where
+    T: TryFrom<u64> + Clone + Send + Sync + 'static,
+    <T as TryFrom<u64>>::Error: std::error::Error + Send + Sync + 'static,
+{
+    RangedU64ValueParser::<T>::new().range(min..=max)
 }
+
+/// Longest measured duration (s): a day.
+const MAX_DURATION_S: f64 = 86_400.0;
+/// Longest warm-up (s): an hour.
+const MAX_WARMUP_S: f64 = 3_600.0;
+/// Highest open-loop rate (requests/s).
+const MAX_RATE: f64 = 10_000_000.0;
 
 pub(super) fn number(text: &str) -> Result<f64, String> {
     let v: f64 = text
@@ -50,33 +61,33 @@ pub(super) fn probability(text: &str) -> Result<f64, String> {
     }
 }
 
-/// Seconds >= 0.
-pub(super) fn seconds(text: &str) -> Result<f64, String> {
+/// A warm-up: seconds in 0..=3600.
+pub(super) fn warmup_seconds(text: &str) -> Result<f64, String> {
     let v = number(text)?;
-    if v >= 0.0 {
+    if (0.0..=MAX_WARMUP_S).contains(&v) {
         Ok(v)
     } else {
-        Err(format!("{v} s is negative"))
+        Err(format!("{v} s is not in 0..={MAX_WARMUP_S}"))
     }
 }
 
-/// Seconds > 0.
-pub(super) fn positive_seconds(text: &str) -> Result<f64, String> {
+/// A measured duration: seconds > 0, at most 86400.
+pub(super) fn duration_seconds(text: &str) -> Result<f64, String> {
     let v = number(text)?;
-    if v > 0.0 {
+    if v > 0.0 && v <= MAX_DURATION_S {
         Ok(v)
     } else {
-        Err(format!("{v} s must be > 0"))
+        Err(format!("{v} s must be > 0 and at most {MAX_DURATION_S}"))
     }
 }
 
-/// Requests/s > 0.
+/// Requests/s > 0, at most 10,000,000.
 pub(super) fn positive_rate(text: &str) -> Result<f64, String> {
     let v = number(text)?;
-    if v > 0.0 {
+    if v > 0.0 && v <= MAX_RATE {
         Ok(v)
     } else {
-        Err(format!("{v} requests/s must be > 0"))
+        Err(format!("{v} requests/s must be > 0 and at most {MAX_RATE}"))
     }
 }
 

@@ -8,10 +8,13 @@
 
 use std::time::Duration;
 
-use ratelimitly_engine::engine::{Cores, Engine, EngineBuilder, EngineHandle};
+use ratelimitly_engine::engine::{
+    Cores, Engine, EngineBuilder, EngineHandle, Stats as EngineStats,
+};
 use ratelimitly_engine::proto::ids::{LatencyTracker, Resource};
 
 use ratelimitly_engine::proto::outcome::{Decision, FailureCategory, Outcome};
+use ratelimitly_engine::proto::wire::DropReason;
 
 use super::tokio_load::{self, AsyncClient};
 use super::{PhaseSpec, Ready, RunContext, Target};
@@ -26,6 +29,8 @@ pub struct EngineTarget {
     builder: EngineBuilder,
     hosted: bool,
     prepared: Prepared,
+    /// `--quiet`: no statistics line at shutdown.
+    quiet: bool,
 }
 
 impl EngineTarget {
@@ -61,6 +66,7 @@ impl EngineTarget {
             builder: b,
             hosted: args.placement() == EngineCore::Hosted,
             prepared: Prepared::new(&ctx.work)?,
+            quiet: args.quiet,
         })
     }
 }
@@ -71,20 +77,38 @@ impl Target for EngineTarget {
             builder,
             hosted,
             prepared,
+            quiet,
         } = *self;
         let extra = spec.extra.clone();
+        // A pinned engine starts here, on this thread, which is not pinned: its core
+        // threads may go to CPUs outside the application's (the engine can only pin to
+        // CPUs its builder's thread may run on).
+        let start = if hosted {
+            Err(builder)
+        } else {
+            match builder.build() {
+                Ok(engine) => Ok(engine),
+                Err(e) => {
+                    let _ = ready.send(Err(format!("engine: {e}")));
+                    return;
+                }
+            }
+        };
         tokio_load::run_phase(spec, ready, move || async move {
-            let b = if hosted {
-                builder.runtime(tokio::runtime::Handle::current())
-            } else {
-                builder
+            // Ok: the pinned engine; Err: the builder of the hosted one
+            let engine = match start {
+                Ok(engine) => engine,
+                Err(builder) => builder
+                    .runtime(tokio::runtime::Handle::current())
+                    .build()
+                    .map_err(|e| format!("engine: {e}"))?,
             };
-            let engine = b.build().map_err(|e| format!("engine: {e}"))?;
             Ok(EngineClient {
                 handle: engine.handle(),
                 engine: Some(engine),
                 prepared,
                 extra,
+                quiet,
             })
         });
     }
@@ -135,6 +159,7 @@ pub struct EngineClient {
     prepared: Prepared,
     /// Where the engine's I/O counters and latency breakdown go at shutdown.
     extra: ExtraSlot,
+    quiet: bool,
 }
 
 impl AsyncClient for EngineClient {
@@ -197,23 +222,51 @@ fn outcome_kind(o: Outcome) -> (Kind, Option<u32>) {
     }
 }
 
+/// The engine's statistics of the whole phase (warm-up, window, drain) on one line.
+///
+/// Of the datagrams received, those dropped are split into late answers — valid
+/// responses to a request already decided or past D (the other servers' answers to round
+/// 0, and the answers to completion deliveries: with two servers about two per request,
+/// so they can outnumber the decisions) — and invalid ones (by reason).
+fn stats_line(s: &EngineStats) -> String {
+    let replay_decisions: u64 = s.decisions_by_round[1..].iter().sum();
+    let late = s.drops_of(DropReason::NotExpected) + s.drops_of(DropReason::UnknownRequest);
+    let invalid: Vec<String> = DropReason::ALL
+        .iter()
+        .filter(|r| !matches!(r, DropReason::NotExpected | DropReason::UnknownRequest))
+        .filter(|r| s.drops_of(**r) > 0)
+        .map(|r| format!("{} {}", r.name(), s.drops_of(*r)))
+        .collect();
+    format!(
+        "  engine stats (whole phase): decisions round0 {} replay rounds {} final {} timeouts {} \
+         oldest fallbacks {} sends {} (completion {}); received {}: late answers {} (to \
+         requests already decided), invalid {}{} p99 {} µs",
+        s.decisions_by_round[0],
+        replay_decisions,
+        s.decisions_final,
+        s.timeouts,
+        s.oldest_fallbacks,
+        s.sends,
+        s.completion_sends,
+        s.received,
+        late,
+        s.total_drops() - late,
+        if invalid.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", invalid.join(", "))
+        },
+        s.latency_us.value_at_quantile(0.99),
+    )
+}
+
 impl EngineClient {
     /// Shuts the engine down (every in-flight request completes exactly once).
     fn shutdown(mut self) {
         let s = self.handle.stats();
-        let replay_decisions: u64 = s.decisions_by_round[1..].iter().sum();
-        eprintln!(
-            "  engine stats: decisions round0 {} replay rounds {} final {} timeouts {} oldest fallbacks {} sends {} (completion {}) drops {} p99 {} µs",
-            s.decisions_by_round[0],
-            replay_decisions,
-            s.decisions_final,
-            s.timeouts,
-            s.oldest_fallbacks,
-            s.sends,
-            s.completion_sends,
-            s.drops.iter().sum::<u64>(),
-            s.latency_us.value_at_quantile(0.99),
-        );
+        if !self.quiet {
+            eprintln!("{}", stats_line(&s));
+        }
         {
             let mut e = self.extra.lock().unwrap_or_else(|p| p.into_inner());
             e.io = s.io.clone();

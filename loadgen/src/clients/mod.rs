@@ -32,6 +32,9 @@ pub struct RunContext<'a> {
     pub servers: &'a Servers,
     pub work: Workload,
     pub client_cores: Vec<usize>,
+    /// Where the future-based clients' Tokio workers run (`--app-cores`, else the
+    /// client cores).
+    pub app_cores: Vec<usize>,
     pub horizon: Duration,
 }
 
@@ -93,6 +96,9 @@ pub struct PhaseSpec {
     pub load: Load,
     /// The client cores (at least one).
     pub cores: Vec<usize>,
+    /// The application's cores: the Tokio workers of the future-based clients (at least
+    /// one).
+    pub app_cores: Vec<usize>,
     /// Opened by the measuring thread once it has taken its end-of-window CPU snapshot;
     /// client threads stay alive until then, so the snapshot never misses their time.
     pub gate: Arc<AtomicBool>,

@@ -1,5 +1,6 @@
 //! Drives a future-based client (the engine or the official client) on a Tokio runtime
-//! limited to the client cores (worker threads pinned), closed loop (N in flight) or open
+//! limited to the application's cores (`--app-cores`, by default the client cores; worker
+//! threads pinned), closed loop (N in flight) or open
 //! loop (a pacer thread at a fixed rate; latency from each request's intended send time).
 //!
 //! Owns the load shape for the future-based clients. Must not set up servers or
@@ -167,17 +168,17 @@ async fn drive<C: AsyncClient>(
     }
 }
 
-/// Runs `make`'s client for one phase on a Tokio runtime pinned to the client cores: the
-/// client is built inside the runtime, the phase starts once it is ready, and the client
-/// is finished after the drain and the gate.
+/// Runs `make`'s client for one phase on a Tokio runtime pinned to the application's
+/// cores: the client is built inside the runtime, before this thread is pinned (an engine
+/// may only put its cores on CPUs its builder's thread may run on), the phase starts once
+/// it is ready, and the client is finished after the drain and the gate.
 pub fn run_phase<C, F, Fut>(spec: PhaseSpec, ready: Ready, make: F)
 where
     C: AsyncClient,
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<C, String>>,
 {
-    crate::cpu::pin(spec.cores[0]);
-    let rt = match runtime(&spec.cores) {
+    let rt = match runtime(&spec.app_cores) {
         Ok(rt) => rt,
         Err(e) => {
             let _ = ready.send(Err(format!("runtime: {e}")));
@@ -192,9 +193,10 @@ where
                 return;
             }
         };
+        crate::cpu::pin(spec.app_cores[0]);
         let phase = Phase::new(Instant::now(), spec.warmup, spec.duration);
         let _ = ready.send(Ok(Arc::clone(&phase)));
-        let pacer_core = spec.cores.first().copied();
+        let pacer_core = spec.app_cores.first().copied();
         drive(
             Arc::clone(&client),
             phase,

@@ -332,3 +332,38 @@ pub fn front_binary(tool: FrontTool) -> Option<PathBuf> {
     eprintln!("skipped: {} is not installed ({install})", path.display());
     None
 }
+
+/// A free loopback port (bound, then released for a server to take).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET `path` with `headers` from a socket bound to `local` (a loopback address:
+/// 127.0.0.x is a client of its own).
+pub async fn get_from(
+    local: &str,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Response<Bytes> {
+    let mut connector = HttpConnector::new();
+    connector.set_local_address(Some(local.parse().unwrap()));
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
+    let mut req = http::Request::get(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.request(req.body(Empty::new()).unwrap()),
+    )
+    .await
+    .expect("answer within 10 s")
+    .expect("HTTP exchange");
+    let (parts, body) = resp.into_parts();
+    Response::from_parts(parts, body.collect().await.unwrap().to_bytes())
+}

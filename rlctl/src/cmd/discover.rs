@@ -1,16 +1,17 @@
-//! `rlctl discover`: DNS discovery of the servers, with start times and the oldest.
+//! `rlctl discover`: DNS discovery of the servers, with start times and the oldest. The
+//! domain queried is named in the output, also when discovery fails.
 
 use std::net::SocketAddr;
 
 use serde_json::{Value, json};
 
 use ratelimitly_engine::discovery::{DiscoveredServer, Discovery};
-use ratelimitly_engine::key_source::{self, KeyLoadError};
+use ratelimitly_engine::key_source;
 
 use crate::cli::DiscoverCmd;
 use crate::output::{EXIT_COMM, EXIT_CONFIG, EXIT_OK, print_json, simple_error};
 use crate::servers::{ServersError, discover};
-use crate::utc::utc_text;
+use rl_toolkit::utc::utc_text;
 
 /// Runs `rlctl discover`.
 pub fn run(c: &DiscoverCmd) -> u8 {
@@ -24,11 +25,11 @@ pub fn run(c: &DiscoverCmd) -> u8 {
     };
     let (domain, d) = match discover(&c.dns, key.as_ref()) {
         Ok(x) => x,
-        Err(ServersError::NoDomain) => {
-            return simple_error(c.json, &KeyLoadError::Missing.to_string(), EXIT_CONFIG);
+        Err(e @ ServersError::NoDomain) => {
+            return simple_error(c.json, &e.to_string(), EXIT_CONFIG);
         }
-        Err(ServersError::Discovery(e)) => {
-            return simple_error(c.json, &format!("discovery failed: {e}"), EXIT_COMM);
+        Err(e @ ServersError::Discovery { .. }) => {
+            return simple_error(c.json, &e.to_string(), EXIT_COMM);
         }
     };
     if c.json {

@@ -56,7 +56,7 @@ fn execute(r: &ReportCmd) -> ReportSummary {
     }
     let endpoints = match endpoints_for(&r.servers, &key) {
         Ok(e) => e,
-        Err(e) => return fail(format!("discovery failed: {e}"), EXIT_COMM),
+        Err(e) => return fail(e.to_string(), EXIT_COMM),
     };
     match send::report(&key, &endpoints, &entries) {
         Ok(run) => ReportSummary {

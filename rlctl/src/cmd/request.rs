@@ -5,16 +5,22 @@
 //! Exit-status mapping: granted 0, rejected 1; failures by category — configuration 2
 //! (also an engine that cannot start on this host: nothing was sent), timeout 3,
 //! discovery / communication / overload / shutdown 4.
+//!
+//! A timeout is explained per endpoint (`rl_toolkit::words`): by a probe after the
+//! engine's request, or, with `--verbose`, by the traced request itself.
 
 use std::time::Duration;
 
 use ratelimitly_engine::engine::BuildError;
 use ratelimitly_engine::key_source::{self, KeyLoadError};
+use ratelimitly_engine::proto::endpoint::Endpoint;
 use ratelimitly_engine::proto::error::{ConfigError, RequestError};
 use ratelimitly_engine::proto::ids::{LatencyTracker, Resource};
 use ratelimitly_engine::proto::key::ApiKey;
 use ratelimitly_engine::proto::outcome::{Decision, Failure, FailureCategory, Phase, Response};
 use ratelimitly_engine::proto::policy::{PolicyError, RequestPolicy};
+use rl_toolkit::probe;
+use rl_toolkit::trace::Event;
 
 use super::request_view::RequestSummary;
 use crate::cli::RequestCmd;
@@ -165,20 +171,62 @@ fn execute(r: &RequestCmd) -> RequestSummary {
     }
     let endpoints = match endpoints_for(&r.servers, &p.key) {
         Ok(e) => e,
-        Err(e) => return failure_summary(&Failure::Discovery(e), horizon_ms),
+        Err(e) => {
+            return RequestSummary::failed("discovery", e.to_string(), EXIT_COMM, Some(horizon_ms));
+        }
     };
     let parts = send::RequestParts {
         resources: &p.resources,
         guards: &p.guards,
         label: r.label.as_deref().unwrap_or(""),
     };
-    match send::request(&p.key, &p.policy, endpoints, &parts) {
-        Ok(run) => summarize(run, &p.policy),
+    if r.verbose {
+        return traced(&p, &endpoints, &parts);
+    }
+    match send::request(&p.key, &p.policy, endpoints.clone(), &parts) {
+        Ok(run) => {
+            let timed_out = matches!(run.outcome, Err(Failure::Timeout { .. }));
+            let mut summary = summarize(run, &p.policy);
+            if timed_out {
+                // what the request could not see: ICMP errors, other server ids, silence
+                if let Ok(findings) = probe::probe(&p.key, &p.policy, &endpoints) {
+                    summary.explain(&findings);
+                }
+            }
+            summary
+        }
         Err(e) => RequestSummary::failed(
             "configuration",
             start_failure(&e),
             EXIT_CONFIG,
             Some(horizon_ms),
+        ),
+    }
+}
+
+/// `--verbose`: the request traced on rlctl's own socket, each event on stderr as it
+/// happens; a timeout is explained by what the request itself saw.
+fn traced(p: &Prepared, endpoints: &[Endpoint], parts: &send::RequestParts<'_>) -> RequestSummary {
+    eprintln!(
+        "rlctl: tracing the request to {} endpoint(s), horizon {} ms",
+        endpoints.len(),
+        p.policy.horizon_ms()
+    );
+    let shown = |e: &Event| eprintln!("  {e}");
+    match send::traced_request(&p.key, &p.policy, endpoints, parts, shown) {
+        Ok((run, findings)) => {
+            let timed_out = matches!(run.outcome, Err(Failure::Timeout { .. }));
+            let mut summary = summarize(run, &p.policy);
+            if timed_out {
+                summary.explain(&findings);
+            }
+            summary
+        }
+        Err(e) => RequestSummary::failed(
+            "configuration",
+            format!("the traced request cannot start on this host: {e}"),
+            EXIT_CONFIG,
+            Some(p.policy.horizon_ms()),
         ),
     }
 }

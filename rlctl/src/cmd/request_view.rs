@@ -46,6 +46,19 @@ impl RequestSummary {
         }
     }
 
+    /// Adds what was seen of each endpoint to the error (the JSON keeps its keys: the
+    /// findings extend the `error` text).
+    pub fn explain(&mut self, findings: &[rl_toolkit::words::EndpointFinding]) {
+        if findings.is_empty() {
+            return;
+        }
+        let seen = rl_toolkit::words::one_line(findings);
+        self.error = Some(match self.error.take() {
+            Some(e) => format!("{e}. {seen}"),
+            None => seen,
+        });
+    }
+
     /// The one-line JSON object.
     pub fn to_json(&self) -> Value {
         let (server_id, resources, guards) = match &self.response {

@@ -1,7 +1,10 @@
-//! `YYYY-MM-DDTHH:MM:SSZ` text of a Unix time, for server start times in `discover`.
+//! `YYYY-MM-DDTHH:MM:SSZ` (RFC 3339, UTC) text of a Unix time: server start times in
+//! `rlctl discover`, the time of a loadgen report.
 //!
 //! Owns: the civil-from-days conversion (proleptic Gregorian, UTC). Must not touch:
-//! clocks (the time is a parameter).
+//! clocks (the time is a parameter; [`now_text`] is the one reading of the wall clock).
+
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// `YYYY-MM-DDTHH:MM:SSZ` of a Unix time in seconds.
 pub fn utc_text(unix_s: u64) -> String {
@@ -25,6 +28,14 @@ pub fn utc_text(unix_s: u64) -> String {
     )
 }
 
+/// [`utc_text`] of the wall clock now (whole seconds).
+pub fn now_text() -> String {
+    let unix_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    utc_text(unix_s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -35,5 +46,6 @@ mod tests {
         assert_eq!(utc_text(1_767_225_600), "2026-01-01T00:00:00Z");
         assert_eq!(utc_text(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(utc_text(86_399), "1970-01-01T23:59:59Z");
+        assert!(now_text().starts_with("20") && now_text().ends_with('Z'));
     }
 }

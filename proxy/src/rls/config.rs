@@ -1,0 +1,580 @@
+//! envoyproxy/ratelimit's YAML configuration files, one domain per file, read into
+//! [`Rules`].
+//!
+//! ```yaml
+//! domain: edge                      # required, unique across the files
+//! descriptors:
+//!   - key: remote_address           # required
+//!     rate_limit:
+//!       unit: minute                # second | minute | hour | day | week
+//!       requests_per_unit: 3
+//!   - key: path
+//!     value: /login                 # optional: a value rule wins over the key-only rule
+//!     rate_limit:
+//!       window: 10s                 # the extension: any window (ms, s, m, h, d) instead of unit
+//!       requests_per_unit: 5
+//!       name: login                 # optional: the metrics label and the policy name
+//!     shadow_mode: true             # optional: decided and counted, always answered OK
+//!   - key: tenant
+//!     value: free*                  # a trailing * matches every value with that prefix
+//!     descriptors:                  # nested: the request's next entry is matched here
+//!       - key: user
+//!         rate_limit: { unlimited: true }
+//! ```
+//!
+//! Also accepted: `detailed_metric` (no effect: per-value series would let clients choose
+//! the metrics' cardinality; the per-rule series stay). Refused, with the file and line:
+//! unknown keys, `replaces`, a `unit` that is no fixed length (`month`, `year`: Ratelimitly
+//! windows are whole milliseconds up to the key's `rate_window_size_ms_max`), `unit` and
+//! `window` together, `unlimited` with a unit, a window longer than the API key allows,
+//! duplicate descriptors and duplicate domains.
+//!
+//! Owns: the file format. Must not touch: requests, the engine.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
+
+use super::metrics::RlsMetrics;
+use super::rules::{Domain, KeyRules, Level, Limit, Node, Quota, Rule, Rules, Unit};
+
+/// Nesting depth of `descriptors` at most (a bound on the recursion, not on real files).
+const MAX_DEPTH: usize = 32;
+
+/// What the files are checked against.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Bounds {
+    /// The API key's longest window (`rate_window_size_ms_max`); `None` when no key is
+    /// known (`--check`).
+    pub window_max: Option<Duration>,
+}
+
+/// Reads and checks `paths` (one domain each). Errors start with the file's path and
+/// name the line.
+pub fn load(paths: &[PathBuf], bounds: Bounds, metrics: &RlsMetrics) -> Result<Rules, String> {
+    let mut rules = Rules {
+        window_max: bounds.window_max,
+        ..Rules::default()
+    };
+    let mut seen: Vec<(String, &PathBuf)> = Vec::new();
+    for path in paths {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let domain =
+            parse(&text, bounds, metrics).map_err(|e| format!("{}: {e}", path.display()))?;
+        if let Some((_, other)) = seen.iter().find(|(d, _)| **d == *domain.name) {
+            return Err(format!(
+                "{}: domain {:?} is also configured by {}",
+                path.display(),
+                &*domain.name,
+                other.display()
+            ));
+        }
+        seen.push((domain.name.to_string(), path));
+        rules.domains.insert(domain.name.to_string(), domain);
+    }
+    Ok(rules)
+}
+
+type Yaml<'a> = MarkedYaml<'a>;
+
+fn at(n: &Yaml<'_>, msg: impl std::fmt::Display) -> String {
+    format!("line {}: {msg}", n.span.start.line())
+}
+
+/// A scalar's text (`None` for null and non-scalars).
+fn text(n: &Yaml<'_>) -> Option<String> {
+    match &n.data {
+        YamlData::Value(Scalar::String(s)) => Some(s.to_string()),
+        YamlData::Value(Scalar::Integer(i)) => Some(i.to_string()),
+        YamlData::Value(Scalar::Boolean(b)) => Some(b.to_string()),
+        YamlData::Value(Scalar::FloatingPoint(f)) => Some(f.to_string()),
+        YamlData::Representation(s, _, _) => Some(s.to_string()),
+        YamlData::Tagged(_, inner) => text(inner),
+        _ => None,
+    }
+}
+
+fn string(n: &Yaml<'_>, field: &str) -> Result<String, String> {
+    text(n).ok_or_else(|| at(n, format!("{field} must be a string")))
+}
+
+fn boolean(n: &Yaml<'_>, field: &str) -> Result<bool, String> {
+    match &n.data {
+        YamlData::Value(Scalar::Boolean(b)) => Ok(*b),
+        _ => Err(at(n, format!("{field} must be true or false"))),
+    }
+}
+
+/// The entries of mapping `n` (`what` names it in errors), each key one of `allowed`.
+fn mapping<'n, 'a>(
+    n: &'n Yaml<'a>,
+    what: &str,
+    allowed: &[&str],
+) -> Result<Vec<(String, &'n Yaml<'a>)>, String> {
+    let YamlData::Mapping(m) = &n.data else {
+        return Err(at(n, format!("{what} must be a mapping")));
+    };
+    let mut out = Vec::with_capacity(m.len());
+    for (k, v) in m.iter() {
+        let key = text(k).ok_or_else(|| at(k, format!("{what}: keys must be strings")))?;
+        if !allowed.contains(&key.as_str()) {
+            let hint = if key == "replaces" {
+                " (not supported: every descriptor of a call is decided in one atomic request)"
+            } else {
+                ""
+            };
+            return Err(at(
+                k,
+                format!(
+                    "unknown key {key:?} in {what}{hint}; expected one of {}",
+                    allowed.join(", ")
+                ),
+            ));
+        }
+        out.push((key, v));
+    }
+    Ok(out)
+}
+
+/// The items of sequence `n` (null: none).
+fn sequence<'n, 'a>(n: &'n Yaml<'a>, what: &str) -> Result<&'n [Yaml<'a>], String> {
+    match &n.data {
+        YamlData::Sequence(s) => Ok(s),
+        YamlData::Value(Scalar::Null) => Ok(&[]),
+        _ => Err(at(n, format!("{what} must be a list"))),
+    }
+}
+
+/// `WINDOW` of the `window:` extension: a whole number and `ms`, `s`, `m`, `h` or `d`.
+pub fn parse_window(s: &str) -> Result<Duration, String> {
+    let bad = || format!("window must look like 500ms, 10s, 5m, 2h or 1d, not {s:?}");
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (num, unit) = s.split_at(split);
+    let num: u64 = num.parse().map_err(|_| bad())?;
+    let ms_per: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(bad()),
+    };
+    let ms = num.checked_mul(ms_per).ok_or_else(bad)?;
+    if ms == 0 || ms > u64::from(u32::MAX) {
+        return Err(format!("window must be 1 ms to {} ms, not {s:?}", u32::MAX));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+/// A `unit` name (any case) as a fixed length; month and year refused.
+fn unit_of(name: &str) -> Result<Unit, String> {
+    match name.to_ascii_lowercase().as_str() {
+        "second" => Ok(Unit::Second),
+        "minute" => Ok(Unit::Minute),
+        "hour" => Ok(Unit::Hour),
+        "day" => Ok(Unit::Day),
+        "week" => Ok(Unit::Week),
+        u @ ("month" | "year") => Err(format!(
+            "unit {u} cannot be carried: Ratelimitly windows are fixed lengths in whole \
+             milliseconds, not calendar periods (use window:, e.g. window: 30d)"
+        )),
+        other => Err(format!(
+            "unknown unit {other:?} (second, minute, hour, day or week; or window:)"
+        )),
+    }
+}
+
+/// One file's reader.
+struct Reader<'m> {
+    bounds: Bounds,
+    metrics: &'m RlsMetrics,
+    domain: Arc<str>,
+}
+
+impl Reader<'_> {
+    /// A `rate_limit` block, with the rule's label and shadow flag.
+    fn rate_limit(&self, n: &Yaml<'_>, path: &str, shadow: bool) -> Result<Rule, String> {
+        const KEYS: [&str; 6] = [
+            "unit",
+            "requests_per_unit",
+            "unlimited",
+            "name",
+            "window",
+            "replaces",
+        ];
+        let (mut unit, mut rpu, mut unlimited, mut name, mut window) =
+            (None, None, false, String::new(), None);
+        for (k, v) in mapping(n, "rate_limit", &KEYS[..5])? {
+            match k.as_str() {
+                "unit" => unit = Some((unit_of(&string(v, "unit")?).map_err(|e| at(v, e))?, v)),
+                "requests_per_unit" => match &v.data {
+                    YamlData::Value(Scalar::Integer(i)) => {
+                        rpu = Some(
+                            u32::try_from(*i)
+                                .map_err(|_| at(v, "requests_per_unit must be 0 to 4294967295"))?,
+                        )
+                    }
+                    _ => return Err(at(v, "requests_per_unit must be a whole number")),
+                },
+                "unlimited" => unlimited = boolean(v, "unlimited")?,
+                "name" => name = string(v, "name")?,
+                _ => {
+                    window = Some((
+                        parse_window(&string(v, "window")?).map_err(|e| at(v, e))?,
+                        v,
+                    ))
+                }
+            }
+        }
+        let quota = match (unlimited, unit, window) {
+            (true, None, None) => Quota::Unlimited,
+            (true, _, _) => {
+                return Err(at(n, "unlimited: true takes no unit or window"));
+            }
+            (false, Some(_), Some((_, w))) => {
+                return Err(at(w, "unit and window together: give one"));
+            }
+            (false, None, None) => return Err(at(n, "rate_limit needs a unit or a window")),
+            (false, Some((u, v)), None) => self.limited(u.window(), u, rpu, n, v)?,
+            (false, None, Some((w, v))) => self.limited(Some(w), Unit::of_window(w), rpu, n, v)?,
+        };
+        let label: Arc<str> = if name.is_empty() {
+            path.into()
+        } else {
+            name.as_str().into()
+        };
+        Ok(Rule {
+            quota,
+            shadow,
+            counters: self.metrics.rule(&self.domain, &label),
+            label,
+            name: name.into(),
+        })
+    }
+
+    fn limited(
+        &self,
+        window: Option<Duration>,
+        unit: Unit,
+        rpu: Option<u32>,
+        block: &Yaml<'_>,
+        at_window: &Yaml<'_>,
+    ) -> Result<Quota, String> {
+        let window = window.unwrap_or(Duration::ZERO);
+        if let Some(max) = self.bounds.window_max
+            && window > max
+        {
+            return Err(at(
+                at_window,
+                format!(
+                    "a window of {} ms is longer than the API key allows ({} ms)",
+                    window.as_millis(),
+                    max.as_millis()
+                ),
+            ));
+        }
+        let requests_per_unit =
+            rpu.ok_or_else(|| at(block, "rate_limit needs requests_per_unit"))?;
+        Ok(Quota::Limited(Limit {
+            requests_per_unit,
+            window,
+            unit,
+        }))
+    }
+
+    /// The `descriptors` list `n` into `level`; `parent` is the key path above.
+    fn descriptors(
+        &self,
+        n: &Yaml<'_>,
+        level: &mut Level,
+        parent: &str,
+        depth: usize,
+    ) -> Result<(), String> {
+        if depth > MAX_DEPTH {
+            return Err(at(n, format!("descriptors nested deeper than {MAX_DEPTH}")));
+        }
+        for d in sequence(n, "descriptors")? {
+            self.descriptor(d, level, parent, depth)?;
+        }
+        Ok(())
+    }
+
+    fn descriptor(
+        &self,
+        d: &Yaml<'_>,
+        level: &mut Level,
+        parent: &str,
+        depth: usize,
+    ) -> Result<(), String> {
+        const KEYS: [&str; 6] = [
+            "key",
+            "value",
+            "rate_limit",
+            "descriptors",
+            "shadow_mode",
+            "detailed_metric",
+        ];
+        let fields = mapping(d, "a descriptor", &KEYS)?;
+        let get = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+        let key = match get("key").map(|v| string(v, "key")) {
+            Some(Ok(k)) if !k.is_empty() => k,
+            Some(Err(e)) => return Err(e),
+            _ => return Err(at(d, "a descriptor needs a key")),
+        };
+        let value = get("value").and_then(text).filter(|v| !v.is_empty());
+        let shadow = get("shadow_mode")
+            .map(|v| boolean(v, "shadow_mode"))
+            .transpose()?
+            .unwrap_or(false);
+        if let Some(v) = get("detailed_metric") {
+            boolean(v, "detailed_metric")?;
+        }
+        let step = match &value {
+            Some(v) => format!("{key}_{v}"),
+            None => key.clone(),
+        };
+        let path = if parent.is_empty() {
+            step
+        } else {
+            format!("{parent}.{step}")
+        };
+        let mut node = Node {
+            rule: get("rate_limit")
+                .map(|r| self.rate_limit(r, &path, shadow))
+                .transpose()?,
+            children: Level::default(),
+        };
+        if let Some(children) = get("descriptors") {
+            self.descriptors(children, &mut node.children, &path, depth + 1)?;
+        }
+        let dup = || at(d, format!("duplicate descriptor {path:?}"));
+        let rules: &mut KeyRules = level.keys.entry(key).or_default();
+        match value {
+            None if rules.any.is_some() => return Err(dup()),
+            None => rules.any = Some(node),
+            Some(v) => match v.strip_suffix('*') {
+                Some(prefix) if rules.prefixes.iter().any(|(p, _)| p == prefix) => {
+                    return Err(dup());
+                }
+                Some(prefix) => rules.prefixes.push((prefix.to_owned(), node)),
+                None if rules.by_value.contains_key(&v) => return Err(dup()),
+                None => {
+                    rules.by_value.insert(v, node);
+                }
+            },
+        }
+        Ok(())
+    }
+}
+
+/// Checks the text of one file: its domain.
+pub fn parse(text: &str, bounds: Bounds, metrics: &RlsMetrics) -> Result<Domain, String> {
+    let docs = Yaml::load_from_str(text)
+        .map_err(|e| format!("line {}: {}", e.marker().line(), e.info()))?;
+    let [doc] = docs.as_slice() else {
+        return Err(format!(
+            "one YAML document per file (one domain), found {}",
+            docs.len()
+        ));
+    };
+    let fields = mapping(doc, "the file", &["domain", "descriptors"])?;
+    let get = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+    let domain = match get("domain").map(|v| string(v, "domain")) {
+        Some(Ok(d)) if !d.is_empty() => d,
+        Some(Err(e)) => return Err(e),
+        Some(Ok(_)) => return Err(at(doc, "domain is empty")),
+        None => return Err(at(doc, "domain is required")),
+    };
+    let reader = Reader {
+        bounds,
+        metrics,
+        domain: domain.as_str().into(),
+    };
+    let mut root = Level::default();
+    if let Some(d) = get("descriptors") {
+        reader.descriptors(d, &mut root, "", 0)?;
+    }
+    Ok(Domain {
+        override_counters: metrics.rule(&reader.domain, &"(override)".into()),
+        name: reader.domain,
+        root,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+
+    const FILE: &str = "\
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+  - key: path
+    value: /login
+    shadow_mode: true
+    rate_limit:
+      window: 10s
+      requests_per_unit: 5
+      name: login
+  - key: path
+    rate_limit:
+      unit: SECOND
+      requests_per_unit: 100
+  - key: tenant
+    value: free*
+    descriptors:
+      - key: user
+        rate_limit:
+          unit: hour
+          requests_per_unit: 10
+  - key: tenant
+    value: gold
+    descriptors:
+      - key: user
+        rate_limit: { unlimited: true }
+  - key: generic_key
+    value: two
+    rate_limit: { unit: day, requests_per_unit: 2 }
+    descriptors:
+      - key: user
+";
+
+    fn e(k: &str, v: &str) -> Entry {
+        Entry {
+            key: k.into(),
+            value: v.into(),
+        }
+    }
+
+    fn domain() -> Domain {
+        parse(FILE, Bounds::default(), &RlsMetrics::default()).unwrap()
+    }
+
+    fn limit(d: &Domain, entries: &[Entry]) -> Option<(u32, Duration, Unit, String)> {
+        let r = d.find(entries)?;
+        match r.quota {
+            Quota::Limited(l) => Some((l.requests_per_unit, l.window, l.unit, r.label.to_string())),
+            Quota::Unlimited => Some((0, Duration::ZERO, Unit::Other, "unlimited".into())),
+        }
+    }
+
+    #[test]
+    fn matching_follows_the_reference_server() {
+        let d = domain();
+        assert_eq!(&*d.name, "edge");
+        let m = Duration::from_secs(60);
+        assert_eq!(
+            limit(&d, &[e("remote_address", "10.0.0.1")]),
+            Some((3, m, Unit::Minute, "remote_address".into()))
+        );
+        // the value rule wins over the key-only rule
+        assert_eq!(
+            limit(&d, &[e("path", "/login")]),
+            Some((5, Duration::from_secs(10), Unit::Other, "login".into()))
+        );
+        assert!(d.find(&[e("path", "/login")]).unwrap().shadow);
+        assert_eq!(
+            limit(&d, &[e("path", "/x")]).map(|l| l.3),
+            Some("path".into())
+        );
+        // nested, through a prefix rule
+        assert_eq!(
+            limit(&d, &[e("tenant", "free-42"), e("user", "u")]),
+            Some((
+                10,
+                Duration::from_secs(3600),
+                Unit::Hour,
+                "tenant_free*.user".into()
+            ))
+        );
+        assert_eq!(
+            limit(&d, &[e("tenant", "gold"), e("user", "u")]).map(|l| l.3),
+            Some("unlimited".into())
+        );
+        // the entry stops at a node without a limit, or misses: no rule
+        assert_eq!(limit(&d, &[e("tenant", "gold")]), None);
+        assert_eq!(limit(&d, &[e("tenant", "silver"), e("user", "u")]), None);
+        assert_eq!(limit(&d, &[e("unknown", "x")]), None);
+        assert_eq!(limit(&d, &[]), None);
+        // more entries than the rule's depth: no rule
+        assert_eq!(limit(&d, &[e("remote_address", "a"), e("x", "y")]), None);
+        // a rule that also has nested descriptors
+        assert_eq!(limit(&d, &[e("generic_key", "two")]).map(|l| l.0), Some(2));
+        assert_eq!(limit(&d, &[e("generic_key", "two"), e("user", "u")]), None);
+        let rules = Rules {
+            domains: [("edge".to_owned(), d)].into(),
+            window_max: None,
+        };
+        assert_eq!(rules.rule_count(), 6);
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let err = |text: &str| parse(text, Bounds::default(), &RlsMetrics::default()).unwrap_err();
+        let e = err(&FILE.replace("unit: hour", "unit: month"));
+        assert!(e.starts_with("line 23:") && e.contains("month"), "{e}");
+        let e = err(&FILE.replace("unit: minute", "unit: year"));
+        assert!(e.starts_with("line 5:") && e.contains("year"), "{e}");
+        let e = err(&FILE.replace("unit: minute", "unit: fortnight"));
+        assert!(e.starts_with("line 5:"), "{e}");
+        let e = err(&FILE.replace("window: 10s", "window: 10x"));
+        assert!(e.starts_with("line 11:"), "{e}");
+        let e = err(&FILE.replace("shadow_mode", "shadow"));
+        assert!(e.starts_with("line 9:") && e.contains("unknown key"), "{e}");
+        let e = err(&FILE.replace("      name: login\n", "      replaces: [{name: x}]\n"));
+        assert!(
+            e.starts_with("line 13:") && e.contains("not supported"),
+            "{e}"
+        );
+        let e = err(&FILE.replace("value: gold", "value: free*"));
+        assert!(e.contains("duplicate") && e.starts_with("line 25:"), "{e}");
+        let e = err("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n");
+        assert!(
+            e.starts_with("line 4:") && e.contains("requests_per_unit"),
+            "{e}"
+        );
+        let e = err(
+            "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n",
+        );
+        assert!(e.starts_with("line 4:"), "{e}");
+        let e = err(
+            "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {window: 1s, unit: second, requests_per_unit: 1}\n",
+        );
+        assert!(e.starts_with("line 4:") && e.contains("together"), "{e}");
+        let e = err("descriptors: []\n");
+        assert!(e.contains("domain is required"), "{e}");
+        let e = err("domain: a\ndescriptors:\n  - key: k\n   bad: [\n");
+        assert!(e.starts_with("line "), "{e}");
+        let e = err("domain: a\ndescriptors:\n  - value: v\n");
+        assert!(e.starts_with("line 3:") && e.contains("key"), "{e}");
+        // the key's window limit
+        let bounds = Bounds {
+            window_max: Some(Duration::from_secs(3600)),
+        };
+        let e = parse(FILE, bounds, &RlsMetrics::default()).unwrap_err();
+        assert!(e.starts_with("line 32:") && e.contains("API key"), "{e}");
+        // an empty domain configuration is fine
+        assert!(parse("domain: a\n", Bounds::default(), &RlsMetrics::default()).is_ok());
+    }
+
+    #[test]
+    fn windows() {
+        assert_eq!(parse_window("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_window("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_window("30d"), Ok(Duration::from_secs(30 * 86_400)));
+        assert!(parse_window("0s").is_err());
+        assert!(parse_window("50d").is_err(), "over u32::MAX ms");
+        assert!(parse_window("s").is_err());
+        assert!(parse_window("10").is_err());
+        assert_eq!(Unit::of_window(Duration::from_secs(60)), Unit::Minute);
+        assert_eq!(Unit::of_window(Duration::from_secs(10)), Unit::Other);
+    }
+}

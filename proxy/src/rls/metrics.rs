@@ -1,0 +1,184 @@
+//! The rate limit service's own series: per configured rule, what its descriptors got
+//! ([`RuleCounters`]), and per call, what the call was answered ([`RlsMetrics`]).
+//!
+//! ```text
+//! rl_proxy_rls_descriptors_total{domain="D",rule="R",outcome="granted|over_limit|not_consumed|shadow_over_limit|failed"}
+//! rl_proxy_rls_calls_total{answer="ok|over_limit|invalid_argument|unavailable"}
+//! ```
+//!
+//! `rule` is the rule's `rate_limit.name`, else its key path (`key_value.key2`), or
+//! `(override)` for a request's `RateLimitOverride` on a descriptor no rule matches. The
+//! series are made when a configuration is loaded, one set per rule: their number is
+//! bounded by the configurations loaded, never by the values clients send (a reload
+//! keeps the counters of the labels it still has, and the old ones stay).
+//!
+//! Owns: the counters and their text. Must not touch: decisions, the engine.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+/// What one descriptor of a call got, in counter order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DescriptorOutcome {
+    /// Its tokens were consumed (a shadow rule's too, while under its limit).
+    Granted,
+    /// Over its limit: the call was answered `OVER_LIMIT` and nothing was consumed.
+    OverLimit,
+    /// Under its limit, but another descriptor of the call was over: nothing consumed.
+    NotConsumed,
+    /// A `shadow_mode` rule over its limit (answered OK).
+    ShadowOverLimit,
+    /// No decision (the failure policy answered).
+    Failed,
+}
+
+/// The `outcome` label values, in [`DescriptorOutcome`] order.
+pub const DESCRIPTOR_OUTCOMES: [&str; 5] = [
+    "granted",
+    "over_limit",
+    "not_consumed",
+    "shadow_over_limit",
+    "failed",
+];
+
+/// One rule's counters.
+#[derive(Debug, Default)]
+pub struct RuleCounters {
+    outcomes: [AtomicU64; 5],
+}
+
+impl RuleCounters {
+    /// Counts one descriptor.
+    pub fn record(&self, o: DescriptorOutcome) {
+        self.outcomes[o as usize].fetch_add(1, Relaxed);
+    }
+
+    /// The count of `o`.
+    pub fn get(&self, o: DescriptorOutcome) -> u64 {
+        self.outcomes[o as usize].load(Relaxed)
+    }
+}
+
+/// How a call was answered, in counter order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallAnswer {
+    /// `overall_code: OK`.
+    Ok,
+    /// `overall_code: OVER_LIMIT`.
+    OverLimit,
+    /// gRPC `INVALID_ARGUMENT`.
+    InvalidArgument,
+    /// gRPC `UNAVAILABLE` (no decision, no `--on-failure`).
+    Unavailable,
+}
+
+/// The `answer` label values, in [`CallAnswer`] order.
+pub const CALL_ANSWERS: [&str; 4] = ["ok", "over_limit", "invalid_argument", "unavailable"];
+
+/// (domain, rule label) → the rule's counters.
+type RuleRegistry = BTreeMap<(Arc<str>, Arc<str>), Arc<RuleCounters>>;
+
+/// The service's counters: per call, and a registry of per-rule counters.
+#[derive(Debug, Default)]
+pub struct RlsMetrics {
+    calls: [AtomicU64; 4],
+    rules: Mutex<RuleRegistry>,
+}
+
+/// `s` as a Prometheus label value (`\`, `"` and newlines escaped).
+fn label(out: &mut String, s: &str) {
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+impl RlsMetrics {
+    /// Fresh counters.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Counts one call.
+    pub fn record_call(&self, a: CallAnswer) {
+        self.calls[a as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Calls answered `a`.
+    pub fn calls(&self, a: CallAnswer) -> u64 {
+        self.calls[a as usize].load(Relaxed)
+    }
+
+    /// The counters of rule `rule` of `domain` (made on first use; configuration
+    /// loading only).
+    pub fn rule(&self, domain: &Arc<str>, rule: &Arc<str>) -> Arc<RuleCounters> {
+        let mut m = self.rules.lock().unwrap_or_else(|e| e.into_inner());
+        m.entry((domain.clone(), rule.clone())).or_default().clone()
+    }
+
+    /// Appends the series in the Prometheus text format (before a trailing `# EOF`,
+    /// which it keeps last).
+    pub fn encode(&self, out: &mut String) {
+        let eof = out.ends_with("# EOF\n");
+        if eof {
+            out.truncate(out.len() - "# EOF\n".len());
+        }
+        out.push_str(
+            "# HELP rl_proxy_rls_calls_total ShouldRateLimit calls, by answer.\n\
+             # TYPE rl_proxy_rls_calls_total counter\n",
+        );
+        for (i, a) in CALL_ANSWERS.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "rl_proxy_rls_calls_total{{answer=\"{a}\"}} {}",
+                self.calls[i].load(Relaxed)
+            );
+        }
+        out.push_str(
+            "# HELP rl_proxy_rls_descriptors_total Descriptors with a limit, by configured rule and outcome.\n\
+             # TYPE rl_proxy_rls_descriptors_total counter\n",
+        );
+        let rules = self.rules.lock().unwrap_or_else(|e| e.into_inner());
+        for ((domain, rule), c) in rules.iter() {
+            for (i, o) in DESCRIPTOR_OUTCOMES.iter().enumerate() {
+                out.push_str("rl_proxy_rls_descriptors_total{domain=\"");
+                label(out, domain);
+                out.push_str("\",rule=\"");
+                label(out, rule);
+                let _ = writeln!(out, "\",outcome=\"{o}\"}} {}", c.outcomes[i].load(Relaxed));
+            }
+        }
+        if eof {
+            out.push_str("# EOF\n");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_per_rule_escaped_and_before_eof() {
+        let m = RlsMetrics::new();
+        let c = m.rule(&"edge".into(), &"a\"b".into());
+        c.record(DescriptorOutcome::OverLimit);
+        assert!(Arc::ptr_eq(&c, &m.rule(&"edge".into(), &"a\"b".into())));
+        m.record_call(CallAnswer::OverLimit);
+        let mut page = String::from("x 1\n# EOF\n");
+        m.encode(&mut page);
+        assert!(page.starts_with("x 1\n"));
+        assert!(page.ends_with("# EOF\n"));
+        assert!(page.contains(
+            "rl_proxy_rls_descriptors_total{domain=\"edge\",rule=\"a\\\"b\",outcome=\"over_limit\"} 1\n"
+        ));
+        assert!(page.contains("rl_proxy_rls_calls_total{answer=\"over_limit\"} 1\n"));
+        assert_eq!(page.matches("rl_proxy_rls_descriptors_total{").count(), 5);
+    }
+}

@@ -1,0 +1,125 @@
+//! `--mode rls`: Envoy's rate limit service, started from the flags: the YAML files
+//! checked against the API key, the engine, the gRPC listener, the admin page, SIGHUP
+//! reloads, the readiness line, shutdown.
+//!
+//! Owns: the mode's flags and its start. Must not touch: the service's semantics
+//! (`rl_proxy_rls::rls`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use ratelimitly_engine::{ApiKey, EngineHandle};
+use ratelimitly_tower::{Exporter, LayerMetrics};
+use rl_proxy_rls::rls::{self, Bounds, RateLimiter, Reload, RlsMetrics, Rules};
+
+use crate::admin;
+use crate::cli::{AdmissionKind, Cli};
+use crate::serve::Shutdown;
+use crate::start::{self, StartError};
+
+/// Runs `--mode rls` until SIGINT or SIGTERM (or, with `--check`, checks the files).
+pub(crate) fn run(cli: Cli) -> Result<(), StartError> {
+    check_flags(&cli)?;
+    let metrics = RlsMetrics::new();
+    if cli.check {
+        let rules =
+            rls::load(&cli.config, Bounds::default(), &metrics).map_err(StartError::Usage)?;
+        eprintln!(
+            "rl-proxy: {} file(s) ok ({} domains, {} rules)",
+            cli.config.len(),
+            rules.domains.len(),
+            rules.rule_count()
+        );
+        return Ok(());
+    }
+    let text = start::key_text(&cli)?;
+    let key: ApiKey = text.parse().map_err(|e| StartError::Usage(e.to_string()))?;
+    let bounds = Bounds {
+        window_max: Some(Duration::from_millis(u64::from(
+            key.quotas().rate_window_size_ms_max,
+        ))),
+    };
+    let rules = rls::load(&cli.config, bounds, &metrics).map_err(StartError::Usage)?;
+    let rt = start::runtime()?;
+    let engine = start::engine(&cli, key, &rt)?;
+    let result = rt.block_on(serve_rls(&cli, engine.handle(), rules, bounds, metrics));
+    start::stop(rt, Some(engine));
+    result
+}
+
+/// The flags `--mode rls` refuses, and the one it needs.
+fn check_flags(cli: &Cli) -> Result<(), StartError> {
+    let refuse = |m: &str| Err(StartError::Usage(m.into()));
+    if cli.config.is_empty() {
+        return refuse(
+            "--mode rls needs --config FILE.yaml (envoyproxy/ratelimit's format, one domain per file; repeatable)",
+        );
+    }
+    if cli.upstream.is_some() {
+        return refuse("--mode rls forwards nothing: no --upstream");
+    }
+    if cli.admission == AdmissionKind::Official {
+        return refuse("--mode rls decides through the engine only (--admission engine)");
+    }
+    Ok(())
+}
+
+/// Listeners, reloads, the service and the admin page; serves until SIGINT or SIGTERM.
+async fn serve_rls(
+    cli: &Cli,
+    engine: EngineHandle,
+    rules: Rules,
+    bounds: Bounds,
+    metrics: Arc<RlsMetrics>,
+) -> Result<(), StartError> {
+    let (listener, local) = start::bind(cli.listen).await?;
+    let (admin, admin_addr) = start::bind(cli.admin_listen).await?;
+    let rules = Arc::new(ArcSwap::from_pointee(rules));
+    // registered before the readiness line: a SIGHUP from then on reloads
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
+    let reload = Reload {
+        paths: cli.config.clone(),
+        bounds,
+        rules: rules.clone(),
+        metrics: metrics.clone(),
+    };
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            reload.reload();
+        }
+    });
+    let layer = LayerMetrics::new();
+    let service = RateLimiter::new(
+        rules,
+        engine.clone(),
+        cli.on_failure,
+        metrics.clone(),
+        layer.clone(),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut server = tokio::spawn(rls::serve(listener, service, async move {
+        let _ = stopped.await;
+    }));
+    let admin_task = tokio::spawn(admin::serve(
+        admin,
+        vec![Exporter::new(layer).with_engine(engine)],
+        Arc::new(move |out: &mut String| metrics.encode(out)),
+    ));
+    let shutdown =
+        Shutdown::register().map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
+    start::print_ready(local, admin_addr);
+    shutdown.wait().await;
+    // calls in flight finish (at most the horizon); connections still open then are
+    // closed
+    let _ = stop.send(());
+    if tokio::time::timeout(Duration::from_secs(1), &mut server)
+        .await
+        .is_err()
+    {
+        server.abort();
+    }
+    admin_task.abort();
+    Ok(())
+}

@@ -1,0 +1,473 @@
+//! `rl-proxy --mode rls` end to end, as a black box: the binary started as
+//! `rl-proxy --mode rls --config FILE.yaml --endpoint ID@IP:PORT --listen 127.0.0.1:0
+//! --admin-listen 127.0.0.1:0 --on-failure closed`, our responder as the Ratelimitly
+//! service, and a gRPC client (the `envoy-types` tonic client) calling
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, rate_limit::Unit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use tokio::process::Command;
+use tonic::transport::Channel;
+
+/// Every rule kind of the format, one domain.
+const RULES: &str = "\
+domain: bb
+descriptors:
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 3 }
+  - key: path
+    value: /login
+    rate_limit: { window: 10s, requests_per_unit: 2, name: login }
+  - key: path
+    rate_limit: { unit: hour, requests_per_unit: 100 }
+  - key: tenant
+    value: acme
+    descriptors:
+      - key: user
+        rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: free
+    rate_limit: { unlimited: true }
+  - key: probe
+    shadow_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: a
+    rate_limit: { unit: minute, requests_per_unit: 5 }
+  - key: b
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+";
+
+fn rls_cmd(files: &[&TempFile], ep: &str, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+        .args(["--mode", "rls"]);
+    for f in files {
+        cmd.args(["--config", f.path()]);
+    }
+    cmd.args([
+        "--endpoint",
+        ep,
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ])
+    .args(extra);
+    cmd
+}
+
+async fn client(p: &Proc) -> RateLimitServiceClient<Channel> {
+    RateLimitServiceClient::connect(format!("http://{}", p.addr()))
+        .await
+        .expect("connects")
+}
+
+/// A responder (`id`), [`RULES`] in `file`, `rl-proxy --mode rls ... --on-failure closed`
+/// over them, and a client of it.
+async fn service(
+    id: u64,
+    file: &str,
+) -> (
+    rl_responder::ResponderHandle,
+    TempFile,
+    Proc,
+    RateLimitServiceClient<Channel>,
+) {
+    let r = responder(id);
+    let rules = TempFile::new(file, RULES);
+    let p = start(rls_cmd(
+        &[&rules],
+        &endpoint(&r),
+        &["--on-failure", "closed"],
+    ))
+    .await;
+    let c = client(&p).await;
+    (r, rules, p, c)
+}
+
+/// A request of `domain` with one descriptor per `&[(key, value)]`.
+fn req(domain: &str, descs: &[&[(&str, &str)]]) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors: descs
+            .iter()
+            .map(|entries| RateLimitDescriptor {
+                entries: entries
+                    .iter()
+                    .map(|(k, v)| Entry {
+                        key: (*k).into(),
+                        value: (*v).into(),
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend: 0,
+    }
+}
+
+async fn call(c: &mut RateLimitServiceClient<Channel>, r: RateLimitRequest) -> RateLimitResponse {
+    tokio::time::timeout(Duration::from_secs(10), c.should_rate_limit(r))
+        .await
+        .expect("answer within 10 s")
+        .expect("gRPC OK")
+        .into_inner()
+}
+
+async fn refused(c: &mut RateLimitServiceClient<Channel>, r: RateLimitRequest) -> tonic::Status {
+    tokio::time::timeout(Duration::from_secs(10), c.should_rate_limit(r))
+        .await
+        .expect("answer within 10 s")
+        .expect_err("a gRPC error")
+}
+
+fn header<'a>(r: &'a RateLimitResponse, key: &str) -> Option<&'a str> {
+    r.response_headers_to_add
+        .iter()
+        .find(|h| h.key.eq_ignore_ascii_case(key))
+        .map(|h| h.value.as_str())
+}
+
+/// (code, requests_per_unit, unit, remaining, reset seconds) of a status.
+fn st(s: &DescriptorStatus) -> (i32, Option<u32>, Option<i32>, u32, Option<i64>) {
+    (
+        s.code,
+        s.current_limit.as_ref().map(|l| l.requests_per_unit),
+        s.current_limit.as_ref().map(|l| l.unit),
+        s.limit_remaining,
+        s.duration_until_reset.map(|d| d.seconds),
+    )
+}
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+const MINUTE: Option<i32> = Some(Unit::Minute as i32);
+
+async fn metrics_text(p: &Proc) -> String {
+    String::from_utf8(get(p.admin(), "/metrics").await.body().to_vec()).unwrap()
+}
+
+/// Per-descriptor limits and statuses, hits_addend, nested descriptors, unknown keys and
+/// domains, unlimited, shadow_mode, atomicity, the RateLimit fields, the metrics (and no
+/// key in them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_black_box_list() {
+    let _s = SERIAL.lock().await;
+    let (r, _rules, p, mut c) = service(601, "rls-bb.yaml").await;
+
+    // per-descriptor limit: remaining counts down, the window is the reset
+    for left in [2, 1, 0] {
+        let a = call(&mut c, req("bb", &[&[("user", "u1")]])).await;
+        assert_eq!(a.overall_code, OK);
+        assert_eq!(st(&a.statuses[0]), (OK, Some(3), MINUTE, left, Some(60)));
+        assert_eq!(header(&a, "RateLimit-Policy"), Some("\"user\";q=3;w=60"));
+        assert_eq!(
+            header(&a, "RateLimit"),
+            Some(format!("\"user\";r={left};t=60").as_str())
+        );
+    }
+    let a = call(&mut c, req("bb", &[&[("user", "u1")]])).await;
+    assert_eq!(a.overall_code, OVER);
+    assert_eq!(st(&a.statuses[0]), (OVER, Some(3), MINUTE, 0, Some(60)));
+    assert_eq!(header(&a, "Retry-After"), Some("60"));
+    assert_eq!(header(&a, "RateLimit"), Some("\"user\";r=0;t=60"));
+    // another value, another bucket
+    let a = call(&mut c, req("bb", &[&[("user", "u9")]])).await;
+    assert_eq!(st(&a.statuses[0]).3, 2);
+
+    // hits_addend: the token count (the request's, or a descriptor's own)
+    let mut h = req("bb", &[&[("user", "u2")]]);
+    h.hits_addend = 2;
+    assert_eq!(call(&mut c, h.clone()).await.statuses[0].limit_remaining, 1);
+    assert_eq!(
+        call(&mut c, h.clone()).await.overall_code,
+        OVER,
+        "2 > 1 left"
+    );
+    h.hits_addend = 0;
+    h.descriptors[0].hits_addend = Some(UInt64Value { value: 1 });
+    assert_eq!(st(&call(&mut c, h).await.statuses[0]).3, 0);
+
+    // a value rule before the key-only rule; the window extension
+    let a = call(&mut c, req("bb", &[&[("path", "/login")]])).await;
+    let l = a.statuses[0].current_limit.as_ref().unwrap();
+    assert_eq!((l.requests_per_unit, l.name.as_str()), (2, "login"));
+    assert_eq!(a.statuses[0].duration_until_reset.unwrap().seconds, 10);
+    let a = call(&mut c, req("bb", &[&[("path", "/other")]])).await;
+    assert_eq!(st(&a.statuses[0]).1, Some(100));
+
+    // nested descriptors
+    let nested: &[(&str, &str)] = &[("tenant", "acme"), ("user", "n")];
+    assert_eq!(call(&mut c, req("bb", &[nested])).await.overall_code, OK);
+    assert_eq!(call(&mut c, req("bb", &[nested])).await.overall_code, OVER);
+    let other: &[(&str, &str)] = &[("tenant", "other"), ("user", "n")];
+    let a = call(&mut c, req("bb", &[other])).await;
+    assert_eq!(st(&a.statuses[0]), (OK, None, None, 0, None), "no rule");
+
+    // unknown keys and domains: OK, nothing asked
+    let a = call(&mut c, req("bb", &[&[("nope", "x")]])).await;
+    assert_eq!(st(&a.statuses[0]), (OK, None, None, 0, None));
+    assert!(a.response_headers_to_add.is_empty());
+    let a = call(&mut c, req("elsewhere", &[&[("user", "u1")]])).await;
+    assert_eq!((a.overall_code, a.statuses.len()), (OK, 1));
+
+    // unlimited
+    let a = call(&mut c, req("bb", &[&[("free", "x")]])).await;
+    assert_eq!(st(&a.statuses[0]), (OK, None, None, u32::MAX, None));
+
+    // shadow_mode: decided, counted, always OK
+    for _ in 0..3 {
+        let a = call(&mut c, req("bb", &[&[("probe", "p")]])).await;
+        assert_eq!(a.overall_code, OK);
+    }
+
+    // atomicity: b over its limit holds a back; a's tokens were not consumed
+    let ab: &[&[(&str, &str)]] = &[&[("a", "k")], &[("b", "k")]];
+    let a = call(&mut c, req("bb", ab)).await;
+    assert_eq!(a.overall_code, OK);
+    assert_eq!(
+        (a.statuses[0].limit_remaining, a.statuses[1].limit_remaining),
+        (4, 0)
+    );
+    let a = call(&mut c, req("bb", ab)).await;
+    assert_eq!(a.overall_code, OVER);
+    assert_eq!(st(&a.statuses[0]).0, OK);
+    assert_eq!(st(&a.statuses[0]).3, 4, "a: nothing consumed");
+    assert_eq!(st(&a.statuses[1]).0, OVER);
+    assert_eq!(
+        header(&a, "RateLimit-Policy"),
+        Some("\"a\";q=5;w=60, \"b\";q=1;w=60")
+    );
+    let a = call(&mut c, req("bb", &[&[("a", "k")]])).await;
+    assert_eq!(st(&a.statuses[0]).3, 3, "only the grants consumed a");
+
+    // the metrics: per rule and per call, never the key
+    let text = metrics_text(&p).await;
+    assert!(
+        !text.contains(NONE_KEY),
+        "the API key is not on the metrics page"
+    );
+    assert!(!text.contains("qyyqwps9"), "nor a part of it");
+    let m = parse_prometheus(&text);
+    let v = |k: &str| *m.get(k).unwrap_or_else(|| panic!("missing {k} in\n{text}"));
+    let d = |rule: &str, o: &str| {
+        v(&format!(
+            "rl_proxy_rls_descriptors_total{{domain=\"bb\",rule=\"{rule}\",outcome=\"{o}\"}}"
+        ))
+    };
+    assert_eq!(d("probe", "shadow_over_limit"), 2.0);
+    assert_eq!(d("probe", "granted"), 1.0);
+    assert_eq!(d("b", "over_limit"), 1.0);
+    assert_eq!(d("a", "not_consumed"), 1.0);
+    assert_eq!(d("login", "granted"), 1.0);
+    assert!(v("rl_proxy_rls_calls_total{answer=\"over_limit\"}") >= 4.0);
+    assert_eq!(
+        v("ratelimitly_decision_latency_seconds_count"),
+        18.0,
+        "one per call with limits"
+    );
+    assert_eq!(get(p.admin(), "/healthz").await.status(), 200);
+    // no series carries a value only a client sent (acme is the configuration's)
+    for sent in ["u1", "u9", "/other", "nope", "elsewhere"] {
+        assert!(!text.contains(sent), "{sent} in\n{text}");
+    }
+    assert_eq!(d("tenant_acme.user", "over_limit"), 1.0);
+
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+    r.stop();
+}
+
+/// Bad input gets INVALID_ARGUMENT with the reason, and the service goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_invalid_argument() {
+    let _s = SERIAL.lock().await;
+    let (r, _rules, p, mut c) = service(602, "rls-bad.yaml").await;
+    let bad = |s: &tonic::Status, what: &str| {
+        assert_eq!(s.code(), tonic::Code::InvalidArgument, "{what}: {s:?}");
+        assert!(!s.message().is_empty(), "{what}: a reason");
+    };
+    let s = refused(&mut c, req("", &[&[("user", "x")]])).await;
+    bad(&s, "empty domain");
+    assert!(s.message().contains("domain"), "{s:?}");
+    let many: Vec<&[(&str, &str)]> = (0..10_000).map(|_| &[("user", "x")][..]).collect();
+    let s = refused(&mut c, req("bb", &many)).await;
+    bad(&s, "10,000 descriptors");
+    assert!(s.message().contains("10000 descriptors"), "{s:?}");
+    let big = "v".repeat(1 << 20);
+    let s = refused(&mut c, req("bb", &[&[("user", &big)]])).await;
+    bad(&s, "a 1 MiB value");
+    let mut unit = req("bb", &[&[("user", "x")]]);
+    unit.descriptors[0].limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: 5, // MONTH
+    });
+    bad(&refused(&mut c, unit.clone()).await, "month");
+    unit.descriptors[0].limit.as_mut().unwrap().unit = 42;
+    bad(&refused(&mut c, unit).await, "unknown unit");
+    let mut hits = req("bb", &[&[("user", "x")]]);
+    hits.hits_addend = 70_000;
+    bad(&refused(&mut c, hits).await, "70000 hits");
+    // over the message limit: refused before decoding
+    let huge = "v".repeat(3 << 20);
+    let s = refused(&mut c, req("bb", &[&[("user", &huge)]])).await;
+    assert_eq!(s.code(), tonic::Code::OutOfRange, "{s:?}");
+    // and the service still answers
+    let a = call(&mut c, req("bb", &[&[("user", "after")]])).await;
+    assert_eq!(a.statuses[0].limit_remaining, 2);
+    let m = parse_prometheus(&metrics_text(&p).await);
+    assert_eq!(
+        m["rl_proxy_rls_calls_total{answer=\"invalid_argument\"}"],
+        6.0
+    );
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+    r.stop();
+}
+
+/// No decision (the service is gone): `--on-failure closed` is OVER_LIMIT, `open` is OK,
+/// neither is gRPC UNAVAILABLE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_follow_on_failure() {
+    let _s = SERIAL.lock().await;
+    let r = responder(603);
+    let ep = endpoint(&r);
+    r.stop();
+    let rules = TempFile::new("rls-fail.yaml", RULES);
+    for (flags, want) in [
+        (&["--on-failure", "closed"][..], Some(OVER)),
+        (&["--on-failure", "open"][..], Some(OK)),
+        (&[][..], None),
+    ] {
+        let p = start(rls_cmd(&[&rules], &ep, flags)).await;
+        let mut c = client(&p).await;
+        let r = req("bb", &[&[("user", "x")], &[("nope", "y")]]);
+        match want {
+            Some(code) => {
+                let a = call(&mut c, r).await;
+                assert_eq!(a.overall_code, code, "{flags:?}");
+                assert_eq!(st(&a.statuses[1]).0, OK, "no rule: OK");
+            }
+            None => {
+                let s = refused(&mut c, r).await;
+                assert_eq!(s.code(), tonic::Code::Unavailable, "{s:?}");
+            }
+        }
+        // an unknown domain needs no decision
+        let a = call(&mut c, req("elsewhere", &[&[("user", "x")]])).await;
+        assert_eq!(a.overall_code, OK);
+        let m = parse_prometheus(&metrics_text(&p).await);
+        assert_eq!(
+            m["rl_proxy_rls_descriptors_total{domain=\"bb\",rule=\"user\",outcome=\"failed\"}"],
+            1.0
+        );
+        assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+    }
+}
+
+/// `--check` names the file and line; SIGHUP applies a good file and keeps the running
+/// rules on a bad one, saying why; the mode's flags.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reload_and_flags() {
+    let _s = SERIAL.lock().await;
+    let good = TempFile::new("rls-check.yaml", RULES);
+    let month = TempFile::new(
+        "rls-month.yaml",
+        &RULES.replace(
+            "{ unit: hour, requests_per_unit: 100 }",
+            "{ unit: month, requests_per_unit: 100 }",
+        ),
+    );
+    let check = |files: &[&TempFile]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+        cmd.env_remove("RATELIMITLY_API_KEY")
+            .args(["--mode", "rls", "--check"]);
+        for f in files {
+            cmd.args(["--config", f.path()]);
+        }
+        cmd
+    };
+    let (code, err) = run_to_exit(check(&[&good])).await;
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = run_to_exit(check(&[&good, &month])).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(month.path()) && err.contains("line 9:") && err.contains("month"),
+        "{err}"
+    );
+    let (code, err) = run_to_exit(check(&[&good, &good])).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("domain \"bb\""), "one domain, one file: {err}");
+    // --mode rls needs --config; --on-failure goes with it
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+        .args(["--mode", "rls", "--endpoint", "1@127.0.0.1:9"]);
+    let (code, err) = run_to_exit(cmd).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--config"), "{err}");
+
+    let r = responder(604);
+    let file = TempFile::new(
+        "rls-reload.yaml",
+        "domain: rl\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n",
+    );
+    let log = TempFile::new("rls-reload.log", "");
+    let stderr = std::fs::File::create(&log.0).unwrap();
+    let p = start_with_stderr(
+        rls_cmd(&[&file], &endpoint(&r), &["--on-failure", "closed"]),
+        Stdio::from(stderr),
+    )
+    .await;
+    let mut c = client(&p).await;
+    let one = || req("rl", &[&[("k", "v")]]);
+    assert_eq!(call(&mut c, one()).await.overall_code, OK);
+    assert_eq!(call(&mut c, one()).await.overall_code, OVER);
+    // a good file: the new limit (another bucket) from the next call on
+    file.write("domain: rl\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n");
+    p.hangup();
+    let mut reloaded = false;
+    for _ in 0..50 {
+        let a = call(&mut c, one()).await;
+        if a.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit)
+            == Some(5)
+        {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reloaded, "the reloaded limit applies");
+    // a bad file: refused, logged with the line, the running rules kept
+    file.write("domain: rl\ndescriptors:\n  - key: k\n    rate_limit: { unit: year, requests_per_unit: 9 }\n");
+    p.hangup();
+    let mut logged = String::new();
+    for _ in 0..50 {
+        logged = std::fs::read_to_string(&log.0).unwrap();
+        if logged.contains("reload refused") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        logged.contains("reload refused") && logged.contains("line 4:"),
+        "{logged}"
+    );
+    let a = call(&mut c, one()).await;
+    assert_eq!(st(&a.statuses[0]).1, Some(5), "the running rules kept");
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+    r.stop();
+}
