@@ -1,4 +1,5 @@
-//! Sans-IO benches on virtual time: the request machine driving a full decision,
+//! Sans-IO benches on virtual time: the request machine (`Delivery`, as the engine's core
+//! state drives it) through a full decision,
 //! and the engine's timer wheel (insert / cancel / expire with 100k pending).
 //!
 //! Owns nothing but measurements; touches no socket and reads the clock only to
@@ -10,9 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use ratelimitly_engine::engine::wheel::TimerWheel;
-use ratelimitly_engine::proto::machine::{Endpoint, RequestMachine, Snapshot};
-use ratelimitly_engine::proto::outcome::{GuardResult, ResourceResult};
+use ratelimitly_engine::engine::core::TimerWheel;
+use ratelimitly_engine::proto::machine::{Delivery, Endpoint, Plan, Snapshot};
+use ratelimitly_engine::proto::outcome::{GuardResult, ResourceResult, Response};
 use ratelimitly_engine::proto::policy::RequestPolicy;
 
 fn snapshot(n: usize) -> Snapshot {
@@ -26,7 +27,7 @@ fn snapshot(n: usize) -> Snapshot {
 }
 
 fn machine(c: &mut Criterion) {
-    let policy = RequestPolicy::default();
+    let plan = Plan::new(&RequestPolicy::default());
     let snap = snapshot(2);
     let t0 = Instant::now();
     let result = ResourceResult {
@@ -40,51 +41,45 @@ fn machine(c: &mut Criterion) {
     // Oldest server answers first: round 0 sends, selection, completion delivery, outcome.
     g.bench_function("decision_oldest_first_2_servers", |b| {
         b.iter(|| {
-            let mut m = RequestMachine::new(&policy, Arc::clone(&snap), t0).expect("machine");
+            let mut m = Delivery::new(&plan, Arc::clone(&snap), t0).expect("machine");
             let mut sends = 0;
             while let Some(t) = m.poll_transmit() {
                 sends += t.endpoint + 1;
             }
             let now = t0 + Duration::from_micros(50);
-            let _ = m.handle_results(now, 1000, 1, std::iter::empty::<GuardResult>(), [result]);
+            let held = respond(&mut m, &plan, now, 1000, result);
             while let Some(t) = m.poll_transmit() {
                 sends += t.endpoint;
             }
             black_box(sends);
-            black_box(m.poll_outcome())
+            black_box((m.poll_outcome(&plan), held))
         })
     });
     // Younger server answers in round 0, the oldest is dead: retained until the round ends.
     g.bench_function("decision_dead_oldest_round0_timeout", |b| {
         b.iter(|| {
-            let mut m = RequestMachine::new(&policy, Arc::clone(&snap), t0).expect("machine");
+            let mut m = Delivery::new(&plan, Arc::clone(&snap), t0).expect("machine");
             while m.poll_transmit().is_some() {}
-            let _ = m.handle_results(
-                t0 + Duration::from_micros(50),
-                1001,
-                1,
-                std::iter::empty::<GuardResult>(),
-                [result],
-            );
+            let held = respond(&mut m, &plan, t0 + Duration::from_micros(50), 1001, result);
             if let Some(d) = m.poll_timeout() {
-                m.handle_timeout(d);
+                m.handle_timeout(&plan, d);
             }
             while m.poll_transmit().is_some() {}
-            black_box(m.poll_outcome())
+            black_box((m.poll_outcome(&plan), held))
         })
     });
     // Nobody answers: round 0, one replay round, final phase, timeout.
     g.bench_function("timeout_full_horizon", |b| {
         b.iter(|| {
-            let mut m = RequestMachine::new(&policy, Arc::clone(&snap), t0).expect("machine");
+            let mut m = Delivery::new(&plan, Arc::clone(&snap), t0).expect("machine");
             let mut guard = 0;
             loop {
                 while m.poll_transmit().is_some() {}
-                if let Some(o) = m.poll_outcome() {
+                if let Some(o) = m.poll_outcome(&plan) {
                     break black_box(o);
                 }
                 match m.poll_timeout() {
-                    Some(d) => m.handle_timeout(d),
+                    Some(d) => m.handle_timeout(&plan, d),
                     None => guard += 1,
                 }
                 assert!(guard < 4, "machine stalled");
@@ -92,6 +87,27 @@ fn machine(c: &mut Criterion) {
         })
     });
     g.finish();
+}
+
+/// A response from `server` at `now`, as the engine's core handles it: the machine's
+/// verdict, and the response built when the verdict keeps it.
+fn respond(
+    m: &mut Delivery,
+    plan: &Plan,
+    now: Instant,
+    server: u64,
+    result: ResourceResult,
+) -> Option<Response> {
+    let v = m.handle_results(plan, now, server, 1).ok()?;
+    v.keeps_response().then(|| {
+        Response::from_results(
+            server,
+            1,
+            v.phase,
+            std::iter::empty::<GuardResult>(),
+            [result],
+        )
+    })
 }
 
 fn wheel(c: &mut Criterion) {

@@ -19,36 +19,36 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The crate is split along one boundary: a **sans-IO core** that never touches a
-//! socket or reads a clock (time is always a parameter), and a thin **I/O driver**
-//! (`engine`) that owns sockets, timers and threads and feeds the core.
+//! The crate is split along one boundary: **sans-IO** parts that never touch a socket,
+//! a thread or a clock (time is always a parameter, outputs are data), and the layers
+//! that own the I/O and the threads and feed them.
 //!
 //! ```text
 //!  application threads (Tokio, plain threads, ...)
 //!     │  EngineHandle::request().consume(..).guard(..).send() / .wait() / submit_batch()
-//!     ▼  crossbeam queue (lock-free) + udp::Waker (a syscall only if the core waits)
-//! ┌── one I/O shell per core: a pinned std thread (driver) or a Tokio task (hosted) ──────┐
-//! │  clock · udp::UdpIo (io_uring or mmsg, GSO/GRO) · fault containment · stats       │
-//! └────────────┬──────────────────────────────────────────────▲──────────────────────────┘
-//!    submissions, datagrams, now: Instant           transmits, socket ops, completions, deadline
-//! ┌────────────▼──────── engine::state::CoreState (sans-IO) ──┴──────────────────────────┐
-//! │  in-flight slab · timer wheel · steering socket table · report coalescing            │
-//! └────────────┬─────────────────────────────────────────────────────────────────────────┘
+//!     ▼  engine::runtime: PDU into a completion slot, lock-free queue + udp::Waker
+//! ┌── engine::runtime, one turn per core: a pinned thread or a Tokio task (hosted) ───────┐
+//! │  clock · udp::UdpIo (io_uring or mmsg, GSO/GRO) · outcomes into slots · faults        │
+//! └────────────┬──────────────────────────────────────────────▲───────────────────────────┘
+//!    submissions, datagrams, now: Instant        transmits, socket ops, outcomes, deadline
+//! ┌────────────▼──────── engine::core::CoreState (sans-IO) ───┴───────────────────────────┐
+//! │  in-flight slab · timer wheel · steering socket table · report coalescing · stats     │
+//! └────────────┬──────────────────────────────────────────────────────────────────────────┘
 //! ┌────────────▼──────────── proto: sans-IO protocol core (no sockets, no clocks) ────────┐
-//! │  key (ApiKey)  ids (Resource, LatencyTracker)  endpoint  wire (views, seal/open)       │
-//! │  policy (RequestPolicy, Schedule)  machine (Delivery)  outcome (Response, Failure)     │
+//! │  key (ApiKey)  ids (Resource, LatencyTracker)  endpoint  wire (views, seal/open)      │
+//! │  policy (RequestPolicy, Schedule)  machine (Delivery)  outcome (Response, Failure)    │
 //! └───────────────────────────────────────────────────────────────────────────────────────┘
 //! ```
 //!
-//! The driver is tested on real loopback sockets against our responder (`rl-responder`);
+//! The runtime is tested on real loopback sockets against our responder (`rl-responder`);
 //! `CoreState` and everything below it run in deterministic simulation on virtual time
 //! (`tests/simulation.rs`), and the protocol core against test vectors.
 //!
 //! Public API: the types re-exported at the crate root (what an embedding application
 //! uses) and [`proto`] (the sans-IO protocol, also used by the responder). The engine's
-//! internals that benches, the simulation and loadgen reach (`engine::state`,
-//! `engine::sockets`, `engine::inflight`, `engine::wheel`, [`udp`]) are
-//! internal: they follow the engine, not semver.
+//! sans-IO layer that the benches, the simulation and the fuzz target reach
+//! ([`engine::core`]) and the I/O layer ([`udp`]) are internal: they follow the engine,
+//! not semver.
 //!
 //! The lock-free code (the completion slots, the driver's waker, the shutdown gate) takes
 //! its atomics, cells and park/unpark from one shim module; with the cargo feature

@@ -11,10 +11,11 @@
 //! `loom_tests` modules explore every interleaving (up to a preemption bound) of the
 //! real code:
 //!
-//! - `engine::completion`: one completion slot, complete vs wait vs drop vs timeout;
+//! - `engine::runtime::completion`: one completion slot, complete vs wait vs drop vs
+//!   timeout;
 //! - `udp::wake`: the waker's pending/parked handshake, wake vs park (no lost wake-up);
-//! - `engine::submit::Gate`: shutdown vs submit (no request accepted after close and
-//!   left unfinished).
+//! - `engine::runtime::queue::Gate`: shutdown vs submit (no request accepted after close
+//!   and left unfinished).
 //!
 //! Run them with (this is the line in `.ci/run`):
 //!
@@ -67,8 +68,39 @@ pub(crate) mod thread {
     }
 }
 
-/// `std::cell::UnsafeCell` with loom's access API (`with` for reads, `with_mut` for
-/// writes), so that loom can check each access against the happens-before order.
+/// A task waker that unparks the current thread: what a blocking wait (`Completion::wait`)
+/// polls its future with.
+struct ThreadWaker(thread::Thread);
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// A waker that unparks the current thread, built once per thread.
+#[cfg(not(feature = "loom"))]
+pub(crate) fn thread_waker() -> std::task::Waker {
+    thread_local! {
+        static WAKER: std::task::Waker =
+            std::task::Waker::from(std::sync::Arc::new(ThreadWaker(thread::current())));
+    }
+    WAKER.with(|w| w.clone())
+}
+
+/// A waker that unparks the current (loom) thread; loom threads do not outlive a model's
+/// iteration, so it is built per call.
+#[cfg(feature = "loom")]
+pub(crate) fn thread_waker() -> std::task::Waker {
+    std::task::Waker::from(std::sync::Arc::new(ThreadWaker(thread::current())))
+}
+
+/// `std::cell::UnsafeCell` with loom's access API (`with_mut`; the engine's cells are
+/// only ever accessed by their one owner at a time, so every access is a `with_mut`),
+/// so that loom can check each access against the happens-before order.
 #[cfg(not(feature = "loom"))]
 #[derive(Debug)]
 #[repr(transparent)]
@@ -79,12 +111,6 @@ impl<T> UnsafeCell<T> {
     #[inline(always)]
     pub(crate) const fn new(v: T) -> UnsafeCell<T> {
         UnsafeCell(std::cell::UnsafeCell::new(v))
-    }
-
-    /// Reads through the pointer (the caller upholds the aliasing rules).
-    #[inline(always)]
-    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
-        f(self.0.get())
     }
 
     /// Writes through the pointer (the caller upholds the aliasing rules).
@@ -184,7 +210,7 @@ pub(crate) fn loom_model(
 
 /// A point of the single total order of `SeqCst` operations, between a `SeqCst` store
 /// (or read-modify-write) and a `SeqCst` load of another atomic, as in the handshakes
-/// of `udp::wake` and `engine::submit::Gate` (each side writes its flag, then reads the
+/// of `udp::wake` and `engine::runtime::queue::Gate` (each side writes its flag, then reads the
 /// other's).
 ///
 /// A no-op in a normal build: the two `SeqCst` accesses are already in that order, so

@@ -1,22 +1,30 @@
 //! Conformance checklist of docs/protocol.md §16 (and the rules of §10–§12) as named scenario tests
-//! of the sans-IO request machine, on virtual time: an `Instant` base plus `Duration`s.
-//! No sockets, no sleeping.
+//! of the request machine the engine runs (`Delivery`, driven as the engine's core state
+//! drives it: `delivery_common`), and of the datagram checks of the engine's core state
+//! itself (`CoreState::handle_datagram`), on virtual time: an `Instant` base plus
+//! `Duration`s. No sockets, no sleeping.
+
+mod delivery_common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use delivery_common::Req;
+use ratelimitly_engine::engine::core::{CoreConfig, CoreState, SocketOp, TransmitSink};
 use ratelimitly_engine::proto::key::ApiKey;
 use ratelimitly_engine::proto::machine::{
-    Accepted, Endpoint, Ignored, RequestMachine, Snapshot, Transmit, TransmitKind,
+    Accepted, Delivery, Endpoint, Ignored, Snapshot, Transmit, TransmitKind,
 };
 use ratelimitly_engine::proto::outcome::{
     Decision, Failure, FailureCategory, GuardResult, Outcome, Phase, ResourceResult, Response,
 };
 use ratelimitly_engine::proto::policy::{PolicyError, RequestPolicy, Schedule};
 use ratelimitly_engine::proto::wire::{
-    Auth, DropReason, GuardSpec, ResourceResultSpec, TenantFields, encode_rate_response_pdu, seal,
+    self, Auth, DropReason, GuardSpec, ResourceResultSpec, ResourceSpec, TenantFields,
+    encode_rate_response_pdu, seal,
 };
+use ratelimitly_engine::udp::SocketId;
 
 /// Counts heap allocations per thread, to show the machine's hot path allocates nothing.
 struct CountingAlloc;
@@ -51,16 +59,15 @@ use rl_testkit::keys::NONE as KEY_300MS;
 /// `free_plan_aes` = key id 2 with another secret).
 use rl_testkit::keys::{AES as AES_KEY, COOKIE as COOKIE_KEY};
 
-const UNIQUE: [u8; 16] = [0x42; 16];
-
 fn auth(key: &str) -> Auth {
     Auth::new(&key.parse::<ApiKey>().unwrap())
 }
 
-/// A sealed rate-response datagram from `server_id`: one guard (threshold 100 ms, current
-/// `latency`) and one resource with `deficit`.
+/// A sealed rate-response datagram from `server_id` to the request with `unique_id`: one
+/// guard (threshold 100 ms, current `latency`) and one resource with `deficit`.
 fn response_datagram(
     auth: &Auth,
+    unique_id: [u8; 16],
     server_id: u64,
     steering: u8,
     latency: u32,
@@ -85,7 +92,7 @@ fn response_datagram(
     let pdu_len = encode_rate_response_pdu(&mut out[off..], &[guard], &[res]).unwrap();
     let tenant = TenantFields {
         id: server_id,
-        unique_id: UNIQUE,
+        unique_id,
         timestamp_ms: 1_700_000_000_000,
         steering,
     };
@@ -113,7 +120,7 @@ fn snapshot(eps: &[(u64, u16)]) -> Snapshot {
         .into()
 }
 
-fn drain(m: &mut RequestMachine) -> Vec<Transmit> {
+fn drain(m: &mut Req) -> Vec<Transmit> {
     let mut out = Vec::new();
     for _ in 0..200 {
         match m.poll_transmit() {
@@ -129,7 +136,7 @@ fn endpoints_of(ts: &[Transmit], kind: TransmitKind) -> Vec<usize> {
     ts.iter().map(|t| t.endpoint).collect()
 }
 
-fn grant(m: &mut RequestMachine, now: Instant, server: u64) -> Result<Accepted, Ignored> {
+fn grant(m: &mut Req, now: Instant, server: u64) -> Result<Accepted, Ignored> {
     let guards = [GuardResult::new([7; 16], 100, 10)];
     let res = [ResourceResult {
         bucket_id: [9; 16],
@@ -140,7 +147,7 @@ fn grant(m: &mut RequestMachine, now: Instant, server: u64) -> Result<Accepted, 
     m.handle_results(now, server, 1, guards, res)
 }
 
-fn reject(m: &mut RequestMachine, now: Instant, server: u64) -> Result<Accepted, Ignored> {
+fn reject(m: &mut Req, now: Instant, server: u64) -> Result<Accepted, Ignored> {
     let res = [ResourceResult {
         bucket_id: [9; 16],
         window_ms: 60_000,
@@ -150,7 +157,7 @@ fn reject(m: &mut RequestMachine, now: Instant, server: u64) -> Result<Accepted,
     m.handle_results(now, server, 1, [], res)
 }
 
-fn outcome(m: &mut RequestMachine) -> Outcome {
+fn outcome(m: &mut Req) -> Outcome {
     assert!(
         m.poll_transmit().is_none(),
         "transmits left before the outcome"
@@ -161,13 +168,13 @@ fn outcome(m: &mut RequestMachine) -> Outcome {
     out
 }
 
-fn response(m: &mut RequestMachine) -> Response {
+fn response(m: &mut Req) -> Response {
     outcome(m).expect("a decision")
 }
 
 /// Drives a machine with no responses: returns the offsets (ms from t0) of each deadline
 /// and the transmits at each.
-fn run_silent(m: &mut RequestMachine, t0: Instant) -> Vec<(u64, Vec<Transmit>)> {
+fn run_silent(m: &mut Req, t0: Instant) -> Vec<(u64, Vec<Transmit>)> {
     let mut log = vec![(0, drain(m))];
     for _ in 0..1000 {
         let Some(at) = m.poll_timeout() else {
@@ -179,9 +186,9 @@ fn run_silent(m: &mut RequestMachine, t0: Instant) -> Vec<(u64, Vec<Transmit>)> 
     panic!("machine did not finish");
 }
 
-fn default_machine(eps: &[(u64, u16)]) -> (RequestMachine, Instant) {
+fn default_machine(eps: &[(u64, u16)]) -> (Req, Instant) {
     let t0 = Instant::now();
-    let m = RequestMachine::new(&RequestPolicy::default(), snapshot(eps), t0).unwrap();
+    let m = Req::new(&RequestPolicy::default(), snapshot(eps), t0).unwrap();
     (m, t0)
 }
 
@@ -291,7 +298,7 @@ fn final_phase_response_completes_without_more_sends() {
         .build()
         .unwrap();
     let t0 = Instant::now();
-    let mut m = RequestMachine::new(&p, snapshot(&[(10, 1), (20, 2)]), t0).unwrap();
+    let mut m = Req::new(&p, snapshot(&[(10, 1), (20, 2)]), t0).unwrap();
     assert_eq!(drain(&mut m).len(), 2);
     m.handle_timeout(t0 + ms(20));
     assert_eq!(drain(&mut m).len(), 2);
@@ -346,7 +353,7 @@ fn completion_delivery_can_be_disabled() {
         .build()
         .unwrap();
     let t0 = Instant::now();
-    let mut m = RequestMachine::new(&p, snapshot(&[(10, 1), (20, 2)]), t0).unwrap();
+    let mut m = Req::new(&p, snapshot(&[(10, 1), (20, 2)]), t0).unwrap();
     drain(&mut m);
     grant(&mut m, t0 + ms(1), 10).unwrap();
     let r = response(&mut m);
@@ -377,7 +384,7 @@ fn round0_selection_by_a_timer_firing_at_or_after_d_sends_no_completion() {
         .build()
         .unwrap();
     let t0 = Instant::now();
-    let mut m = RequestMachine::new(&p, snapshot(&[(10, 1), (20, 2)]), t0).unwrap();
+    let mut m = Req::new(&p, snapshot(&[(10, 1), (20, 2)]), t0).unwrap();
     drain(&mut m);
     assert_eq!(grant(&mut m, t0 + ms(20), 20), Ok(Accepted::Retained));
     m.handle_timeout(t0 + ms(20));
@@ -446,7 +453,7 @@ fn late_timer_skipping_rounds_replays_once() {
     let p = RequestPolicy::builder().replays(3).build().unwrap();
     assert_eq!(p.horizon_ms(), 100);
     let t0 = Instant::now();
-    let mut m = RequestMachine::new(&p, snapshot(&[(10, 1)]), t0).unwrap();
+    let mut m = Req::new(&p, snapshot(&[(10, 1)]), t0).unwrap();
     drain(&mut m);
     m.handle_timeout(t0 + ms(65)); // rounds 1, 2 and 3 have started
     assert_eq!(endpoints_of(&drain(&mut m), TransmitKind::Replay), [0]);
@@ -466,14 +473,106 @@ fn unknown_server_reply_is_ignored_and_the_request_replays() {
     assert_eq!(response(&mut m).phase, Phase::Round(1));
 }
 
+/// Transmits handed out by the engine's core state: (destination, bytes, tag).
+#[derive(Default)]
+struct Sent(Vec<(SocketAddr, Vec<u8>, u64)>);
+
+impl TransmitSink for Sent {
+    fn transmit(&mut self, _sock: SocketId, to: SocketAddr, datagram: &[u8], tag: u64) {
+        self.0.push((to, datagram.to_vec(), tag));
+    }
+}
+
+impl Sent {
+    /// The destinations and kinds (the tag's bits 62..64) handed out since the last call.
+    fn take(&mut self) -> Vec<(SocketAddr, TransmitKind)> {
+        self.0
+            .drain(..)
+            .map(|(to, _, tag)| {
+                let kind = match tag >> 62 {
+                    0 => TransmitKind::Initial,
+                    1 => TransmitKind::Replay,
+                    _ => TransmitKind::Completion,
+                };
+                (to, kind)
+            })
+            .collect()
+    }
+}
+
+/// The engine's core state for `key` and endpoints `eps`, with one request of one
+/// resource submitted at `t0`; returns it, its sink and the request's unique id (what a
+/// server echoes).
+fn core_with_one_request(
+    key: &str,
+    eps: &[(u64, u16)],
+    t0: Instant,
+) -> (CoreState, Sent, [u8; 16]) {
+    let key: ApiKey = key.parse().unwrap();
+    let policy = RequestPolicy::default();
+    let cfg = CoreConfig::new(0, &key, policy.clone()).unwrap();
+    let mut seed = 1u8;
+    let entropy = Box::new(move |b: &mut [u8]| {
+        for x in b.iter_mut() {
+            seed = seed.wrapping_mul(31).wrapping_add(7);
+            *x = seed;
+        }
+        Ok(())
+    });
+    let mut state = CoreState::new(
+        cfg,
+        snapshot(eps),
+        t0,
+        SocketId::from_raw(0),
+        40_000,
+        entropy,
+    )
+    .unwrap();
+    state.set_wall_ms(1_700_000_000_000);
+    let spec = ResourceSpec {
+        bucket_id: [9; 16],
+        window_ms: 1000,
+        rate_limit: 10,
+        tokens: 1,
+    };
+    let mut pdu = [0u8; 128];
+    let n = wire::encode_rate_request_pdu(&mut pdu, policy.horizon_ms(), &[], &[spec], "").unwrap();
+    let mut sent = Sent::default();
+    state.submit(t0, &pdu[..n], 7, t0, &mut sent);
+    let mut uid = [0u8; 16];
+    uid.copy_from_slice(&sent.0[0].1[12..28]);
+    let first = sent.take();
+    assert_eq!(first.len(), eps.len());
+    assert!(first.iter().all(|&(_, k)| k == TransmitKind::Initial));
+    (state, sent, uid)
+}
+
+/// Feeds `d` to the core state at `now`: the reason it was dropped for, if it was.
+fn feed(state: &mut CoreState, sent: &mut Sent, now: Instant, d: &mut [u8]) -> Option<DropReason> {
+    let before: Vec<u64> = DropReason::ALL
+        .iter()
+        .map(|&r| state.stats().drops_of(r))
+        .collect();
+    state.handle_datagram(now, SocketId::from_raw(0), d, sent);
+    DropReason::ALL
+        .iter()
+        .zip(before)
+        .find(|&(&r, b)| state.stats().drops_of(r) > b)
+        .map(|(&r, _)| r)
+}
+
+/// The datagram checks of the engine's core state, in every auth mode with a key: a
+/// malformed, unauthenticated, wrong-mode, garbage or unknown-server answer is dropped by
+/// its reason and the request replays; a valid one decides, its steering byte asks for a
+/// rebind, and a later one of the deciding server is not expected.
 #[test]
 fn malformed_and_unauthenticated_replies_are_ignored_and_the_request_replays() {
     for key in [COOKIE_KEY, AES_KEY] {
         let a = auth(key);
-        let (mut m, t0) = default_machine(&[(10, 1), (20, 2)]);
-        drain(&mut m);
+        let t0 = Instant::now();
+        let (mut core, mut sent, uid) = core_with_one_request(key, &[(10, 1), (20, 2)], t0);
         // Truncated PDU: a declared block is missing.
-        let mut d = response_datagram(&a, 10, 1, 5, 0);
+        let mut d = response_datagram(&a, uid, 10, 1, 5, 0);
         let len = d.len();
         let mut cut = d[..len - 10].to_vec();
         if key == AES_KEY {
@@ -485,7 +584,7 @@ fn malformed_and_unauthenticated_replies_are_ignored_and_the_request_replays() {
                 out[off + 8] = 1; // declares one guard block that is absent
                 let tenant = TenantFields {
                     id: 10,
-                    unique_id: UNIQUE,
+                    unique_id: uid,
                     timestamp_ms: 0,
                     steering: 1,
                 };
@@ -494,17 +593,17 @@ fn malformed_and_unauthenticated_replies_are_ignored_and_the_request_replays() {
                 out
             };
         }
-        let r = m.handle_datagram(t0 + ms(1), &a, &mut cut);
+        let r = feed(&mut core, &mut sent, t0 + ms(1), &mut cut);
         assert!(
-            matches!(r, Err(DropReason::BadPduSize | DropReason::MissingBlocks)),
+            matches!(r, Some(DropReason::BadPduSize | DropReason::MissingBlocks)),
             "{r:?}"
         );
         // Unauthenticated: one byte of the cookie / ciphertext flipped.
         let flip = a.pdu_offset() - 1;
         d[flip] ^= 1;
-        let r = m.handle_datagram(t0 + ms(2), &a, &mut d);
+        let r = feed(&mut core, &mut sent, t0 + ms(2), &mut d);
         assert!(
-            matches!(r, Err(DropReason::CookieMismatch | DropReason::AuthFailed)),
+            matches!(r, Some(DropReason::CookieMismatch | DropReason::AuthFailed)),
             "{r:?}"
         );
         // Wrong auth mode.
@@ -513,55 +612,58 @@ fn malformed_and_unauthenticated_replies_are_ignored_and_the_request_replays() {
         } else {
             COOKIE_KEY
         };
-        let mut d = response_datagram(&auth(other), 10, 1, 5, 0);
-        assert_eq!(
-            m.handle_datagram(t0 + ms(3), &a, &mut d),
-            Err(DropReason::WrongAuthMode)
-        );
+        let mut d = response_datagram(&auth(other), uid, 10, 1, 5, 0);
+        let r = feed(&mut core, &mut sent, t0 + ms(3), &mut d);
+        assert_eq!(r, Some(DropReason::WrongAuthMode));
         // Garbage.
         let mut junk = [0xAAu8; 64];
-        assert!(m.handle_datagram(t0 + ms(4), &a, &mut junk).is_err());
+        assert!(feed(&mut core, &mut sent, t0 + ms(4), &mut junk).is_some());
         // A valid answer from a server outside the snapshot.
-        let mut d = response_datagram(&a, 11, 1, 5, 0);
-        assert_eq!(
-            m.handle_datagram(t0 + ms(5), &a, &mut d),
-            Err(DropReason::UnknownServer)
-        );
-        assert!(m.poll_outcome().is_none());
-        m.handle_timeout(t0 + ms(20));
-        assert_eq!(endpoints_of(&drain(&mut m), TransmitKind::Replay), [0, 1]);
-        let mut d = response_datagram(&a, 20, 0, 150, 0);
-        assert_eq!(m.handle_datagram(t0 + ms(21), &a, &mut d), Ok(()));
-        assert_eq!(m.poll_steering(), Some(0));
-        let mut dup = response_datagram(&a, 20, 1, 5, 0);
-        assert_eq!(
-            m.handle_datagram(t0 + ms(22), &a, &mut dup),
-            Err(DropReason::NotExpected)
-        );
-        assert_eq!(endpoints_of(&drain(&mut m), TransmitKind::Completion), [0]);
-        let r = response(&mut m);
+        let mut d = response_datagram(&a, uid, 11, 1, 5, 0);
+        let r = feed(&mut core, &mut sent, t0 + ms(5), &mut d);
+        assert_eq!(r, Some(DropReason::UnknownServer));
+        core.handle_timeout(t0 + ms(5), &mut sent);
+        assert!(core.poll_outcome().is_none());
+        core.handle_timeout(t0 + ms(20), &mut sent);
+        let replays = sent.take();
+        assert_eq!(replays.len(), 2);
+        assert!(replays.iter().all(|&(_, k)| k == TransmitKind::Replay));
+        // Server 20 decides; its steering byte 0 asks the core for another port.
+        let mut d = response_datagram(&a, uid, 20, 0, 150, 0);
+        assert_eq!(feed(&mut core, &mut sent, t0 + ms(21), &mut d), None);
+        assert!(matches!(core.poll_socket_op(), Some(SocketOp::Open { .. })));
+        let mut dup = response_datagram(&a, uid, 20, 1, 5, 0);
+        let r = feed(&mut core, &mut sent, t0 + ms(22), &mut dup);
+        assert_eq!(r, Some(DropReason::NotExpected));
+        core.handle_timeout(t0 + ms(22), &mut sent);
+        assert_eq!(sent.take(), [(addr(1), TransmitKind::Completion)]);
+        let o = core.poll_outcome().expect("an outcome");
+        assert_eq!(o.slot, 7);
+        let r = o.outcome.expect("a decision");
         assert_eq!((r.server_id, r.phase), (Some(20), Phase::Round(1)));
         // Guard current 150 >= threshold 100: rejected.
         assert_eq!(r.decision, Decision::Rejected);
         assert!(!r.guards[0].passed && !r.steering_keep);
         assert_eq!(r.resources[0].actual_rate, 3);
+        assert!(core.poll_outcome().is_none(), "one outcome");
     }
 }
 
 #[test]
 fn datagram_round0_oldest_grant() {
     let a = auth(AES_KEY);
-    let (mut m, t0) = default_machine(&[(10, 1), (20, 2)]);
-    drain(&mut m);
-    let mut d = response_datagram(&a, 20, 1, 5, 2);
-    assert_eq!(m.handle_datagram(t0 + ms(1), &a, &mut d), Ok(()));
-    let mut d = response_datagram(&a, 10, 1, 5, 0);
-    assert_eq!(m.handle_datagram(t0 + ms(2), &a, &mut d), Ok(()));
+    let t0 = Instant::now();
+    let (mut core, mut sent, uid) = core_with_one_request(AES_KEY, &[(10, 1), (20, 2)], t0);
+    let mut d = response_datagram(&a, uid, 20, 1, 5, 2);
+    assert_eq!(feed(&mut core, &mut sent, t0 + ms(1), &mut d), None);
+    let mut d = response_datagram(&a, uid, 10, 1, 5, 0);
+    assert_eq!(feed(&mut core, &mut sent, t0 + ms(2), &mut d), None);
+    core.handle_timeout(t0 + ms(2), &mut sent);
     assert!(
-        drain(&mut m).is_empty(),
+        sent.take().is_empty(),
         "both servers answered: no completion"
     );
-    let r = response(&mut m);
+    let r = core.poll_outcome().expect("an outcome").outcome.unwrap();
     assert_eq!((r.server_id, r.decision), (Some(10), Decision::Granted));
     assert_eq!((r.sends, r.completion_sends), (2, 0));
 }
@@ -612,7 +714,7 @@ fn exponential_schedule_deadlines() {
         .unwrap();
     assert_eq!(p.horizon_ms(), 80);
     let t0 = Instant::now();
-    let mut m = RequestMachine::new(&p, snapshot(&[(1, 1)]), t0).unwrap();
+    let mut m = Req::new(&p, snapshot(&[(1, 1)]), t0).unwrap();
     let log = run_silent(&mut m, t0);
     let offsets: Vec<u64> = log.iter().map(|(o, _)| *o).collect();
     assert_eq!(offsets, [0, 10, 30, 70, 80]);
@@ -639,7 +741,7 @@ fn linear_schedule_deadlines() {
         .unwrap();
     assert_eq!(p.horizon_ms(), 60);
     let t0 = Instant::now();
-    let mut m = RequestMachine::new(&p, snapshot(&[(1, 1)]), t0).unwrap();
+    let mut m = Req::new(&p, snapshot(&[(1, 1)]), t0).unwrap();
     let log = run_silent(&mut m, t0);
     let offsets: Vec<u64> = log.iter().map(|(o, _)| *o).collect();
     assert_eq!(offsets, [0, 10, 30, 60]);
@@ -659,7 +761,7 @@ fn fixed_schedule_without_final_phase_worked_value() {
         .unwrap();
     assert_eq!(p.horizon_ms(), 100);
     let t0 = Instant::now();
-    let mut m = RequestMachine::new(&p, snapshot(&[(1, 1)]), t0).unwrap();
+    let mut m = Req::new(&p, snapshot(&[(1, 1)]), t0).unwrap();
     let offsets: Vec<u64> = run_silent(&mut m, t0).iter().map(|(o, _)| *o).collect();
     assert_eq!(offsets, [0, 25, 50, 75, 100]);
 }
@@ -668,7 +770,7 @@ fn fixed_schedule_without_final_phase_worked_value() {
 fn all_endpoints_unreachable_is_a_communication_failure() {
     let (mut m, _t0) = default_machine(&[(10, 1), (20, 2), (20, 3)]);
     for t in drain(&mut m) {
-        m.transmit_failed(t.endpoint);
+        m.transmit_failed(&t);
     }
     assert_eq!(m.poll_timeout(), None);
     let f = outcome(&mut m).unwrap_err();
@@ -680,12 +782,12 @@ fn round0_send_failures_reported_late_still_make_a_communication_failure() {
     // N = 0, F = 1: round 0 ends (no replays) before the failures are reported.
     let p = RequestPolicy::builder().replays(0).build().unwrap();
     let t0 = Instant::now();
-    let mut m = RequestMachine::new(&p, snapshot(&[(10, 1), (20, 2)]), t0).unwrap();
+    let mut m = Req::new(&p, snapshot(&[(10, 1), (20, 2)]), t0).unwrap();
     let ts = drain(&mut m);
     m.handle_timeout(t0 + ms(20));
     assert!(drain(&mut m).is_empty());
     for t in ts {
-        m.transmit_failed(t.endpoint);
+        m.transmit_failed(&t);
     }
     let f = outcome(&mut m).unwrap_err();
     assert_eq!(f.category(), FailureCategory::Communication);
@@ -697,7 +799,7 @@ fn replay_send_failures_are_not_round0_failures() {
     drain(&mut m);
     m.handle_timeout(t0 + ms(20));
     let replays = drain(&mut m);
-    m.transmit_failed(replays[0].endpoint);
+    m.transmit_failed(&replays[0]);
     assert!(m.poll_outcome().is_none());
     assert_eq!(grant(&mut m, t0 + ms(30), 10), Ok(Accepted::Selected));
     assert_eq!(response(&mut m).sends, 1);
@@ -707,15 +809,15 @@ fn replay_send_failures_are_not_round0_failures() {
 fn one_unreachable_endpoint_does_not_abort_the_request() {
     let (mut m, t0) = default_machine(&[(10, 1), (20, 2)]);
     let ts = drain(&mut m);
-    m.transmit_failed(ts[0].endpoint);
+    m.transmit_failed(&ts[0]);
     assert!(m.poll_outcome().is_none());
     m.handle_timeout(t0 + ms(20));
     let replays = drain(&mut m);
-    m.transmit_failed(replays[0].endpoint);
+    m.transmit_failed(&replays[0]);
     assert_eq!(grant(&mut m, t0 + ms(22), 20), Ok(Accepted::Selected));
     let completions = drain(&mut m);
     assert_eq!(endpoints_of(&completions, TransmitKind::Completion), [0]);
-    m.transmit_failed(0);
+    m.transmit_failed(&completions[0]);
     let r = response(&mut m);
     assert_eq!(r.server_id, Some(20));
     // 2 initial + 2 replays + 1 completion, 3 of them failed.
@@ -727,13 +829,13 @@ fn snapshot_limits() {
     let t0 = Instant::now();
     let p = RequestPolicy::default();
     let empty: Snapshot = Arc::from(Vec::<Endpoint>::new());
-    let f = RequestMachine::new(&p, empty, t0).unwrap_err();
+    let f = Req::new(&p, empty, t0).unwrap_err();
     assert_eq!(f.category(), FailureCategory::Discovery);
     let many: Vec<(u64, u16)> = (0..65).map(|i| (i + 1, 1000 + i as u16)).collect();
-    let f = RequestMachine::new(&p, snapshot(&many), t0).unwrap_err();
+    let f = Req::new(&p, snapshot(&many), t0).unwrap_err();
     assert_eq!(f.category(), FailureCategory::Configuration);
     let max: Vec<(u64, u16)> = (0..64).map(|i| (i + 1, 1000 + i as u16)).collect();
-    let mut m = RequestMachine::new(&p, snapshot(&max), t0).unwrap();
+    let mut m = Req::new(&p, snapshot(&max), t0).unwrap();
     assert_eq!(drain(&mut m).len(), 64);
     assert_eq!(grant(&mut m, t0 + ms(3), 64), Ok(Accepted::Retained));
     m.handle_timeout(t0 + ms(20));
@@ -763,7 +865,7 @@ fn machine_hot_path_does_not_allocate() {
     let before = allocs();
     let mut sent = 0;
     for i in 0..100u64 {
-        let mut m = RequestMachine::new(&policy, snap.clone(), t0).unwrap();
+        let mut m = Req::new(&policy, snap.clone(), t0).unwrap();
         while m.poll_transmit().is_some() {
             sent += 1;
         }
@@ -782,8 +884,11 @@ fn machine_hot_path_does_not_allocate() {
 
 #[test]
 fn print_machine_size() {
-    let machine = std::mem::size_of::<RequestMachine>();
+    let machine = std::mem::size_of::<Delivery>();
     let response = std::mem::size_of::<Response>();
-    println!("size_of::<RequestMachine>() = {machine} bytes (Response inline: {response} bytes)");
-    assert!(machine <= 320, "{machine}");
+    println!(
+        "size_of::<Delivery>() = {machine} bytes (a response, held apart while needed: \
+         {response} bytes)"
+    );
+    assert!(machine <= 80, "{machine}");
 }

@@ -2,10 +2,13 @@
 //! the CPU, while only mmsg was measured): for each I/O backend and each placement, a
 //! core must sleep whenever it has nothing to do. Counters, not time: serving requests
 //! one at a time, the core waits (`io.waits`: a blocking wait in the kernel, or a park
-//! of the hosted task) for at least every other request and makes a bounded number of
+//! of the hosted task) for at least every fourth request and makes a bounded number of
 //! passes per request; over an idle second that follows, its passes (`io.loops`) stay
 //! few and the process's CPU stays under 5% of one CPU. One test in this binary, so
-//! nothing else shares its process.
+//! nothing else shares its process. A loaded host may stall the core or the responder
+//! past a request's 60 ms horizon: a few timed-out requests are tolerated (they are
+//! served one at a time all the same), and the statistics are asked for again until the
+//! core has published them.
 //! (`cargo test -p ratelimitly-engine --test engine_idle`.)
 
 mod engine_common;
@@ -14,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use engine_common::*;
 use ratelimitly_engine::engine::{Cores, Engine, EngineHandle};
+use ratelimitly_engine::proto::outcome::Failure;
 use ratelimitly_engine::udp::{BackendChoice, BackendKind};
 use rl_responder::Faults;
 
@@ -36,14 +40,28 @@ fn process_cpu_us() -> u64 {
 
 /// Requests served one at a time.
 const SEQUENTIAL: u64 = 200;
+/// Waits required over them: a spinning core waits almost never; a sleeping one made
+/// 168–601 waits for 200 requests here, and a hosted io_uring core on a loaded host
+/// once 97.
+const WAITS_REQUIRED: u64 = SEQUENTIAL / 4;
 /// Passes a core may make per sequential request (the submission, the answer, the
 /// completion's resend and timers; a spinning core makes hundreds).
 const LOOPS_PER_REQUEST: u64 = 12;
 
-/// The I/O counters of the engine's only core: backend, passes, waits.
+/// Timed-out requests tolerated of the [`SEQUENTIAL`] ones (a stalled host, not a
+/// spinning core: a spinning core answers everything, at a CPU's cost).
+const TIMEOUTS_TOLERATED: u64 = SEQUENTIAL / 10;
+
+/// The I/O counters of the engine's only core: backend, passes, waits. `stats` waits
+/// 100 ms for a publication; a loaded host may delay the core's first one beyond that.
 fn counters(h: &EngineHandle) -> (BackendKind, u64, u64) {
-    let io = h.stats().io.expect("a core publishes its I/O counters");
-    (io.backend, io.loops, io.waits)
+    // bounded: 50 tries of at most 100 ms each
+    for _ in 0..50 {
+        if let Some(io) = h.stats().io {
+            return (io.backend, io.loops, io.waits);
+        }
+    }
+    panic!("the core published no I/O counters in 5 s");
 }
 
 /// What one engine did: its backend, and passes and waits over the sequential
@@ -59,10 +77,15 @@ struct Measured {
 /// Serves [`SEQUENTIAL`] requests one at a time, lets the core settle, then measures
 /// an idle second.
 fn measure(h: &EngineHandle, name: &str) -> Measured {
-    let res = resource(name, u32::MAX);
+    let res = resource("idle", u32::MAX);
     let (_, l0, w0) = counters(h);
+    let mut timeouts = 0;
     for _ in 0..SEQUENTIAL {
-        assert!(h.request().consume(&res, 1).wait().is_ok());
+        match h.request().consume(&res, 1).wait() {
+            Ok(_) => {}
+            Err(Failure::Timeout { .. }) if timeouts < TIMEOUTS_TOLERATED => timeouts += 1,
+            Err(f) => panic!("{name}: {f:?} ({timeouts} timeouts before)"),
+        }
     }
     let (_, l1, w1) = counters(h);
     // the last requests' timers and the pause's publications
@@ -108,10 +131,11 @@ fn an_idle_core_sleeps_on_every_backend_and_placement() {
                 }
                 Err(err) => panic!("{backend} (hosted: {hosted}): {err}"),
             };
-            let m = measure(&e.handle(), "idle");
-            let what = format!("{backend} (hosted: {hosted}, ran {})", m.backend);
+            let what = format!("{backend} (hosted: {hosted})");
+            let m = measure(&e.handle(), &what);
+            let what = format!("{what}, ran {}", m.backend);
             assert!(
-                m.busy_waits >= SEQUENTIAL / 2,
+                m.busy_waits >= WAITS_REQUIRED,
                 "{what}: {} waits for {SEQUENTIAL} requests served one at a time: the core spins",
                 m.busy_waits
             );

@@ -1,13 +1,17 @@
-//! Property tests of the request policy and of the machine's timing on virtual time:
+//! Property tests of the request policy and of the machine's timing on virtual time (the
+//! machine the engine runs, `Delivery`, driven as its core state drives it):
 //! the horizon equals the sum of the waits the machine actually makes with no responses,
 //! it times out exactly at D, never sends at or after D, and schedules never overflow.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+mod delivery_common;
+
+use delivery_common::Req;
 use proptest::prelude::*;
 use ratelimitly as official;
-use ratelimitly_engine::proto::machine::{Endpoint, RequestMachine, Snapshot, TransmitKind};
+use ratelimitly_engine::proto::machine::{Endpoint, Snapshot, TransmitKind};
 use ratelimitly_engine::proto::outcome::{Failure, FailureCategory, Phase};
 use ratelimitly_engine::proto::policy::{PolicyError, RequestPolicy, Schedule};
 
@@ -98,7 +102,7 @@ proptest! {
         prop_assert_eq!(u64::from(p.horizon_ms()), unit * expected);
 
         let t0 = Instant::now();
-        let mut m = RequestMachine::new(&p, snapshot(endpoints), t0).unwrap();
+        let mut m = Req::new(&p, snapshot(endpoints), t0).unwrap();
         let mut sends = 0usize;
         while let Some(t) = m.poll_transmit() {
             prop_assert_eq!(t.kind, TransmitKind::Initial);
@@ -152,7 +156,7 @@ proptest! {
         let h = u64::from(p.horizon_ms());
         let at_ms = h * at_frac / 1000;
         let t0 = Instant::now();
-        let mut m = RequestMachine::new(&p, snapshot(3), t0).unwrap();
+        let mut m = Req::new(&p, snapshot(3), t0).unwrap();
         while m.poll_transmit().is_some() {}
         let now = t0 + Duration::from_millis(at_ms);
         // Fire the timers that come strictly before the response.
@@ -362,10 +366,10 @@ proptest! {
         // ---- drive
         let t0 = Instant::now();
         let half = |x2: u64| t0 + Duration::from_micros(x2 * 500);
-        let mut m = RequestMachine::new(&p, snap, t0).unwrap();
+        let mut m = Req::new(&p, snap, t0).unwrap();
         let mut answered: u64 = 0; // endpoints of servers with a valid response, as seen
         let mut completions = 0u32;
-        let mut check = |m: &mut RequestMachine, now_x2: u64, answered: u64| -> Result<(), TestCaseError> {
+        let mut check = |m: &mut Req, now_x2: u64, answered: u64| -> Result<(), TestCaseError> {
             while let Some(t) = m.poll_transmit() {
                 prop_assert!(now_x2 < 2 * h, "transmit at or after D");
                 if t.kind != TransmitKind::Initial {
@@ -381,7 +385,7 @@ proptest! {
             let t = m.poll_transmit().unwrap();
             prop_assert_eq!((t.endpoint, t.kind), (i, TransmitKind::Initial));
             if fail_some && fail_mask & (1 << i) != 0 {
-                m.transmit_failed(i);
+                m.transmit_failed(&t);
             }
         }
         prop_assert!(m.poll_transmit().is_none());

@@ -4,7 +4,8 @@
 //! of a live request spliced in so routing passes, a raw datagram, a send failure of a
 //! handed-out transmit). The core runs on virtual time in "none" auth mode, so fuzz
 //! bytes reach the response parser and the request machine. Must never panic, and
-//! every submitted request must complete exactly once after shutdown.
+//! every submitted request must end exactly once (its outcome taken as data with
+//! `poll_outcome`) by the end of the shutdown.
 #![no_main]
 
 use std::net::SocketAddr;
@@ -12,10 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use ratelimitly_engine::engine::Completion;
-use ratelimitly_engine::engine::completion::SlotPool;
-use ratelimitly_engine::engine::sockets::SocketOp;
-use ratelimitly_engine::engine::state::{CoreConfig, CoreState, TransmitSink};
+use ratelimitly_engine::engine::core::{CoreConfig, CoreState, SocketOp, TransmitSink};
 use ratelimitly_engine::proto::ids::Resource;
 use ratelimitly_engine::proto::key::ApiKey;
 use ratelimitly_engine::proto::machine::Endpoint;
@@ -61,18 +59,9 @@ fuzz_target!(|data: &[u8]| {
     let mut cfg = CoreConfig::new(0, &key, policy.clone()).expect("default policy");
     cfg.in_flight = 64;
     cfg.max_sockets = 4;
-    let pool = SlotPool::new(128).expect("slots");
     let snapshot: Arc<[Endpoint]> = Arc::from(eps);
-    let mut state = CoreState::new(
-        cfg,
-        pool.clone(),
-        snapshot,
-        t0,
-        SocketId::from_raw(0),
-        50_000,
-        entropy,
-    )
-    .expect("state");
+    let mut state = CoreState::new(cfg, snapshot, t0, SocketId::from_raw(0), 50_000, entropy)
+        .expect("state");
     let core = &mut state;
     let res = Resource::new("fuzz", Duration::from_secs(60), 100).expect("resource");
     let spec = ResourceSpec {
@@ -85,7 +74,9 @@ fuzz_target!(|data: &[u8]| {
     let pdu_len = wire::encode_rate_request_pdu(&mut pdu, policy.horizon_ms(), &[], &[spec], "")
         .expect("request encodes");
     let mut sink = Sink(Vec::new());
-    let mut pending: Vec<Completion> = Vec::new();
+    // slots submitted and not ended; at most 128 at once, as a small slot pool allows
+    let mut pending: Vec<u32> = Vec::new();
+    let mut next_slot = 0u32;
     let mut now = t0;
     let mut next_sock = 1u32;
     let mut ops = data.chunks(2);
@@ -95,9 +86,13 @@ fuzz_target!(|data: &[u8]| {
             0 => {
                 for _ in 0..=(arg % 4) {
                     // as an engine core takes a request from its queue
-                    let Some(slot) = pool.acquire() else { break };
+                    if pending.len() >= 128 {
+                        break;
+                    }
+                    let slot = next_slot;
+                    next_slot += 1;
+                    pending.push(slot);
                     core.submit(now, &pdu[..pdu_len], slot, now, &mut sink);
-                    pending.push(Completion::new(pool.clone(), slot));
                 }
             }
             1 => {
@@ -128,6 +123,7 @@ fuzz_target!(|data: &[u8]| {
             }
             _ => {}
         }
+        take_outcomes(core, &mut pending);
         while let Some(op) = core.poll_socket_op() {
             if let SocketOp::Open { .. } = op {
                 let id = SocketId::from_raw(next_sock);
@@ -141,7 +137,15 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     core.shutdown(now, &mut sink);
-    for c in pending {
-        assert!(c.try_take().is_ok(), "a request never completed");
-    }
+    take_outcomes(core, &mut pending);
+    assert!(pending.is_empty(), "{} requests never ended", pending.len());
 });
+
+/// Takes the requests the core ended: each submitted one exactly once.
+fn take_outcomes(core: &mut CoreState, pending: &mut Vec<u32>) {
+    while let Some(o) = core.poll_outcome() {
+        let i = pending.iter().position(|&s| s == o.slot);
+        let i = i.unwrap_or_else(|| panic!("slot {} ended twice or never ran", o.slot));
+        pending.swap_remove(i);
+    }
+}

@@ -172,6 +172,10 @@ struct Pending {
     ttl_s: u32,
 }
 
+/// An SRV target with its server id and the addresses found for it.
+type Found = (u64, Pending, Vec<IpAddr>);
+
+/// One discovery: the SRV lookup, the addresses of its targets, then the servers.
 async fn resolve_async(
     resolver: TokioResolver,
     srv_name: Name,
@@ -180,8 +184,14 @@ async fn resolve_async(
         .srv_lookup(srv_name)
         .await
         .map_err(|e| DiscoveryError::from(&e))?;
+    let pending = srv_targets(&srv);
+    let (found, last_err) = target_addresses(&resolver, &srv, pending).await;
+    discovery(found, last_err)
+}
 
-    // SRV targets with a valid server label, keyed (and so sorted) by server id.
+/// The SRV targets with a valid server label, keyed (and so sorted) by server id; a
+/// server named by several records keeps the smallest TTL.
+fn srv_targets(srv: &Lookup) -> BTreeMap<u64, Pending> {
     let mut pending: BTreeMap<u64, Pending> = BTreeMap::new();
     let mut skipped = 0usize;
     for rec in srv.answers() {
@@ -209,9 +219,19 @@ async fn resolve_async(
             "more SRV targets than one discovery looks up; keeping the oldest servers"
         );
     }
+    pending
+}
 
+/// The addresses of the oldest [`MAX_SRV_TARGETS`] targets: those the SRV answer carries,
+/// else an A and an AAAA lookup per target, all at once. Returns them sorted by server id,
+/// with the last lookup error seen.
+async fn target_addresses(
+    resolver: &TokioResolver,
+    srv: &Lookup,
+    pending: BTreeMap<u64, Pending>,
+) -> (Vec<Found>, Option<DiscoveryError>) {
     let mut lookups = tokio::task::JoinSet::new();
-    let mut found: Vec<(u64, Pending, Vec<IpAddr>)> = Vec::new();
+    let mut found: Vec<Found> = Vec::new();
     for (id, mut p) in pending.into_iter().take(MAX_SRV_TARGETS) {
         let mut addrs = Vec::new();
         collect_addrs(srv.additionals(), &p.target, &mut addrs, &mut p.ttl_s);
@@ -247,7 +267,15 @@ async fn resolve_async(
         found.push((id, p, addrs));
     }
     found.sort_by_key(|(id, _, _)| *id);
+    (found, last_err)
+}
 
+/// The servers with at least one address (at most [`MAX_ADDRS_PER_SERVER`] each), oldest
+/// first; none is `NoServer`, or the lookup error that left them without addresses.
+fn discovery(
+    found: Vec<Found>,
+    last_err: Option<DiscoveryError>,
+) -> Result<Discovery, DiscoveryError> {
     let mut servers = Vec::with_capacity(found.len());
     for (id, p, mut addrs) in found {
         if addrs.is_empty() {

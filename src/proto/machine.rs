@@ -1,22 +1,21 @@
 //! The request state machine: delivery and selection of one non-empty logical request
 //! (docs/protocol.md §11–§12), sans-IO.
 //!
-//! Owns: [`RequestMachine`], [`Delivery`], [`Plan`], [`Endpoint`], [`Snapshot`],
-//! [`Transmit`]; the rules for rounds, replays, the final phase, round-0 oldest-server
-//! preference, completion delivery, send failures and response validity at the level of
-//! server ids.
+//! Owns: [`Delivery`], [`Plan`], [`Endpoint`], [`Snapshot`], [`Transmit`]; the rules for
+//! rounds, replays, the final phase, round-0 oldest-server preference, completion
+//! delivery, send failures and response validity at the level of server ids. The engine's
+//! core state (`engine::core::CoreState`) runs one [`Delivery`] per request in flight, and
+//! the conformance and property suites drive the same type.
 //! Must not touch: sockets, clocks (every entry point takes `now: Instant`), the encoded
 //! datagram (the caller holds it and sends the identical bytes for every [`Transmit`]),
 //! the API key. Wire parsing and authentication belong to `wire`; this module only calls it.
 //!
 //! # Design
-//! * Two layers. [`Delivery`] is the compact core that holds only the per-request state
-//!   and takes the policy constants ([`Plan`], shared by every request of a policy) as a
-//!   parameter; it decides *which* response is retained or selected but does not store
-//!   it: the caller builds the [`Response`] when told to ([`Verdict`]) and keeps it where
-//!   it likes (the engine builds it straight into the request's completion slot).
-//!   [`RequestMachine`] is the self-contained form (plan + core + the response inline)
-//!   that tests and simple drivers use.
+//! * [`Delivery`] holds only the per-request state and takes the policy constants
+//!   ([`Plan`], shared by every request of a policy) as a parameter; it decides *which*
+//!   response is retained or selected but does not store it: the caller builds the
+//!   [`Response`] when told to ([`Verdict`]) and keeps it where it likes (the engine's core
+//!   state holds it in a pooled cell until the request ends).
 //! * Deadlines are absolute offsets in ms from `t0`: round k ends at U·(B(0)+…+B(k)), the
 //!   final phase at D = H. The core keeps the current phase's end and B(k) and steps
 //!   them in O(1) ([`Schedule::next_units`]).
@@ -26,28 +25,30 @@
 //!   of a failed send is given by the caller.
 //! * No heap allocation happens in the machine (a response with more than two guards or
 //!   two resources spills its `SmallVec` when it is built, not in the machine). On x86-64
-//!   `size_of::<Delivery>()` is 72 bytes and `size_of::<RequestMachine>()` 280
-//!   (`tests/conformance.rs` prints it).
-//! * Time ordering at equal instants: [`RequestMachine::handle_results`] first applies
+//!   `size_of::<Delivery>()` is 72 bytes (`tests/conformance.rs` prints it).
+//! * Time ordering at equal instants: [`Delivery::handle_results`] first applies
 //!   deadlines strictly before `now`, so a response at exactly a deadline still belongs to
 //!   the phase that ends there (a response exactly at D is accepted);
-//!   [`RequestMachine::handle_timeout`] applies deadlines at or before `now`. Drivers
+//!   [`Delivery::handle_timeout`] applies deadlines at or before `now`. Drivers
 //!   should feed received datagrams before firing timers of the same instant.
 //! * Transmits are queued by `handle_*` calls and must be drained with
-//!   [`RequestMachine::poll_transmit`] right away; queued replays that a decision
+//!   [`Delivery::poll_transmit`] right away; queued replays that a decision
 //!   overtakes are replaced by the completion sends, and every queued transmit is dropped
 //!   at D.
+//! * A send failure is reported with the endpoint and the kind of the transmit that
+//!   failed ([`Delivery::transmit_failed`]), once per failed send: the engine carries
+//!   both in the send's tag.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::proto::error::{ConfigError, DiscoveryError};
-use crate::proto::outcome::{
-    CommError, Failure, GuardResult, Outcome, Phase, ResourceResult, Response,
-};
+#[cfg(doc)]
+use crate::proto::outcome::Response;
+use crate::proto::outcome::{CommError, Failure, Phase};
 use crate::proto::policy::{PolicyError, RequestPolicy, Schedule};
-use crate::proto::wire::{Auth, DropReason, RateResponseView, open};
+use crate::proto::wire::DropReason;
 
 /// Most endpoints one snapshot may hold (the machine's endpoint sets are `u64` masks).
 pub const MAX_ENDPOINTS: usize = 64;
@@ -198,10 +199,11 @@ pub struct Sends {
     pub completion_sends: u32,
 }
 
-/// The compact core of one logical request: everything [`RequestMachine`] does except
-/// storing the policy constants (passed in as a [`Plan`]) and the response (the caller
-/// stores the response a [`Verdict`] tells it to build; [`Delivery::poll_outcome`] then
-/// says to deliver it). No heap allocation; 72 bytes on x86-64.
+/// One logical request: emits transmits, reports its next deadline, takes responses, and
+/// ends in exactly one outcome. See the module docs for the rules. The policy constants
+/// are passed in as a [`Plan`]; the caller stores the response a [`Verdict`] tells it to
+/// build, and [`Delivery::poll_outcome`] then says to deliver it. No heap allocation;
+/// 72 bytes on x86-64.
 #[derive(Debug)]
 pub struct Delivery {
     snapshot: Snapshot,
@@ -295,7 +297,9 @@ impl Delivery {
         self.retained != NO_ENDPOINT || self.state == State::Decided
     }
 
-    /// The next transmit to perform, if any (see [`RequestMachine::poll_transmit`]).
+    /// The next transmit to perform, if any. Send the request's datagram (the same bytes
+    /// every time) to its `addr`; report a failed send with
+    /// [`Delivery::transmit_failed`].
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         if self.pending == 0 {
             return None;
@@ -350,7 +354,8 @@ impl Delivery {
         }
     }
 
-    /// Applies every deadline at or before `now` (see [`RequestMachine::handle_timeout`]).
+    /// Applies every deadline at or before `now`: round ends (round-0 selection of the
+    /// retained response, replays), the end of the final phase (timeout).
     pub fn handle_timeout(&mut self, plan: &Plan, now: Instant) {
         self.advance(plan, now, true);
     }
@@ -539,210 +544,6 @@ impl Delivery {
         if plan.completion && now < self.deadline(plan) {
             self.pending = all_mask(self.snapshot.len()) & !self.responded;
             self.pending_kind = TransmitKind::Completion;
-        }
-    }
-}
-
-/// One logical request: emits transmits, reports its next deadline, takes responses, and
-/// ends in exactly one [`Outcome`]. See the module docs for the rules. This is
-/// [`Delivery`] with its [`Plan`] and the retained/selected [`Response`] held inline.
-#[derive(Debug)]
-pub struct RequestMachine {
-    core: Delivery,
-    plan: Plan,
-    /// Endpoints whose latest transmit was a replay or completion send.
-    later: u64,
-    /// Of `later`, those whose latest transmit was a completion send.
-    completed: u64,
-    /// Endpoints whose round-0 send was reported failed.
-    failed0: u64,
-    /// Round 0: the retained candidate; decided: the selected response.
-    response: Option<Response>,
-}
-
-impl RequestMachine {
-    /// Starts a request at `now` (t0): queues round 0 to every endpoint.
-    /// An empty snapshot is a discovery failure; more than [`MAX_ENDPOINTS`] a
-    /// configuration failure.
-    pub fn new(policy: &RequestPolicy, snapshot: Snapshot, now: Instant) -> Result<Self, Failure> {
-        let plan = Plan::new(policy);
-        Ok(RequestMachine {
-            core: Delivery::new(&plan, snapshot, now)?,
-            plan,
-            later: 0,
-            completed: 0,
-            failed0: 0,
-            response: None,
-        })
-    }
-
-    /// The endpoints this request sends to.
-    pub fn snapshot(&self) -> &Snapshot {
-        self.core.snapshot()
-    }
-
-    /// t0.
-    pub fn started(&self) -> Instant {
-        self.core.started()
-    }
-
-    /// D = t0 + H, the dedup deadline.
-    pub fn deadline(&self) -> Instant {
-        self.core.deadline(&self.plan)
-    }
-
-    /// The outcome was taken.
-    pub fn is_done(&self) -> bool {
-        self.core.is_done()
-    }
-
-    /// A decision or failure is known (possibly with completion transmits still queued).
-    pub fn is_finished(&self) -> bool {
-        self.core.is_finished()
-    }
-
-    /// The next transmit to perform, if any. Send the stored datagram to `addr`; report a
-    /// failed send at once with [`RequestMachine::transmit_failed`].
-    pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        let t = self.core.poll_transmit()?;
-        let bit = 1u64 << t.endpoint;
-        match t.kind {
-            TransmitKind::Initial => {}
-            TransmitKind::Replay => {
-                self.later |= bit;
-                self.completed &= !bit;
-            }
-            TransmitKind::Completion => {
-                self.later |= bit;
-                self.completed |= bit;
-            }
-        }
-        Some(t)
-    }
-
-    /// The send of the latest transmit polled for `endpoint` failed. If every datagram of
-    /// round 0 failed, the request fails with a communication error (unless a valid
-    /// response already arrived); failures of replays and completion sends only reduce
-    /// the send counts. Report a failure before polling the endpoint's next transmit.
-    pub fn transmit_failed(&mut self, endpoint: usize) {
-        if endpoint >= self.core.snapshot().len() {
-            return;
-        }
-        let bit = 1u64 << endpoint;
-        let kind = if self.completed & bit != 0 {
-            TransmitKind::Completion
-        } else if self.later & bit != 0 || self.failed0 & bit != 0 {
-            // a replay, or a repeated report of the same round-0 failure: only the count
-            TransmitKind::Replay
-        } else {
-            self.failed0 |= bit;
-            TransmitKind::Initial
-        };
-        self.core.transmit_failed(endpoint, kind);
-        if self.core.state == State::Unreachable {
-            self.response = None;
-        }
-    }
-
-    /// The next deadline (end of the current round or of the final phase = D), while
-    /// undecided.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.core.poll_timeout()
-    }
-
-    /// Applies every deadline at or before `now`: round ends (round-0 selection of the
-    /// retained response, replays), the end of the final phase (timeout).
-    pub fn handle_timeout(&mut self, now: Instant) {
-        self.core.handle_timeout(&self.plan, now);
-    }
-
-    /// A response that passed the wire checks (tenant, auth, PDU) from `server_id` with
-    /// steering byte `steering`, received at `now`. Applies the server-id and timing rules
-    /// and, when it matters, builds the [`Response`] from the results.
-    pub fn handle_results<G, R>(
-        &mut self,
-        now: Instant,
-        server_id: u64,
-        steering: u8,
-        guards: G,
-        resources: R,
-    ) -> Result<Accepted, Ignored>
-    where
-        G: IntoIterator<Item = GuardResult>,
-        R: IntoIterator<Item = ResourceResult>,
-    {
-        let v = self
-            .core
-            .handle_results(&self.plan, now, server_id, steering)?;
-        if v.keeps_response() {
-            self.response = Some(Response::from_results(
-                server_id, steering, v.phase, guards, resources,
-            ));
-        }
-        Ok(v.accepted)
-    }
-
-    /// A received datagram for this request (the caller routed it by unique id): checks
-    /// tenant and auth TLVs (decrypting in place in aes mode) and the rate response PDU,
-    /// then applies [`RequestMachine::handle_response`]. The source address is not checked.
-    /// `Err` = dropped: count it by reason; the request stays in flight.
-    pub fn handle_datagram(
-        &mut self,
-        now: Instant,
-        auth: &Auth,
-        datagram: &mut [u8],
-    ) -> Result<(), DropReason> {
-        let opened = open(auth, datagram)?;
-        let resp = RateResponseView::parse(opened.pdu)?;
-        let (server_id, steering) = (opened.tenant.id(), opened.tenant.steering());
-        self.handle_response(now, server_id, steering, &resp)
-    }
-
-    /// A response whose tenant, auth and PDU checks passed: applies the server-id and
-    /// timing rules. `UnknownServer` (not in the snapshot) is an invalid response;
-    /// `NotExpected` means it came after the decision or after D. A second response from
-    /// an answered server, or a round-0 response from a server younger than the retained
-    /// one, is valid but unused (`Ok`).
-    pub fn handle_response(
-        &mut self,
-        now: Instant,
-        server_id: u64,
-        steering: u8,
-        resp: &RateResponseView<'_>,
-    ) -> Result<(), DropReason> {
-        match self
-            .core
-            .handle_results(&self.plan, now, server_id, steering)
-        {
-            Ok(v) => {
-                if v.keeps_response() {
-                    self.response = Some(Response::from_view(server_id, steering, v.phase, resp));
-                }
-                Ok(())
-            }
-            Err(ignored) => ignored.drop_reason().map_or(Ok(()), Err),
-        }
-    }
-
-    /// The steering byte of the latest valid response since the last call (0 = the server
-    /// asks the client to move to another source port). Never changes the decision.
-    pub fn poll_steering(&mut self) -> Option<u8> {
-        self.core.poll_steering()
-    }
-
-    /// The outcome, exactly once, after the queued completion transmits were drained.
-    pub fn poll_outcome(&mut self) -> Option<Outcome> {
-        match self.core.poll_outcome(&self.plan)? {
-            Ok(s) => {
-                let mut r = self.response.take()?;
-                r.sends = s.sends;
-                r.completion_sends = s.completion_sends;
-                Some(Ok(r))
-            }
-            Err(f) => {
-                self.response = None;
-                Some(Err(f))
-            }
         }
     }
 }

@@ -285,7 +285,7 @@ impl UdpIo {
     /// datagrams a previous call left over first, then one `recvmmsg` on each socket
     /// for which `read` says so. For a driver whose readiness is tracked by someone
     /// else (a hosted engine core waits in its async runtime, see
-    /// `engine::hosted`); the io_uring backend does one non-blocking `run_once`.
+    /// `engine::runtime::hosted`); the io_uring backend does one non-blocking `run_once`.
     pub fn run_nowait(
         &mut self,
         read: &dyn Fn(SocketId) -> bool,

@@ -189,14 +189,14 @@ mod loom_tests {
             // task waker's unpark
             let driver = loom::thread::spawn(move || {
                 let (w, work) = (w2, work2);
-                let task = crate::engine::completion::thread_waker();
+                let task = crate::sync::thread_waker();
                 let mut seen = 0;
                 loop {
                     seen += work.swap(0, Ordering::SeqCst);
                     if seen == 2 {
                         break;
                     }
-                    // the wait future of `engine::hosted`: each poll registers the
+                    // the wait future of `engine::runtime::hosted`: each poll registers the
                     // task first; the first one parks
                     let mut parked = false;
                     loop {

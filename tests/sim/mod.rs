@@ -1,7 +1,8 @@
 //! A deterministic simulation of engine cores on a virtual network.
 //!
 //! The engine's sans-IO core states (`CoreState`, built directly from a `CoreConfig` and
-//! fed submissions as an engine core's turn feeds them) run against simulated servers built on the responder's sans-IO decision logic
+//! fed submissions as an engine core's turn feeds them; their outcomes taken as data with
+//! `poll_outcome`) run against simulated servers built on the responder's sans-IO decision logic
 //! (`rl_responder::decide::Responder`), on a virtual clock, with seeded loss, delay,
 //! reordering (random delay), duplication, send failures, server death and restart,
 //! steering hints and endpoint changes. No socket is opened and no thread is started:
@@ -22,10 +23,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelimitly_engine::engine::Completion;
-use ratelimitly_engine::engine::completion::SlotPool;
-use ratelimitly_engine::engine::sockets::SocketOp;
-use ratelimitly_engine::engine::state::{CoreConfig, CoreState, REPORT_TAG, TransmitSink};
+use ratelimitly_engine::engine::core::{CoreConfig, CoreState, REPORT_TAG, SocketOp, TransmitSink};
 use ratelimitly_engine::proto::ids::{LatencyTracker, Resource};
 use ratelimitly_engine::proto::key::ApiKey;
 use ratelimitly_engine::proto::machine::{Endpoint, Snapshot};
@@ -160,8 +158,8 @@ pub struct Sim {
     pub now: Instant,
     pub rng: Rng,
     pub faults: NetFaults,
-    /// The completion slots every core completes into.
-    pool: Arc<SlotPool>,
+    /// Free completion slot numbers (as the engine's pool hands them out).
+    free_slots: Vec<u32>,
     /// The endpoint set the cores are given each turn.
     snapshot: Snapshot,
     cores: Vec<CoreSim>,
@@ -175,7 +173,8 @@ pub struct Sim {
     /// unique id -> deadline D of the request (from its first send).
     deadlines: HashMap<[u8; 16], Instant>,
     pub horizon: Duration,
-    pending: Vec<(u64, Completion)>,
+    /// Requests not yet ended, by slot: their ids.
+    pending: HashMap<u32, u64>,
     pub outcomes: Vec<(u64, Outcome)>,
     next_req: u64,
     key: ApiKey,
@@ -243,7 +242,7 @@ impl Sim {
             })
             .collect::<Vec<_>>();
         let seed = cfg.seed;
-        let pool = SlotPool::new(cfg.cores * cfg.in_flight * 2).expect("completion slots");
+        let slots = (cfg.cores * cfg.in_flight * 2) as u32;
         let snapshot: Snapshot = Arc::from(eps);
         let cores = (0..cfg.cores)
             .map(|i| {
@@ -256,16 +255,8 @@ impl Sim {
                     Ok(())
                 });
                 let first = SocketId::from_raw(0);
-                let state = CoreState::new(
-                    cc,
-                    pool.clone(),
-                    snapshot.clone(),
-                    t0,
-                    first,
-                    50_000,
-                    entropy,
-                )
-                .expect("core state");
+                let state = CoreState::new(cc, snapshot.clone(), t0, first, 50_000, entropy)
+                    .expect("core state");
                 let mut open = BTreeMap::new();
                 open.insert(first, 50_000);
                 CoreSim {
@@ -287,7 +278,7 @@ impl Sim {
             now: t0,
             rng,
             faults: cfg.faults,
-            pool,
+            free_slots: (0..slots).rev().collect(),
             snapshot,
             cores,
             next_core: 0,
@@ -298,7 +289,7 @@ impl Sim {
             seq: 0,
             deadlines: HashMap::new(),
             horizon: cfg.policy.horizon(),
-            pending: Vec::new(),
+            pending: HashMap::new(),
             outcomes: Vec::new(),
             next_req: 0,
             key,
@@ -335,7 +326,7 @@ impl Sim {
         )
         .expect("request encodes");
         for _ in 0..n {
-            let Some(slot) = self.pool.acquire() else {
+            let Some(slot) = self.free_slots.pop() else {
                 // every slot in use: the handle answers `Overloaded` at once
                 self.outcomes
                     .push((self.next_req, Err(Failure::Overloaded)));
@@ -349,8 +340,7 @@ impl Sim {
                 slot,
                 submitted: self.now,
             });
-            let c = Completion::new(self.pool.clone(), slot);
-            self.pending.push((self.next_req, c));
+            self.pending.insert(slot, self.next_req);
             self.next_req += 1;
         }
     }
@@ -573,7 +563,7 @@ impl Sim {
             self.route(c, &mut handed);
         }
         self.handed_buf = handed;
-        self.wake_callers(c);
+        self.take_outcomes(c);
         self.socket_ops(c);
         let core = &self.cores[c];
         assert_eq!(
@@ -661,12 +651,8 @@ impl Sim {
     }
 
     fn collect(&mut self) {
-        let pending = std::mem::take(&mut self.pending);
-        for (id, c) in pending {
-            match c.try_take() {
-                Ok(o) => self.outcomes.push((id, o)),
-                Err(c) => self.pending.push((id, c)),
-            }
+        for c in 0..self.cores.len() {
+            self.take_outcomes(c);
         }
     }
 
@@ -721,17 +707,21 @@ impl Sim {
                 }
             }
             core.state.shutdown(now, &mut Sink(&mut handed));
-            self.wake_callers(c);
+            self.take_outcomes(c);
             self.route(c, &mut handed);
         }
         self.handed_buf = handed;
         self.collect();
     }
 
-    /// Wakes the callers whose requests core `c` completed.
-    fn wake_callers(&mut self, c: usize) {
-        for idx in self.cores[c].state.take_wakes() {
-            self.pool.wake(idx);
+    /// Takes the requests core `c` ended, as data: each slot's request ends once, and its
+    /// slot is free again.
+    fn take_outcomes(&mut self, c: usize) {
+        while let Some(o) = self.cores[c].state.poll_outcome() {
+            let id = self.pending.remove(&o.slot);
+            let id = id.unwrap_or_else(|| panic!("slot {} ended twice or never ran", o.slot));
+            self.outcomes.push((id, o.outcome));
+            self.free_slots.push(o.slot);
         }
     }
 

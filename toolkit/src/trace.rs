@@ -1,8 +1,10 @@
-//! A traced request: one logical request driven by the engine's sans-IO
-//! [`RequestMachine`] on sockets of the tool's own (one per address family, error queue
-//! on), so that every transmit, every received datagram and every ICMP error can be
+//! A traced request: one logical request driven by the request machine the engine's core
+//! runs ([`Delivery`] with its policy's [`Plan`], the response it keeps held beside it, as
+//! `CoreState` holds it) on sockets of the tool's own (one per address family, error
+//! queue on), so that every transmit, every received datagram and every ICMP error can be
 //! shown with the round it belongs to. The datagrams and rounds are the engine's (same
-//! codec, same machine, same policy); only the I/O loop is this file's.
+//! codec, same machine, same policy, the same datagram checks: [`wire::open_response`]);
+//! only the I/O loop is this file's.
 //!
 //! Owns: that loop (send, wait with `poll`, receive, read the error queue, fire the
 //! machine's deadlines), the [`Event`] record and what it says per endpoint
@@ -18,8 +20,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ratelimitly_engine::proto::endpoint::Endpoint;
 use ratelimitly_engine::proto::key::ApiKey;
-use ratelimitly_engine::proto::machine::{RequestMachine, TransmitKind};
-use ratelimitly_engine::proto::outcome::{Failure, Outcome};
+use ratelimitly_engine::proto::machine::{Delivery, Plan, TransmitKind};
+use ratelimitly_engine::proto::outcome::{Failure, Outcome, Response};
 use ratelimitly_engine::proto::policy::RequestPolicy;
 use ratelimitly_engine::proto::wire::{
     self, Auth, DATAGRAM_RANDOM_LEN, DropReason, GuardSpec, MAX_DATAGRAM, ResourceSpec, TenantView,
@@ -69,7 +71,7 @@ impl fmt::Display for Round {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Received {
     /// A valid response from this server id (taken by the machine: selected, retained,
-    /// or a valid second answer).
+    /// or a valid answer it does not use).
     Response { server_id: u64 },
     /// Dropped; the server id when the tenant TLV could be read.
     Dropped {
@@ -161,7 +163,7 @@ impl fmt::Display for Event {
 /// A finished traced request.
 #[derive(Debug)]
 pub struct Trace {
-    /// The outcome, exactly as the machine gave it.
+    /// The outcome, exactly as the machine gave it (with the response it kept).
     pub outcome: Outcome,
     /// Datagrams sent (every successful transmit).
     pub sends: u32,
@@ -294,7 +296,10 @@ impl Sockets {
 struct Run<'a, F> {
     req: &'a TraceRequest<'a>,
     auth: Auth,
-    machine: RequestMachine,
+    machine: Delivery,
+    plan: Plan,
+    /// The response the machine keeps (retained in round 0, then the selected one).
+    held: Option<Response>,
     datagram: Vec<u8>,
     unique_id: [u8; 16],
     sockets: Sockets,
@@ -326,7 +331,7 @@ impl<F: FnMut(&Event)> Run<'_, F> {
             let endpoint = self.req.endpoints[t.endpoint];
             let error = r.err().map(|e| e.kind());
             if error.is_some() {
-                self.machine.transmit_failed(t.endpoint);
+                self.machine.transmit_failed(t.endpoint, t.kind);
             } else {
                 self.sends += 1;
                 self.completion_sends += u32::from(t.kind == TransmitKind::Completion);
@@ -381,7 +386,7 @@ impl<F: FnMut(&Event)> Run<'_, F> {
             Ok(t) if t.unique_id() != self.unique_id => Received::NotOurs { server_id: t.id() },
             Ok(t) => {
                 let server_id = t.id();
-                match self.machine.handle_datagram(now, &self.auth, data) {
+                match self.take_response(now, data) {
                     Ok(()) => Received::Response { server_id },
                     Err(reason) => Received::Dropped {
                         server_id: Some(server_id),
@@ -391,6 +396,45 @@ impl<F: FnMut(&Event)> Run<'_, F> {
             }
         };
         self.record(now, What::Receive { from, len, result });
+    }
+
+    /// A datagram routed to this request, as the engine's core state takes it: the
+    /// authentication and PDU checks, then the machine's server-id and timing rules; the
+    /// response is built when the machine keeps it. `Err`: dropped, and why.
+    fn take_response(&mut self, now: Instant, data: &mut [u8]) -> Result<(), DropReason> {
+        let (tenant, resp) = wire::open_response(&self.auth, data)?;
+        let (server_id, steering) = (tenant.id(), tenant.steering());
+        match self
+            .machine
+            .handle_results(&self.plan, now, server_id, steering)
+        {
+            Ok(v) => {
+                if v.keeps_response() {
+                    let r = Response::from_view(server_id, steering, v.phase, &resp);
+                    self.held = Some(r);
+                }
+                Ok(())
+            }
+            // a valid answer the machine does not use (a second one, a younger server's)
+            Err(ignored) => ignored.drop_reason().map_or(Ok(()), Err),
+        }
+    }
+
+    /// The outcome, once, after the queued transmits were drained: a decision is the
+    /// held response with the machine's send counts.
+    fn poll_outcome(&mut self) -> Option<Outcome> {
+        match self.machine.poll_outcome(&self.plan)? {
+            Ok(sends) => {
+                let mut r = self.held.take()?;
+                r.sends = sends.sends;
+                r.completion_sends = sends.completion_sends;
+                Some(Ok(r))
+            }
+            Err(f) => {
+                self.held = None;
+                Some(Err(f))
+            }
+        }
     }
 }
 
@@ -428,7 +472,8 @@ pub fn run(req: &TraceRequest<'_>, on_event: impl FnMut(&Event)) -> io::Result<T
     let sockets = Sockets::open(req.endpoints)?;
     let snapshot: Arc<[Endpoint]> = req.endpoints.into();
     let t0 = Instant::now();
-    let machine = match RequestMachine::new(req.policy, snapshot, t0) {
+    let plan = Plan::new(req.policy);
+    let machine = match Delivery::new(&plan, snapshot, t0) {
         Ok(m) => m,
         Err(f) => {
             return Ok(Trace {
@@ -445,6 +490,8 @@ pub fn run(req: &TraceRequest<'_>, on_event: impl FnMut(&Event)) -> io::Result<T
         req,
         auth,
         machine,
+        plan,
+        held: None,
         datagram,
         unique_id,
         sockets,
@@ -455,10 +502,10 @@ pub fn run(req: &TraceRequest<'_>, on_event: impl FnMut(&Event)) -> io::Result<T
     };
     // bounded: the machine ends by D at the latest; past D plus a margin the request is
     // over whatever it says
-    let give_up = run.machine.deadline() + Duration::from_secs(1);
+    let give_up = run.machine.deadline(&run.plan) + Duration::from_secs(1);
     let outcome = loop {
         run.send_pending();
-        if let Some(o) = run.machine.poll_outcome() {
+        if let Some(o) = run.poll_outcome() {
             break o;
         }
         let now = Instant::now();
@@ -472,7 +519,7 @@ pub fn run(req: &TraceRequest<'_>, on_event: impl FnMut(&Event)) -> io::Result<T
         run.receive();
         let now = Instant::now();
         if now >= next {
-            run.machine.handle_timeout(now);
+            run.machine.handle_timeout(&run.plan, now);
         }
     };
     let latency = t0.elapsed();

@@ -43,7 +43,7 @@ pub use request::{
 };
 pub use response::{
     RateResponseView, ResourceResultSpec, ResourceResultView, encode_rate_response_pdu,
-    rate_response_pdu_len,
+    open_response, rate_response_pdu_len,
 };
 pub use rng::{
     DATAGRAM_RANDOM_LEN, RngError, fill_random, new_nonce, new_unique_id, new_unique_id_and_nonce,

@@ -5,9 +5,9 @@
 
 use super::blocks::{GuardSpec, GuardView, grants, put_guard, resource};
 use super::{
-    DropReason, EncodeError, GUARD_BLOCK_LEN, Opened, PDU_HEADER_LEN, RESOURCE_BLOCK_LEN,
-    check_room, count_u16, get_id, get_u16, get_u32, parse_pdu, put_pdu_header, put_u16, put_u32,
-    types,
+    Auth, DropReason, EncodeError, GUARD_BLOCK_LEN, Opened, PDU_HEADER_LEN, RESOURCE_BLOCK_LEN,
+    TenantView, check_room, count_u16, get_id, get_u16, get_u32, open, parse_pdu, put_pdu_header,
+    put_u16, put_u32, types,
 };
 
 /// Resource result block offsets (after id and window, shared with the request).
@@ -102,6 +102,20 @@ impl<'a> ResourceResultView<'a> {
             deficit: self.deficit(),
         }
     }
+}
+
+/// The checks of a received rate response after its tenant TLV routed it, in order: the
+/// auth TLV (in aes mode the tag is verified and the PDU decrypted in place; a datagram
+/// whose tag fails is left unchanged), then the rate response PDU. Every driver of the
+/// request machine runs this one sequence (the engine's core state; rlctl's traced
+/// request), then gives the machine the tenant's server id and steering byte.
+pub fn open_response<'a>(
+    auth: &Auth,
+    datagram: &'a mut [u8],
+) -> Result<(TenantView<'a>, RateResponseView<'a>), DropReason> {
+    let opened = open(auth, datagram)?;
+    let response = RateResponseView::parse(opened.pdu)?;
+    Ok((opened.tenant, response))
 }
 
 /// A validated rate response PDU.

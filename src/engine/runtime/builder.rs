@@ -1,31 +1,22 @@
-//! The engine builder: its options, their validation and the preparation of the shared
-//! state, then the start of discovery and of the cores.
+//! The engine builder: its options.
 //!
-//! Owns: [`EngineBuilder`]. Must not touch: the cores' turn (`turn`), the handle.
+//! Owns: [`EngineBuilder`] and its setters, each writing the one `Settings` value
+//! (`super::config`). `Engine::builder` makes one; `EngineBuilder::build` is the
+//! lifecycle's (`super::lifecycle`): it validates the settings and starts the engine they
+//! describe. Must not touch: validation, the shared state, the cores, the handle.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::completion::{SlotPool, futures_oneshot};
-use super::config::{BuildError, Cores, DnsConfig, Settings, Source, Validated};
-use super::lifecycle::Engine;
-#[cfg(feature = "dns")]
-use super::membership;
-use super::membership::Membership;
-use super::shared::{Published, Shared};
-use super::stats::Stats;
-use super::submit::{self, CoreQueue};
+use super::config::{Cores, DnsConfig, Settings};
 use crate::proto::key::ApiKey;
-use crate::proto::machine::{Endpoint, Plan};
+use crate::proto::machine::Endpoint;
 use crate::proto::policy::RequestPolicy;
-use crate::proto::wire::Auth;
 
-/// Builds an [`Engine`]. See docs/ARCHITECTURE.md.
+/// Builds an [`Engine`](crate::Engine). See docs/ARCHITECTURE.md.
 pub struct EngineBuilder {
-    settings: Settings,
-    runtime: Option<tokio::runtime::Handle>,
+    pub(super) settings: Settings,
+    pub(super) runtime: Option<tokio::runtime::Handle>,
 }
 
 impl fmt::Debug for EngineBuilder {
@@ -44,16 +35,9 @@ impl fmt::Debug for EngineBuilder {
     }
 }
 
-impl Engine {
-    /// Starts building an engine for `key`.
-    pub fn builder(key: ApiKey) -> EngineBuilder {
-        EngineBuilder::new(key)
-    }
-}
-
 impl EngineBuilder {
-    /// The defaults for `key` ([`Engine::builder`]).
-    pub(super) fn new(key: ApiKey) -> EngineBuilder {
+    /// The defaults for `key` ([`Engine::builder`](crate::Engine::builder)).
+    pub(crate) fn new(key: ApiKey) -> EngineBuilder {
         EngineBuilder {
             settings: Settings::new(key),
             runtime: None,
@@ -168,81 +152,5 @@ impl EngineBuilder {
     pub fn report_interval(mut self, d: Duration) -> Self {
         self.settings.core.report_interval = d;
         self
-    }
-
-    /// Validates everything and allocates every per-core structure, starting no
-    /// thread and opening no socket: the handle and the engine's shared state.
-    fn prepare(cfg: &Validated) -> Result<Arc<Shared>, BuildError> {
-        let auth = Auth::new(&cfg.key);
-        let n = cfg.cpus.len();
-        let queue_cap = cfg.core.in_flight_per_core.min(1 << 16);
-        let mut queues = Vec::new();
-        queues
-            .try_reserve_exact(n)
-            .map_err(|_| BuildError::OutOfMemory)?;
-        for _ in 0..n {
-            queues.push(CoreQueue::new(queue_cap).map_err(|e| BuildError::Socket(e.kind()))?);
-        }
-        let slots = n
-            .checked_mul(cfg.core.in_flight_per_core + queue_cap)
-            .ok_or(BuildError::OutOfMemory)?;
-        let pool = SlotPool::new(slots).ok_or(BuildError::OutOfMemory)?;
-        let membership = match &cfg.source {
-            Source::Static(eps) => Membership::new(eps.clone()),
-            #[cfg(feature = "dns")]
-            Source::Dns { .. } => Membership::new(Vec::new()),
-        };
-        let published = (0..n)
-            .map(|_| Published {
-                stats: Mutex::new(Stats::new()),
-                generation: AtomicU64::new(0),
-                wanted: AtomicBool::new(false),
-            })
-            .collect();
-        Ok(Arc::new(Shared {
-            queues: queues.into_boxed_slice(),
-            pool,
-            membership,
-            max_pdu: auth.max_pdu_len(),
-            auth,
-            horizon_ms: cfg.policy.horizon_ms(),
-            window_limit_ms: cfg.key.quotas().rate_window_size_ms_max,
-            plan: Plan::new(&cfg.policy),
-            policy: cfg.policy.clone(),
-            settings: cfg.core,
-            published,
-            gate: submit::Gate::new(),
-            queue_full: AtomicU64::new(0),
-            next_thread: AtomicUsize::new(0),
-        }))
-    }
-
-    /// Validates everything (before any I/O), then starts discovery and the cores.
-    /// Blocks the calling thread until every core has bound its socket (milliseconds);
-    /// from an async runtime call it through `spawn_blocking` or use
-    /// [`EngineBuilder::build_async`].
-    pub fn build(mut self) -> Result<Engine, BuildError> {
-        let runtime = self.runtime.take();
-        self.settings.core.hosted = runtime.is_some();
-        let cfg = self.settings.validate()?;
-        let shared = Self::prepare(&cfg)?;
-        let discovery = match &cfg.source {
-            Source::Static(_) => None,
-            #[cfg(feature = "dns")]
-            Source::Dns { domain, server } => Some(
-                membership::spawn_discovery(shared.membership.clone(), domain.clone(), *server)
-                    .map_err(|e| BuildError::Socket(e.kind()))?,
-            ),
-        };
-        Engine::start(shared, &cfg.cpus, runtime, discovery)
-    }
-
-    /// [`EngineBuilder::build`] without blocking an async runtime: the blocking part
-    /// runs on a helper thread and the returned future completes when it is done
-    /// (runtime-agnostic).
-    pub fn build_async(self) -> impl std::future::Future<Output = Result<Engine, BuildError>> {
-        let (tx, rx) = futures_oneshot();
-        std::thread::spawn(move || tx.send(self.build()));
-        rx
     }
 }

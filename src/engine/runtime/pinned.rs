@@ -10,9 +10,9 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use super::config::BuildError;
+use super::consts::START_WAIT;
 use super::shared::Shared;
 use super::turn::{Core, Scheduler, Turn};
 use crate::udp::SocketId;
@@ -56,7 +56,7 @@ pub(crate) fn spawn(
         core: index,
         kind: e.kind(),
     })?;
-    match rx.recv_timeout(Duration::from_secs(10)) {
+    match rx.recv_timeout(START_WAIT) {
         Ok(Ok(addr)) => Ok((thread, addr)),
         Ok(Err(e)) => {
             let _ = thread.join();

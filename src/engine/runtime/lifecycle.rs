@@ -10,12 +10,16 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::completion::futures_oneshot;
-use super::config::BuildError;
+use super::builder::EngineBuilder;
+use super::config::{BuildError, Source};
+use super::consts::{GRACE_MARGIN, HOSTED_STOP_WAIT, STOP_POLL};
 use super::handle::EngineHandle;
+#[cfg(feature = "dns")]
+use super::membership;
 use super::shared::Shared;
 use super::turn;
 use super::{hosted, pinned};
+use crate::proto::key::ApiKey;
 use crate::proto::outcome::Failure;
 
 /// The running engine. Dropping it shuts it down.
@@ -41,6 +45,11 @@ impl fmt::Debug for Engine {
 }
 
 impl Engine {
+    /// Starts building an engine for `key`.
+    pub fn builder(key: ApiKey) -> EngineBuilder {
+        EngineBuilder::new(key)
+    }
+
     /// A handle for submitting requests (Clone + Send + Sync).
     pub fn handle(&self) -> EngineHandle {
         EngineHandle {
@@ -66,19 +75,22 @@ impl Engine {
     /// the engine stops even if the future is dropped. At most H plus 100 ms pass before
     /// whatever is still undecided is completed with `Failure::Shutdown`.
     pub fn shutdown_graceful(mut self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let (tx, rx) = futures_oneshot();
+        let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
             .name("rl-shutdown".into())
             .spawn(move || {
                 self.drain();
                 self.shutdown_inner();
-                tx.send(());
+                let _ = tx.send(());
             });
         if let Err(e) = spawned {
-            // no thread: the engine (moved into the closure) was dropped, which shuts it down
+            // no thread: the engine (moved into the closure) was dropped, which shuts it
+            // down, and the channel's sender with it: the future completes at once
             tracing::warn!(error = %e, "graceful shutdown thread failed to start; stopped at once");
         }
-        rx
+        async move {
+            let _ = rx.await;
+        }
     }
 
     /// Refuses new submissions, then waits until every core has no request in flight and
@@ -87,8 +99,7 @@ impl Engine {
         let sh = self.shared.clone();
         sh.close_to_submitters();
         let t0 = Instant::now();
-        let until =
-            t0 + Duration::from_millis(u64::from(sh.horizon_ms)) + Duration::from_millis(100);
+        let until = t0 + Duration::from_millis(u64::from(sh.horizon_ms)) + GRACE_MARGIN;
         let handle = EngineHandle { inner: sh.clone() };
         while Instant::now() < until {
             let queued: usize = sh.queues.iter().map(|q| q.len()).sum();
@@ -102,7 +113,7 @@ impl Engine {
             if queued == 0 && in_flight == 0 {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(1));
+            std::thread::sleep(STOP_POLL);
         }
     }
 
@@ -130,10 +141,8 @@ impl Engine {
         }
         if tokio::runtime::Handle::try_current().is_err() {
             let t0 = Instant::now();
-            while !self.tasks.iter().all(|t| t.is_finished())
-                && t0.elapsed() < Duration::from_secs(2)
-            {
-                std::thread::sleep(Duration::from_millis(1));
+            while !self.tasks.iter().all(|t| t.is_finished()) && t0.elapsed() < HOSTED_STOP_WAIT {
+                std::thread::sleep(STOP_POLL);
             }
         }
         self.tasks.clear();
@@ -148,15 +157,7 @@ impl Engine {
             let _ = h.join();
         }
     }
-}
 
-impl Drop for Engine {
-    fn drop(&mut self) {
-        self.shutdown_inner();
-    }
-}
-
-impl Engine {
     /// Starts the cores of a prepared engine: tasks on `runtime` when given (hosted),
     /// else one pinned thread per CPU of `cpus`, each returning once its socket is bound.
     /// On a failure the cores already started are shut down.
@@ -205,5 +206,50 @@ impl Engine {
         }
         tracing::info!(cores = n, "engine started");
         Ok(engine)
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown_inner();
+    }
+}
+
+impl EngineBuilder {
+    /// Validates everything (before any I/O), then starts discovery and the cores.
+    /// Blocks the calling thread until every core has bound its socket (milliseconds);
+    /// from an async runtime call it through `spawn_blocking` or use
+    /// [`EngineBuilder::build_async`].
+    pub fn build(mut self) -> Result<Engine, BuildError> {
+        let runtime = self.runtime.take();
+        self.settings.core.hosted = runtime.is_some();
+        let cfg = self.settings.validate()?;
+        let shared = Shared::new(&cfg)?;
+        let discovery = match &cfg.source {
+            Source::Static(_) => None,
+            #[cfg(feature = "dns")]
+            Source::Dns { domain, server } => Some(
+                membership::spawn_discovery(shared.membership.clone(), domain.clone(), *server)
+                    .map_err(|e| BuildError::Socket(e.kind()))?,
+            ),
+        };
+        Engine::start(shared, &cfg.cpus, runtime, discovery)
+    }
+
+    /// [`EngineBuilder::build`] without blocking an async runtime: the blocking part
+    /// runs on a helper thread and the returned future completes when it is done
+    /// (runtime-agnostic).
+    pub fn build_async(self) -> impl std::future::Future<Output = Result<Engine, BuildError>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(self.build());
+        });
+        async move {
+            // the helper thread always sends, unless it panicked building
+            rx.await.unwrap_or(Err(BuildError::Executor {
+                core: 0,
+                kind: std::io::ErrorKind::Other,
+            }))
+        }
     }
 }

@@ -1,27 +1,18 @@
 //! Buffered randomness for one core's unique ids and nonces.
 //!
-//! Owns: [`RandPool`] (a ChaCha20 keystream re-keyed from the injected [`Entropy`]) and
-//! the OS source [`os_entropy`]. Must not touch: anything but the bytes it hands out.
+//! Owns: [`RandPool`] (a ChaCha20 keystream re-keyed from the injected [`Entropy`]).
+//! Must not touch: anything but the bytes it hands out; the OS source is the runtime's
+//! to inject.
 
 use chacha20::ChaCha20Rng;
 use rand_core::{Rng, SeedableRng};
 use zeroize::Zeroize;
 
+use super::consts::{RESEED_BYTES, RNG_POOL};
 use crate::proto::wire::{self, RngError};
 
-/// Random bytes generated at a time.
-const RNG_POOL: usize = 4096;
-/// Bytes of ChaCha20 keystream generated under one key before it is re-keyed from the
-/// entropy source.
-const RESEED_BYTES: usize = 1 << 20;
-
-/// A source of randomness (OS randomness in a core, seeded in simulation).
+/// A source of randomness (OS randomness in a running core, seeded in simulation).
 pub type Entropy = Box<dyn FnMut(&mut [u8]) -> Result<(), RngError> + Send>;
-
-/// The OS randomness source.
-pub fn os_entropy() -> Entropy {
-    Box::new(wire::fill_random)
-}
 
 /// Buffered randomness: a ChaCha20 keystream keyed with 32 bytes of the entropy source
 /// and re-keyed every [`RESEED_BYTES`] (the construction of arc4random and of the

@@ -6,7 +6,7 @@
 //! failover state carry over) every 300 s or sooner by the smallest SRV TTL, keeps the
 //! last good set when a refresh fails or finds nothing, and refreshes at once (at most
 //! once a second, bypassing the cache) when a core finds the set empty. Changes and
-//! failures are `tracing` events (target `ratelimitly_engine::engine::membership`).
+//! failures are `tracing` events (target `ratelimitly_engine::engine::runtime::membership`).
 //! Must not touch: the request path (cores only load the snapshot and may ask for a
 //! refresh), sockets of the cores.
 
@@ -23,20 +23,12 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 
 #[cfg(feature = "dns")]
+use super::consts::{DNS_TIMEOUT, FORCE_GAP, REFRESH, RETRY_AFTER_FAILURE};
+#[cfg(feature = "dns")]
 use crate::discovery;
 #[cfg(feature = "dns")]
 use crate::proto::machine::MAX_ENDPOINTS;
 use crate::proto::machine::{Endpoint, Snapshot};
-
-/// Default refresh period (docs/protocol.md §13).
-#[cfg(feature = "dns")]
-pub(crate) const REFRESH: Duration = Duration::from_secs(300);
-/// Minimum gap between forced refreshes.
-#[cfg(feature = "dns")]
-pub(crate) const FORCE_GAP: Duration = Duration::from_secs(1);
-/// Timeout of one DNS resolution.
-#[cfg(feature = "dns")]
-pub(crate) const DNS_TIMEOUT: Duration = Duration::from_millis(1000);
 
 /// The current endpoint set, shared by every core.
 pub(crate) struct Membership {
@@ -210,7 +202,7 @@ fn keep_after_failure(
     if kept == 0 {
         FORCE_GAP
     } else {
-        REFRESH.min(Duration::from_secs(30))
+        REFRESH.min(RETRY_AFTER_FAILURE)
     }
 }
 

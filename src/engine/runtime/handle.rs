@@ -1,19 +1,21 @@
 //! The application-facing handle: submit, report, statistics, memory arithmetic.
 //!
-//! Owns: [`EngineHandle`] and the thread-to-core affinity of submitters. Must not
-//! touch: the cores' turn, sockets.
+//! Owns: [`EngineHandle`]: submission through the one way in (`super::submit`), the
+//! statistics readers, membership for tests, memory arithmetic. Must not touch: the
+//! cores' turn, sockets, the encoding of requests.
 
-use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::completion::{Completion, SlotPool};
+use super::consts::{FLUSH_WAIT, QUEUE_MAX, STATS_POLL, STATS_WAIT};
+use super::queue::Msg;
+use super::request::{Batch, Request, RequestBuilder};
 use super::shared::Shared;
-use super::stats::Stats;
-use super::submit::{Batch, Msg, Request, RequestBuilder, Submission};
-use super::{inflight, wheel};
+use super::submit::Submitter;
+use crate::engine::core::{CoreState, Stats};
 use crate::proto::ids::LatencyTracker;
 use crate::proto::machine::Endpoint;
 use crate::proto::outcome::{Failure, Outcome};
@@ -33,105 +35,30 @@ impl fmt::Debug for EngineHandle {
     }
 }
 
-thread_local! {
-    static CORE_HINT: Cell<usize> = const { Cell::new(usize::MAX) };
-}
-
 impl EngineHandle {
     /// Starts a resource request.
     pub fn request(&self) -> RequestBuilder<'_> {
-        RequestBuilder::new(self)
-    }
-
-    fn core_for_thread(&self) -> usize {
-        let n = self.inner.queues.len();
-        CORE_HINT.with(|c| {
-            let mut v = c.get();
-            if v == usize::MAX {
-                v = self.inner.next_thread.fetch_add(1, Ordering::Relaxed);
-                c.set(v);
-            }
-            v % n
-        })
-    }
-
-    /// Queues one request on `core` without waking it: its PDU is written into its
-    /// completion slot, and the queue carries the slot's index.
-    fn enqueue(&self, core: usize, req: &mut impl Submission) -> Completion {
-        if let Some(out) = req.local_outcome() {
-            return Completion::ready(out);
-        }
-        let sh = &self.inner;
-        if sh.queues[core].dead.load(Ordering::Relaxed) {
-            return Completion::ready(Err(Failure::CoreFailed { core }));
-        }
-        let Some(slot) = sh.pool.acquire() else {
-            sh.queue_full.fetch_add(1, Ordering::Relaxed);
-            return Completion::ready(Err(Failure::Overloaded));
-        };
-        let heap = match sh.pool.write_pdu(slot, |inline| req.write_pdu(inline)) {
-            Ok(heap) => heap,
-            Err(e) => {
-                // refused by the encoder after the checks of `local_outcome` (not expected)
-                sh.pool.complete(slot, Err(Failure::Configuration(e)));
-                return Completion::new(sh.pool.clone(), slot);
-            }
-        };
-        let msg = Msg::Request {
-            slot,
-            submitted: Instant::now(),
-            heap,
-        };
-        if sh.queues[core].push(msg).is_err() {
-            sh.queue_full.fetch_add(1, Ordering::Relaxed);
-            sh.pool.complete(slot, Err(Failure::Overloaded));
-        }
-        Completion::new(sh.pool.clone(), slot)
-    }
-
-    fn enter(&self) -> bool {
-        self.inner.gate.enter()
-    }
-
-    fn leave(&self) {
-        self.inner.gate.leave();
+        RequestBuilder::new(&self.inner)
     }
 
     /// Submits one built request.
-    pub fn submit(&self, mut req: Request) -> Completion {
-        self.submit_one(&mut req)
-    }
-
-    /// Submits one request (built, or encoded straight into its slot by
-    /// `RequestBuilder::send`).
-    pub(crate) fn submit_one(&self, req: &mut impl Submission) -> Completion {
-        if !self.enter() {
-            return Completion::ready(Err(Failure::Shutdown));
+    pub fn submit(&self, req: Request) -> Completion {
+        match Submitter::enter(&self.inner) {
+            Some(mut s) => req.submit(&mut s),
+            None => Completion::ready(Err(Failure::Shutdown)),
         }
-        let core = self.core_for_thread();
-        let c = self.enqueue(core, req);
-        self.inner.queues[core].wake();
-        self.leave();
-        c
     }
 
     /// Submits several requests at once (one wake per core); outcomes in order.
     pub fn submit_batch(&self, reqs: Vec<Request>) -> Batch {
-        if !self.enter() {
+        let Some(mut s) = Submitter::enter(&self.inner) else {
             return Batch::new(
                 reqs.into_iter()
                     .map(|_| Completion::ready(Err(Failure::Shutdown)))
                     .collect(),
             );
-        }
-        let core = self.core_for_thread();
-        let out = reqs
-            .into_iter()
-            .map(|mut r| self.enqueue(core, &mut r))
-            .collect();
-        self.inner.queues[core].wake();
-        self.leave();
-        Batch::new(out)
+        };
+        Batch::new(reqs.into_iter().map(|r| r.submit(&mut s)).collect())
     }
 
     /// Reports an observed latency for `tracker` (whole ms), coalesced per core and sent
@@ -140,26 +67,14 @@ impl EngineHandle {
         let observed_ms =
             crate::proto::ids::latency_ms(observed, crate::proto::ids::LatencyField::Observed)
                 .map_err(|e| Failure::Configuration(e.into()))?;
-        if !self.enter() {
-            return Err(Failure::Shutdown);
-        }
-        let core = self.core_for_thread();
-        let entry = ReportEntry {
+        let mut s = Submitter::enter(&self.inner).ok_or(Failure::Shutdown)?;
+        s.report(ReportEntry {
             tracker_id: tracker.id(),
             ttl_ms: tracker.ttl_ms(),
             max_samples: tracker.max_samples(),
             min_samples: tracker.min_samples(),
             observed_ms,
-        };
-        let r = if self.inner.queues[core].push(Msg::Report(entry)).is_ok() {
-            self.inner.queues[core].wake();
-            Ok(())
-        } else {
-            self.inner.queue_full.fetch_add(1, Ordering::Relaxed);
-            Err(Failure::Overloaded)
-        };
-        self.leave();
-        r
+        })
     }
 
     /// Merged statistics of every core. Never goes through a core's queue: each core
@@ -194,7 +109,7 @@ impl EngineHandle {
         let wait = if sh.settings.hosted && tokio::runtime::Handle::try_current().is_ok() {
             Duration::ZERO
         } else {
-            Duration::from_millis(100)
+            STATS_WAIT
         };
         let deadline = Instant::now() + wait;
         for (i, p) in sh.published.iter().enumerate() {
@@ -205,7 +120,7 @@ impl EngineHandle {
                 && Instant::now() < deadline
             {
                 q.wake();
-                std::thread::sleep(Duration::from_micros(200));
+                std::thread::sleep(STATS_POLL);
             }
         }
         sh.published
@@ -231,7 +146,7 @@ impl EngineHandle {
             let (tx, rx) = crossbeam_channel::bounded(1);
             if q.push(Msg::FlushReports(tx)).is_ok() {
                 q.wake();
-                if let Ok(s) = rx.recv_timeout(Duration::from_secs(2)) {
+                if let Ok(s) = rx.recv_timeout(FLUSH_WAIT) {
                     total.merge(&s);
                 }
             }
@@ -277,28 +192,28 @@ impl EngineHandle {
 
     /// Memory per in-flight request (bytes of one slab entry).
     pub fn entry_size() -> usize {
-        inflight::entry_size()
+        CoreState::entry_size()
     }
 
-    /// Bytes one core preallocates at build for an in-flight limit of `in_flight`:
-    /// slab cells (preallocated up to 65,536; beyond, the slab grows on demand up to the
-    /// limit), completion slots (one per in-flight request and one per queue place),
-    /// the submission queue, and the timer wheel. Excludes fixed per-core buffers
-    /// (receive/send batches, about 200 KiB).
+    /// Bytes one core preallocates at build for an in-flight limit of `in_flight`: its
+    /// state's reservations (slab cells and timer nodes up to 65,536, beyond which they
+    /// grow on demand up to the limit; the timer wheel; held responses; outcomes),
+    /// completion slots (one per in-flight request and one per queue place) and the
+    /// submission queue. Excludes fixed per-core buffers (receive/send batches, about
+    /// 200 KiB).
     pub fn memory_per_core(in_flight: usize) -> usize {
-        let prealloc = in_flight.min(1 << 16);
-        let queue = in_flight.min(1 << 16);
-        prealloc * inflight::entry_size()
+        let queue = in_flight.min(QUEUE_MAX);
+        CoreState::reserved_bytes(in_flight)
             + (in_flight + queue) * SlotPool::slot_size()
             + queue * (std::mem::size_of::<Msg>() + 8)
-            + wheel::TimerWheel::<u64>::footprint(8192, prealloc)
     }
 
     /// Memory per in-flight request counting every structure sized by the in-flight
-    /// limit: its slab entry, its completion slot (the pool holds one per in-flight
-    /// request plus one per queue place) and its queue place (a submission message).
+    /// limit: its slab entry and a held response's cell, its completion slot (the pool
+    /// holds one per in-flight request plus one per queue place) and its queue place (a
+    /// submission message).
     pub fn bytes_per_in_flight() -> usize {
-        inflight::entry_size() + 2 * SlotPool::slot_size() + std::mem::size_of::<Msg>()
+        CoreState::bytes_per_request() + 2 * SlotPool::slot_size() + std::mem::size_of::<Msg>()
     }
 }
 
@@ -324,10 +239,10 @@ mod tests {
         let per = EngineHandle::bytes_per_in_flight();
         let core = EngineHandle::memory_per_core(DEFAULT_IN_FLIGHT);
         println!(
-            "bytes per in-flight request: {per} (slab cell {}, 2 completion slots of {}, \
-             queue message {}); memory per core at the default limit of {DEFAULT_IN_FLIGHT}: \
-             {core} bytes ({:.1} MiB)",
-            inflight::entry_size(),
+            "bytes per in-flight request: {per} (slab cell and held response {}, 2 completion \
+             slots of {}, queue message {}); memory per core at the default limit of \
+             {DEFAULT_IN_FLIGHT}: {core} bytes ({:.1} MiB)",
+            CoreState::bytes_per_request(),
             SlotPool::slot_size(),
             std::mem::size_of::<Msg>(),
             core as f64 / (1 << 20) as f64

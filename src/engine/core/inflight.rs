@@ -1,22 +1,19 @@
 //! The per-core table of requests in flight.
 //!
 //! Owns: a generation-checked slab of `Entry` (request delivery state, sealed datagram
-//! bytes, completion slot index, timer handle, source socket), the O(1) routing of a response by the
-//! slab index and generation that the core writes into bytes 0..5 of the unique id
-//! (masked with a per-core random value; the remaining bytes stay random and v4-shaped),
-//! and the pool of large datagram buffers.
+//! bytes, completion slot index, timer handle, source socket, held response's cell), the
+//! O(1) routing of a response by the slab index and generation that the core writes into
+//! bytes 0..5 of the unique id (masked with a per-core random value; the remaining bytes
+//! stay random and v4-shaped), and the pool of large datagram buffers.
 //! Must not touch: sockets, clocks, the completion protocol; capacity is fixed at start
 //! so the steady state never allocates.
 
+use super::consts::{DGRAM_INLINE, MAX_IN_FLIGHT, PREALLOC_MAX};
+use super::outcomes::Held;
 use super::wheel::TimerHandle;
 use crate::proto::machine::{Delivery, TransmitKind};
 use crate::proto::wire::MAX_DATAGRAM;
 use crate::udp::SocketId;
-
-/// Datagram bytes stored inline in an entry; larger datagrams use a pooled buffer. Sized
-/// for the common request in aes mode: one resource and one guard (72 + 8 + 4 + 28 + 36
-/// = 148 bytes), or two resources (140 bytes).
-pub(crate) const DGRAM_INLINE: usize = 148;
 
 /// Offset of the unique id in a datagram (tenant TLV offset 12).
 const UID_OFF: usize = 12;
@@ -61,8 +58,11 @@ pub(crate) struct Entry {
     pub req: Delivery,
     /// Its armed timer (`TimerHandle::NONE` when none).
     pub timer: TimerHandle,
-    /// Its completion slot (which also holds its retained / selected response).
+    /// Its completion slot (the runtime's: the core only names it in the outcome).
     pub slot: u32,
+    /// The response the core holds for it: a retained round-0 candidate, or the decision
+    /// until its completion resends leave.
+    pub held: Held,
     /// The socket it sends from.
     pub sock: SocketId,
     /// Microseconds from submission to t0 (saturating).
@@ -99,9 +99,6 @@ pub(crate) struct Key {
     pub idx: u32,
     pub generation: u32,
 }
-
-/// Largest in-flight limit (index must fit 24 bits of the unique id).
-pub(crate) const MAX_IN_FLIGHT: usize = 1 << 24;
 
 impl Key {
     /// Packs the key with an endpoint index (< 64) and the transmit's kind into a send
@@ -161,7 +158,7 @@ impl InFlight {
     /// A table for `limit` requests; `mask` hides the routing bytes of unique ids.
     pub(crate) fn new(limit: usize, mask: [u8; 5]) -> InFlight {
         let limit = limit.clamp(1, MAX_IN_FLIGHT);
-        let prealloc = limit.min(1 << 16);
+        let prealloc = limit.min(PREALLOC_MAX);
         InFlight {
             cells: Vec::with_capacity(prealloc),
             free: NIL,
@@ -356,8 +353,8 @@ impl InFlight {
 
 /// Size in bytes of one in-flight entry: the slab cell (free cells link through
 /// themselves, so there is no separate free list). Excludes the shared snapshot, the
-/// pooled buffers of datagrams over `DGRAM_INLINE` bytes, and the engine-wide
-/// completion slot (which also holds the retained / selected response).
+/// pooled buffers of datagrams over `DGRAM_INLINE` bytes and the cell of a held response
+/// (`super::outcomes`).
 pub fn entry_size() -> usize {
     std::mem::size_of::<Cell>()
 }

@@ -3,20 +3,18 @@
 //!
 //! Owns: the per-core counters (plain counters, updated only by the owning core, so no atomics on
 //! the hot path), [`Stats`] (the merged snapshot), [`LatencyHistogram`] (our face of the
-//! HdrHistograms, so no dependency type is public), the drop-reason indexing, and
-//! `AtomicHist`, the lock-free histogram the callers record completion-wake times into.
-//! Must not touch: sockets, request state, clocks (latencies are passed in).
+//! HdrHistograms, so no dependency type is public) and the drop-reason indexing.
+//! Must not touch: sockets, request state, clocks (latencies are passed in), the
+//! callers' completion-wake figures (recorded by the runtime's completion slots).
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+pub use super::consts::ROUND_BUCKETS;
+use crate::proto::machine::Endpoint;
+use crate::proto::outcome::{Failure, Phase, Response};
 use crate::proto::wire::DropReason;
-
-/// Rounds counted individually in [`Stats::decisions_by_round`]; later rounds share the
-/// last bucket.
-pub const ROUND_BUCKETS: usize = 8;
 
 /// Why a received datagram was dropped by the engine (wire rules plus routing).
 pub const DROP_REASONS: usize = DropReason::ALL.len();
@@ -163,7 +161,7 @@ pub struct Stats {
     pub decision_us: LatencyHistogram,
     /// Breakdown, completion wake: from the decision until the caller ran (µs; measured
     /// by the callers on one decision in
-    /// [`WAKE_SAMPLE_EVERY`](super::state::WAKE_SAMPLE_EVERY), engine-wide: filled in by
+    /// [`WAKE_SAMPLE_EVERY`](super::WAKE_SAMPLE_EVERY), engine-wide: filled in by
     /// `EngineHandle::stats`).
     pub completion_wake_us: LatencyHistogram,
 }
@@ -320,6 +318,42 @@ impl Stats {
         self.decision_us.record(decision);
     }
 
+    /// Counts one decision: granted or rejected, its round or the final phase, and a
+    /// round-0 decision by a server other than the oldest of `snapshot`.
+    pub(crate) fn count_decision(&mut self, r: &Response, snapshot: &[Endpoint]) {
+        if r.is_granted() {
+            self.granted += 1;
+        } else {
+            self.rejected += 1;
+        }
+        match r.phase {
+            Phase::Round(k) => {
+                self.decisions_by_round[(k as usize).min(ROUND_BUCKETS - 1)] += 1;
+                if k == 0 && r.server_id != snapshot.iter().map(|x| x.server_id).min() {
+                    self.oldest_fallbacks += 1;
+                    if self.oldest_fallbacks.is_power_of_two() {
+                        tracing::info!(
+                            fallbacks = self.oldest_fallbacks,
+                            "oldest server silent in round 0: a younger one decided"
+                        );
+                    }
+                }
+            }
+            Phase::Final => self.decisions_final += 1,
+            Phase::Local => {}
+        }
+    }
+
+    /// Counts a request that failed after its start.
+    pub(crate) fn count_failure(&mut self, f: &Failure) {
+        match f {
+            Failure::Timeout { .. } => self.timeouts += 1,
+            Failure::Communication(_) => self.comm_failures += 1,
+            Failure::Shutdown => self.shutdown_failures += 1,
+            _ => {}
+        }
+    }
+
     /// Adds `other` into `self`.
     pub fn merge(&mut self, other: &Stats) {
         for (a, b) in self
@@ -363,61 +397,6 @@ impl Stats {
         }
         for (a, b) in self.histograms_with(other) {
             a.add(b);
-        }
-    }
-}
-
-/// A lock-free histogram of microsecond values (log-linear, 8 sub-buckets per power of
-/// two: about 12% resolution), recorded by caller threads without a lock.
-pub(crate) struct AtomicHist {
-    buckets: Box<[std::sync::atomic::AtomicU64]>,
-}
-
-const HIST_BUCKETS: usize = 8 + 34 * 8;
-
-impl AtomicHist {
-    pub(crate) fn new() -> AtomicHist {
-        AtomicHist {
-            buckets: (0..HIST_BUCKETS)
-                .map(|_| std::sync::atomic::AtomicU64::new(0))
-                .collect(),
-        }
-    }
-
-    fn index(v: u64) -> usize {
-        let v = v.min((1 << 37) - 1);
-        if v < 8 {
-            return v as usize;
-        }
-        let e = 63 - v.leading_zeros() as usize; // >= 3
-        8 + (e - 3) * 8 + ((v >> (e - 3)) & 7) as usize
-    }
-
-    fn value(i: usize) -> u64 {
-        if i < 8 {
-            return i as u64;
-        }
-        let (e, sub) = ((i - 8) / 8 + 3, ((i - 8) % 8) as u64);
-        (8 | sub) << (e - 3)
-    }
-
-    pub(crate) fn record(&self, us: u64) {
-        self.buckets[Self::index(us)].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Values recorded so far.
-    #[cfg(test)]
-    pub(crate) fn count(&self) -> u64 {
-        self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
-    }
-
-    /// Adds the recorded values into `h` (each at its bucket's lower bound, at least 1).
-    pub(crate) fn add_to(&self, h: &mut LatencyHistogram) {
-        for (i, b) in self.buckets.iter().enumerate() {
-            let n = b.load(Ordering::Relaxed);
-            if n > 0 {
-                h.record_n(Self::value(i), n);
-            }
         }
     }
 }

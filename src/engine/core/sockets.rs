@@ -45,9 +45,6 @@ pub(crate) struct SocketTable {
     max: usize,
 }
 
-/// Sockets a core may hold by default (the current one and those still draining).
-pub const DEFAULT_MAX_SOCKETS: usize = 16;
-
 impl SocketTable {
     /// A table whose first (current) socket is `first`, bound on `port`; at most `max`
     /// sockets open at once (at least 2, so one rebind is always possible).

@@ -1,46 +1,40 @@
 //! The encoded rate-request PDU of one request, and its encoder.
 //!
-//! Owns: [`PduInline`] (a PDU of at most [`PDU_INLINE`] bytes, the common case),
-//! [`PduBuf`] (a built request's PDU, inline or on the heap) and [`check`] / [`encode`],
-//! the request builder's validation and encoding. A request sent with
-//! `RequestBuilder::send` is encoded straight into its completion slot
-//! (`super::completion::SlotPool::write_pdu`, in the memory its outcome takes later); the
-//! core seals it from there into the datagram it keeps in flight, so the queue between
-//! them carries only the slot index (and, for a PDU too large to be inline, its heap
-//! buffer).
+//! Owns: [`PduBuf`] (a request's PDU: inline up to [`PDU_INLINE`] bytes, the common case,
+//! else in a heap buffer it owns) and [`check`] / [`encode`], the request builder's
+//! validation and its one encoder. A request sent with `RequestBuilder::send` is encoded
+//! straight into its completion slot (`super::completion::SlotPool::write_pdu`, in the
+//! memory its outcome takes later), a built `Request` into its own `PduBuf` that moves
+//! into the slot when it is submitted; the core seals the PDU from the slot into the
+//! datagram it keeps in flight, so the queue between them carries only the slot index.
 //! Must not touch: the slots' synchronisation, sockets, the core.
 
+use super::consts::PDU_INLINE;
 use crate::proto::error::{ConfigError, RequestError};
 use crate::proto::wire::{self, EncodeError, GuardSpec, ResourceSpec};
 
-/// PDU bytes kept inline (a larger PDU is encoded into a heap buffer).
-pub(crate) const PDU_INLINE: usize = 128;
-
-/// A PDU of at most [`PDU_INLINE`] bytes.
-#[derive(Clone, Copy)]
-#[repr(C)]
-pub(crate) struct PduInline {
-    len: u16,
-    bytes: [u8; PDU_INLINE],
+/// A request's encoded PDU: inline when it fits, else in a heap buffer.
+pub(crate) enum PduBuf {
+    /// At most [`PDU_INLINE`] bytes.
+    Inline { len: u16, bytes: [u8; PDU_INLINE] },
+    /// A larger PDU.
+    Heap(Box<[u8]>),
 }
 
-impl PduInline {
+impl PduBuf {
     /// No bytes.
-    pub(crate) const EMPTY: PduInline = PduInline {
+    pub(crate) const EMPTY: PduBuf = PduBuf::Inline {
         len: 0,
         bytes: [0u8; PDU_INLINE],
     };
 
     /// The encoded bytes.
     pub(crate) fn as_slice(&self) -> &[u8] {
-        &self.bytes[..usize::from(self.len).min(PDU_INLINE)]
+        match self {
+            PduBuf::Inline { len, bytes } => &bytes[..usize::from(*len).min(PDU_INLINE)],
+            PduBuf::Heap(b) => b,
+        }
     }
-}
-
-/// A built request's PDU.
-pub(crate) enum PduBuf {
-    Inline(PduInline),
-    Heap(Box<[u8]>),
 }
 
 /// The PDU length of a request, or the configuration error that refuses it (checked
@@ -66,29 +60,35 @@ pub(crate) fn check(
     Ok(len)
 }
 
-/// Encodes a rate request of `len` bytes, the length [`check`] returned for it: into
-/// `inline` when it fits (the encoder writes every byte of the PDU, so a reused store
-/// needs no clearing), else into the heap buffer it returns.
+/// Encodes a rate request of `len` bytes, the length [`check`] returned for it, into
+/// `dst`: inline when it fits (the encoder writes every byte of the PDU, so a reused
+/// store needs no clearing), else into a heap buffer that `dst` then owns.
 pub(crate) fn encode(
-    inline: &mut PduInline,
+    dst: &mut PduBuf,
     len: usize,
     horizon_ms: u32,
     guards: &[GuardSpec],
     resources: &[ResourceSpec],
     label: &str,
-) -> Result<Option<Box<[u8]>>, ConfigError> {
-    if len <= PDU_INLINE {
-        let n =
-            wire::encode_rate_request_pdu(&mut inline.bytes, horizon_ms, guards, resources, label)
-                .map_err(encode_error)?;
-        inline.len = n as u16;
-        return Ok(None);
+) -> Result<(), ConfigError> {
+    let enc = |out: &mut [u8]| {
+        wire::encode_rate_request_pdu(out, horizon_ms, guards, resources, label)
+            .map_err(encode_error)
+    };
+    if len > PDU_INLINE {
+        let mut v = vec![0u8; len];
+        let n = enc(&mut v)?;
+        v.truncate(n);
+        *dst = PduBuf::Heap(v.into_boxed_slice());
+        return Ok(());
     }
-    let mut v = vec![0u8; len];
-    let n = wire::encode_rate_request_pdu(&mut v, horizon_ms, guards, resources, label)
-        .map_err(encode_error)?;
-    v.truncate(n);
-    Ok(Some(v.into_boxed_slice()))
+    if let PduBuf::Heap(_) = dst {
+        *dst = PduBuf::EMPTY;
+    }
+    if let PduBuf::Inline { len: l, bytes } = dst {
+        *l = enc(&mut bytes[..])? as u16;
+    }
+    Ok(())
 }
 
 fn encode_error(e: EncodeError) -> ConfigError {
@@ -123,13 +123,14 @@ mod tests {
         for n in [1usize, 2, 3] {
             let rs: Vec<_> = (0..n as u8).map(resource).collect();
             let label = "a-label";
-            let enc = |store: &mut PduInline| {
+            let enc = |store: &mut PduBuf| {
                 let len = check(1100, &[], &rs, label).unwrap();
-                assert!(encode(store, len, 60, &[], &rs, label).unwrap().is_none());
+                encode(store, len, 60, &[], &rs, label).unwrap();
+                assert!(matches!(store, PduBuf::Inline { .. }));
             };
-            let mut fresh = PduInline::EMPTY;
+            let mut fresh = PduBuf::EMPTY;
             enc(&mut fresh);
-            let mut dirty = PduInline {
+            let mut dirty = PduBuf::Inline {
                 len: 7,
                 bytes: [0xAA; PDU_INLINE],
             };
@@ -140,25 +141,39 @@ mod tests {
         }
     }
 
+    /// A large PDU is a case of the same store: a heap buffer it owns, and the store
+    /// goes back to inline for a small one.
     #[test]
-    fn large_pdus_go_to_the_heap() {
+    fn large_pdus_go_to_a_heap_buffer_of_the_same_store() {
         let rs: Vec<_> = (0..8).map(resource).collect();
-        let mut inline = PduInline::EMPTY;
-        let heap = encode(
-            &mut inline,
+        let mut store = PduBuf::EMPTY;
+        encode(
+            &mut store,
             check(1100, &[], &rs, "").unwrap(),
             60,
             &[],
             &rs,
             "",
         )
-        .unwrap()
         .unwrap();
-        assert_eq!(heap.len(), wire::rate_request_pdu_len(0, 8, 0).unwrap());
-        assert!(heap.len() > PDU_INLINE);
-        assert!(
-            inline.as_slice().is_empty(),
-            "the inline store is untouched"
+        assert!(matches!(store, PduBuf::Heap(_)));
+        let len = wire::rate_request_pdu_len(0, 8, 0).unwrap();
+        assert_eq!(store.as_slice().len(), len);
+        assert!(len > PDU_INLINE);
+        let one = [resource(1)];
+        encode(
+            &mut store,
+            check(1100, &[], &one, "").unwrap(),
+            60,
+            &[],
+            &one,
+            "",
+        )
+        .unwrap();
+        assert!(matches!(store, PduBuf::Inline { .. }));
+        assert_eq!(
+            store.as_slice().len(),
+            wire::rate_request_pdu_len(0, 1, 0).unwrap()
         );
     }
 

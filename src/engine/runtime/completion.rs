@@ -1,73 +1,72 @@
-//! Lock-free one-shot completion slots, pooled per engine.
+//! Lock-free one-shot completion slots, pooled per engine, and the caller's end of them.
 //!
-//! Owns: a fixed pool of slots (allocated once at build), each carrying one `Outcome`
-//! from the owning core back to the caller (the core may build the response in the slot
-//! before it is delivered: a retained round-0 candidate, so the in-flight entry need not
-//! hold one): an atomic state, the outcome cell and an
-//! `AtomicWaker` (a task waker, or a thread unparker for blocking waits). Slots are
-//! reused through a lock-free free list, so a request costs no heap allocation here.
+//! Owns: a fixed pool of slots (allocated once at build), each carrying one request from
+//! its submitter to its core and its `Outcome` back: the request's encoded PDU until the
+//! core takes it, then the outcome the core's turn writes (`CoreState::poll_outcome`
+//! hands it out as data); an atomic state and an `AtomicWaker` (a task waker, or a
+//! thread unparker for blocking waits). Slots are reused through a lock-free free list,
+//! so a request costs no heap allocation here. Also [`Completion`] (the caller's future or
+//! blocking wait) and `AtomicHist`, the lock-free histogram the callers record their
+//! completion-wake times into.
 //!
-//! Must not touch: request state, sockets, clocks. A core completes a slot exactly once;
-//! a caller that gives up (drops its future) abandons the slot and the core frees it.
+//! Must not touch: request state, sockets, clocks other than the callers' wake
+//! measurement. A core completes a slot exactly once; a caller that gives up (drops its
+//! future) abandons the slot and the core frees it.
 
 use std::fmt;
 use std::future::Future;
-use std::mem::{MaybeUninit, align_of, size_of};
+use std::mem::size_of;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
-use crate::sync::thread::{self, Thread};
+use crate::sync::thread;
 use crate::sync::{ArrayQueue, AtomicU8, AtomicWaker, UnsafeCell};
 
-use super::pdu::PduInline;
-use crate::proto::outcome::{Outcome, Response};
+use super::pdu::PduBuf;
+use crate::engine::core::LatencyHistogram;
+use crate::proto::outcome::Outcome;
 
 const FREE: u8 = 0;
 const PENDING: u8 = 1;
 const READY: u8 = 2;
 const ABANDONED: u8 = 3;
 
+/// What a slot holds: nothing, the request's PDU (from its submitter to its core), or
+/// its outcome (from its core to its caller).
+enum Content {
+    Empty,
+    Pdu(PduBuf),
+    Done(Outcome),
+}
+
 struct Slot {
     state: AtomicU8,
-    /// Core side only: `outcome` holds a staged `Ok(Response)` not yet published.
-    staged: UnsafeCell<bool>,
-    outcome: UnsafeCell<MaybeUninit<Outcome>>,
+    content: UnsafeCell<Content>,
     /// When the core decided (for the completion-wake measurement).
-    decided: UnsafeCell<Option<std::time::Instant>>,
+    decided: UnsafeCell<Option<Instant>>,
     waker: AtomicWaker,
 }
 
-// The request's inline PDU (`super::pdu::PduInline`) lives in the outcome's memory until
-// its core starts the request: written by the submitter between `acquire` and queueing
-// the request, read by the core when it starts it (the queue's push and pop order the
-// two), overwritten by the outcome after. It is plain bytes (no drop), so writing the
-// outcome over it needs no care.
-const _: () = {
-    assert!(size_of::<PduInline>() <= size_of::<Outcome>());
-    assert!(align_of::<PduInline>() <= align_of::<Outcome>());
-};
-
-// SAFETY: `outcome` and `staged` are written only by the completing core while the state
-// is PENDING or ABANDONED (one owner), and `outcome` is read only by the caller after it
-// observed READY with Acquire ordering (the core's write happens-before its Release store
-// of READY). Before that, the same cell holds the request's PDU, written only by the
-// submitter that acquired the slot, before it queues the request, and read only by the
-// core that took the request from the queue (the queue's push happens-before its pop).
+// SAFETY: `content` and `decided` are written by one side at a time, the one the state
+// and the request's progress name: the submitter between `acquire` and queueing the
+// request (the PDU), the core from taking the request until its Release store of READY
+// (reading and dropping the PDU, writing the outcome), and the caller after it observed
+// READY with Acquire ordering (taking the outcome), or whoever frees the slot. The
+// queue's push happens-before its pop, so the submitter's writes are visible to the core.
 unsafe impl Sync for Slot {}
 // SAFETY: as for `Sync`: the cells hold plain data owned by whichever side the state names.
 unsafe impl Send for Slot {}
 
-/// The engine-wide pool of completion slots: where a core's state writes outcomes
-/// ([`CoreState`](super::state::CoreState) completes into it; whoever drives the state
-/// wakes the callers it names). Public for the simulation and the fuzz target only.
-#[doc(hidden)]
-pub struct SlotPool {
+/// The engine-wide pool of completion slots: where submitters write requests' PDUs and
+/// the cores' turns write their outcomes.
+pub(crate) struct SlotPool {
     slots: Box<[Slot]>,
     free: ArrayQueue<u32>,
     /// Decision to caller-running times (µs), recorded by the callers.
-    pub(crate) wake_us: super::stats::AtomicHist,
+    pub(crate) wake_us: AtomicHist,
 }
 
 impl std::fmt::Debug for SlotPool {
@@ -81,14 +80,13 @@ impl std::fmt::Debug for SlotPool {
 impl SlotPool {
     /// A pool of `capacity` slots, or `None` when the memory cannot be had (the
     /// engine reports `BuildError::OutOfMemory` instead of aborting).
-    pub fn new(capacity: usize) -> Option<Arc<SlotPool>> {
+    pub(crate) fn new(capacity: usize) -> Option<Arc<SlotPool>> {
         let capacity = capacity.clamp(1, u32::MAX as usize);
         let mut slots = Vec::new();
         slots.try_reserve_exact(capacity).ok()?;
         slots.extend((0..capacity).map(|_| Slot {
             state: AtomicU8::new(FREE),
-            staged: UnsafeCell::new(false),
-            outcome: UnsafeCell::new(MaybeUninit::uninit()),
+            content: UnsafeCell::new(Content::Empty),
             decided: UnsafeCell::new(None),
             waker: AtomicWaker::new(),
         }));
@@ -101,7 +99,7 @@ impl SlotPool {
         Some(Arc::new(SlotPool {
             slots: slots.into_boxed_slice(),
             free,
-            wake_us: super::stats::AtomicHist::new(),
+            wake_us: AtomicHist::new(),
         }))
     }
 
@@ -111,7 +109,7 @@ impl SlotPool {
     }
 
     /// Takes a free slot, or `None` when every slot is in use (the engine is overloaded).
-    pub fn acquire(&self) -> Option<u32> {
+    pub(crate) fn acquire(&self) -> Option<u32> {
         let idx = self.free.pop()?;
         self.slots[idx as usize]
             .state
@@ -119,32 +117,36 @@ impl SlotPool {
         Some(idx)
     }
 
-    /// Submitter side: writes the request's PDU into slot `idx`, which it has just
-    /// acquired and not yet queued.
-    pub(crate) fn write_pdu<R>(&self, idx: u32, write: impl FnOnce(&mut PduInline) -> R) -> R {
+    /// Submitter side: `write` puts the request's PDU into slot `idx`, which the
+    /// submitter has just acquired and not yet queued.
+    pub(crate) fn write_pdu<R>(&self, idx: u32, write: impl FnOnce(&mut PduBuf) -> R) -> R {
         let slot = &self.slots[idx as usize];
-        slot.outcome.with_mut(|o| {
-            let p = o.cast::<PduInline>();
-            // SAFETY: the slot was acquired by this submitter and its request is not
-            // queued yet: nobody else touches the cell (no outcome is in it). The cell
-            // is large and aligned enough for a `PduInline` (asserted above), which is
-            // written whole first, so the reference below points to initialised bytes.
-            unsafe {
-                p.write(PduInline::EMPTY);
-                write(&mut *p)
+        // SAFETY: the slot was acquired by this submitter and its request is not queued
+        // yet: nobody else touches the cell.
+        slot.content.with_mut(|c| unsafe {
+            *c = Content::Pdu(PduBuf::EMPTY);
+            match &mut *c {
+                Content::Pdu(p) => write(p),
+                _ => unreachable!("written just above"),
             }
         })
     }
 
-    /// Core side: reads the PDU of slot `idx`, whose request this core took from its
-    /// queue and has not completed.
-    pub(crate) fn with_pdu<R>(&self, idx: u32, read: impl FnOnce(&[u8]) -> R) -> R {
+    /// Core side: `read` takes the PDU of slot `idx` (empty if none was written), whose
+    /// request this core took from its queue; the PDU is dropped after.
+    pub(crate) fn take_pdu<R>(&self, idx: u32, read: impl FnOnce(&[u8]) -> R) -> R {
         let slot = &self.slots[idx as usize];
-        // SAFETY: the submitter wrote a whole `PduInline` into the cell before queueing
-        // the request, and the queue's pop made that write visible here; the cell is
-        // overwritten only by this core's outcome for the request, after this read.
-        slot.outcome
-            .with(|o| read(unsafe { (*o.cast::<PduInline>()).as_slice() }))
+        // SAFETY: the submitter wrote the PDU before queueing the request, and the
+        // queue's pop made that write visible here; until this core completes the slot,
+        // nobody else touches the cell.
+        slot.content.with_mut(|c| unsafe {
+            let r = match &*c {
+                Content::Pdu(p) => read(p.as_slice()),
+                _ => read(&[]),
+            };
+            *c = Content::Empty;
+            r
+        })
     }
 
     /// Frees slot `idx`; its owner calls this (the caller that took or dropped the
@@ -153,125 +155,63 @@ impl SlotPool {
         let slot = &self.slots[idx as usize];
         // SAFETY: the releasing side is the slot's only user now. A decision time that
         // nobody read (an abandoned request's) must not reach the slot's next use, whose
-        // outcome may come without one (queue full, shutdown).
+        // outcome may come without one (queue full, shutdown); the content is dropped.
         slot.decided.with_mut(|d| unsafe { *d = None });
+        // SAFETY: as above.
+        slot.content.with_mut(|c| unsafe { *c = Content::Empty });
         slot.state.store(FREE, Ordering::Release);
         // Cannot fail: the queue holds every slot index at most once.
         let _ = self.free.push(idx);
     }
 
-    /// Core side: delivers the outcome of slot `idx` (exactly once per acquire). A
-    /// response staged earlier is dropped first.
+    /// Delivers the outcome of slot `idx` (exactly once per acquire) and wakes its caller
+    /// now: for the submitter's own refusals and what no core will take.
     pub(crate) fn complete(&self, idx: u32, outcome: Outcome) {
-        self.complete_to(idx, outcome, None);
+        if self.publish(idx, outcome, None) {
+            self.wake(idx);
+        }
     }
 
-    /// [`SlotPool::complete`], with the caller's wake-up deferred into `wakes` when given
-    /// (the core wakes its callers once per turn, after its sends: see
-    /// [`SlotPool::wake`]).
-    pub(crate) fn complete_to(&self, idx: u32, outcome: Outcome, wakes: Option<&mut Vec<u32>>) {
-        self.unstage(idx);
-        let slot = &self.slots[idx as usize];
-        // SAFETY: only the core writes while the slot is PENDING/ABANDONED.
-        slot.outcome.with_mut(|o| unsafe { (*o).write(outcome) });
-        self.publish(slot, idx, wakes);
+    /// A core's turn: delivers the outcome of slot `idx` (exactly once per acquire), with
+    /// the time its core decided when sampled, and records the slot in `wakes`: the turn
+    /// wakes the callers once, after its sends ([`SlotPool::wake`]).
+    #[inline]
+    pub(crate) fn complete_deferred(
+        &self,
+        idx: u32,
+        outcome: Outcome,
+        decided: Option<Instant>,
+        wakes: &mut Vec<u32>,
+    ) {
+        if self.publish(idx, outcome, decided) {
+            wakes.push(idx);
+        }
     }
 
     /// Wakes the caller of slot `idx` (a deferred wake-up). If the caller already took
     /// the outcome and the slot serves another request, that caller is woken
     /// spuriously, which futures and blocking waits tolerate (they poll again).
-    pub fn wake(&self, idx: u32) {
+    pub(crate) fn wake(&self, idx: u32) {
         self.slots[idx as usize].waker.wake();
     }
 
-    /// Core side: builds the request's response in place, before it is delivered (a
-    /// retained round-0 candidate or the selected response), replacing one staged
-    /// earlier. The caller does not see it until [`SlotPool::complete_staged`].
-    #[cfg(test)]
-    pub(crate) fn stage(&self, idx: u32, response: Response) {
-        self.stage_with(idx, || response);
-    }
-
-    /// [`SlotPool::stage`], the response built by `build` straight into the slot.
+    /// Writes the outcome (dropping a PDU still there) and marks it READY; false when
+    /// the caller had left (the outcome is dropped and the slot freed instead).
     #[inline]
-    pub(crate) fn stage_with(&self, idx: u32, build: impl FnOnce() -> Response) {
-        self.unstage(idx);
+    fn publish(&self, idx: u32, outcome: Outcome, decided: Option<Instant>) -> bool {
         let slot = &self.slots[idx as usize];
-        // SAFETY: only the owning core touches `staged`/`outcome` while PENDING/ABANDONED.
-        slot.outcome
-            .with_mut(|o| unsafe { (*o).write(Ok(build())) });
-        // SAFETY: only the owning core touches this cell while PENDING/ABANDONED (see `stage`).
-        slot.staged.with_mut(|st| unsafe { *st = true });
-    }
-
-    /// Core side: drops the staged response of slot `idx`, if any.
-    pub(crate) fn unstage(&self, idx: u32) {
-        let slot = &self.slots[idx as usize];
-        // SAFETY: as in `stage`; `staged` says the cell is initialised.
-        if slot
-            .staged
-            // SAFETY: only the owning core touches this cell while PENDING/ABANDONED (see `stage`).
-            .with_mut(|st| unsafe { std::mem::replace(&mut *st, false) })
-        {
-            slot.outcome
-                // SAFETY: only the owning core touches this cell while PENDING/ABANDONED (see `stage`).
-                .with_mut(|o| unsafe { (*o).assume_init_drop() });
+        // SAFETY: only the completing side writes while the slot is PENDING/ABANDONED;
+        // the caller reads after observing READY (Acquire).
+        slot.content
+            .with_mut(|c| unsafe { *c = Content::Done(outcome) });
+        // SAFETY: as above.
+        slot.decided.with_mut(|d| unsafe { *d = decided });
+        if slot.state.swap(READY, Ordering::AcqRel) == ABANDONED {
+            // the caller left: drop the outcome and recycle the slot
+            self.release(idx);
+            return false;
         }
-    }
-
-    /// Core side: lets `finish` adjust the staged response, then delivers it. `None`
-    /// (nothing delivered) when no response is staged.
-    pub(crate) fn complete_staged<R>(
-        &self,
-        idx: u32,
-        wakes: Option<&mut Vec<u32>>,
-        finish: impl FnOnce(&mut Response) -> R,
-    ) -> Option<R> {
-        let slot = &self.slots[idx as usize];
-        // SAFETY: as in `stage`; `staged` says the cell holds `Ok(response)`.
-        if !slot
-            .staged
-            // SAFETY: only the owning core touches this cell while PENDING/ABANDONED (see `stage`).
-            .with_mut(|st| unsafe { std::mem::replace(&mut *st, false) })
-        {
-            return None;
-        }
-        let r = slot
-            .outcome
-            // SAFETY: only the owning core touches this cell while PENDING/ABANDONED (see `stage`).
-            .with_mut(|o| match unsafe { (*o).assume_init_mut() } {
-                Ok(resp) => finish(resp),
-                Err(_) => unreachable!("only responses are staged"),
-            });
-        self.publish(slot, idx, wakes);
-        Some(r)
-    }
-
-    /// Core side: records when the decision was made (`now`, the core's clock), for the
-    /// completion-wake measurement; call before completing.
-    pub(crate) fn mark_decided(&self, idx: u32, now: std::time::Instant) {
-        let slot = &self.slots[idx as usize];
-        // SAFETY: only the owning core writes while PENDING/ABANDONED; the caller reads
-        // it after observing READY (Acquire).
-        slot.decided.with_mut(|d| unsafe { *d = Some(now) });
-    }
-
-    /// Marks the written outcome READY and wakes the caller now, or records the slot in
-    /// `defer` for a later [`SlotPool::wake`] (an abandoned slot is freed instead).
-    fn publish(&self, slot: &Slot, idx: u32, defer: Option<&mut Vec<u32>>) {
-        match slot.state.swap(READY, Ordering::AcqRel) {
-            ABANDONED => {
-                // The caller left: drop the outcome and recycle the slot.
-                // SAFETY: written just above, never read by anyone.
-                slot.outcome
-                    .with_mut(|o| unsafe { (*o).assume_init_drop() });
-                self.release(idx);
-            }
-            _ => match defer {
-                Some(w) => w.push(idx),
-                None => slot.waker.wake(),
-            },
-        }
+        true
     }
 
     /// Caller side: takes the outcome if ready, registering `waker` otherwise.
@@ -285,7 +225,12 @@ impl SlotPool {
         }
         // SAFETY: READY observed with Acquire: the core wrote the outcome and no longer
         // touches the cell; the caller takes it exactly once (the handle is consumed).
-        let out = slot.outcome.with(|o| unsafe { (*o).assume_init_read() });
+        let content = slot
+            .content
+            .with_mut(|c| unsafe { std::mem::replace(&mut *c, Content::Empty) });
+        let Content::Done(out) = content else {
+            unreachable!("a READY slot holds its outcome");
+        };
         // SAFETY: as above; reset for the slot's next use.
         if let Some(t) = slot.decided.with_mut(|d| unsafe { (*d).take() }) {
             self.wake_us.record(t.elapsed().as_micros() as u64);
@@ -298,9 +243,7 @@ impl SlotPool {
     fn abandon(&self, idx: u32) {
         let slot = &self.slots[idx as usize];
         if slot.state.swap(ABANDONED, Ordering::AcqRel) == READY {
-            // SAFETY: READY: the core wrote it; nobody else will read it.
-            slot.outcome
-                .with_mut(|o| unsafe { (*o).assume_init_drop() });
+            // READY: the core wrote it and left; nobody else will read it
             self.release(idx);
         }
     }
@@ -329,8 +272,8 @@ enum Inner {
 }
 
 impl Completion {
-    #[doc(hidden)] // for the simulation and the fuzz target: slot `idx`, just acquired
-    pub fn new(pool: Arc<SlotPool>, idx: u32) -> Self {
+    /// The caller's end of slot `idx`, just acquired.
+    pub(crate) fn new(pool: Arc<SlotPool>, idx: u32) -> Self {
         Completion {
             inner: Inner::Slot {
                 pool,
@@ -353,7 +296,7 @@ impl Completion {
         if let Inner::Ready(out) = &mut self.inner {
             return out.take().expect("outcome taken once");
         }
-        let waker = thread_waker();
+        let waker = crate::sync::thread_waker();
         let mut cx = Context::from_waker(&waker);
         loop {
             if let Poll::Ready(out) = Pin::new(&mut self).poll(&mut cx) {
@@ -362,24 +305,22 @@ impl Completion {
             thread::park();
         }
     }
-}
 
-impl Completion {
     /// Blocks the calling thread until the outcome arrives or `timeout` passes; on
     /// timeout the completion is handed back (wait again, or drop it to abandon).
     #[allow(clippy::result_large_err)] // the completion is handed back, not an error
-    pub fn wait_timeout(mut self, timeout: std::time::Duration) -> Result<Outcome, Completion> {
+    pub fn wait_timeout(mut self, timeout: Duration) -> Result<Outcome, Completion> {
         if let Inner::Ready(out) = &mut self.inner {
             return Ok(out.take().expect("outcome taken once"));
         }
-        let deadline = std::time::Instant::now() + timeout;
-        let waker = thread_waker();
+        let deadline = Instant::now() + timeout;
+        let waker = crate::sync::thread_waker();
         let mut cx = Context::from_waker(&waker);
         loop {
             if let Poll::Ready(out) = Pin::new(&mut self).poll(&mut cx) {
                 return Ok(out);
             }
-            let now = std::time::Instant::now();
+            let now = Instant::now();
             if now >= deadline {
                 return Err(self);
             }
@@ -390,7 +331,7 @@ impl Completion {
     /// The outcome if it has arrived, without blocking; else the completion back.
     #[allow(clippy::result_large_err)] // the completion is handed back, not an error
     pub fn try_take(self) -> Result<Outcome, Completion> {
-        self.wait_timeout(std::time::Duration::ZERO)
+        self.wait_timeout(Duration::ZERO)
     }
 }
 
@@ -428,68 +369,56 @@ impl Drop for Completion {
     }
 }
 
-struct ThreadWaker(Thread);
-
-impl Wake for ThreadWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
+/// A lock-free histogram of microsecond values (log-linear, 8 sub-buckets per power of
+/// two: about 12% resolution), recorded by caller threads without a lock.
+pub(crate) struct AtomicHist {
+    buckets: Box<[AtomicU64]>,
 }
 
-/// A waker that unparks the current thread, built once per thread.
-#[cfg(not(feature = "loom"))]
-pub(crate) fn thread_waker() -> Waker {
-    thread_local! {
-        static WAKER: Waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
-    }
-    WAKER.with(|w| w.clone())
-}
+/// 8 exact values, then 8 sub-buckets for each power of two up to 2^37 µs (38 h).
+const HIST_BUCKETS: usize = 8 + 34 * 8;
 
-/// A waker that unparks the current (loom) thread; loom threads do not outlive a model's
-/// iteration, so it is built per call.
-#[cfg(feature = "loom")]
-pub(crate) fn thread_waker() -> Waker {
-    Waker::from(Arc::new(ThreadWaker(thread::current())))
-}
-
-// ---------------------------------------------------------------- oneshot
-
-/// A one-shot channel whose receiver is a future (no runtime needed).
-pub(crate) fn futures_oneshot<T: Send + 'static>() -> (OneshotTx<T>, OneshotRx<T>) {
-    let inner = Arc::new(OneshotInner {
-        value: std::sync::Mutex::new(None),
-        waker: atomic_waker::AtomicWaker::new(),
-    });
-    (OneshotTx(inner.clone()), OneshotRx(inner))
-}
-
-struct OneshotInner<T> {
-    value: std::sync::Mutex<Option<T>>,
-    waker: atomic_waker::AtomicWaker,
-}
-
-pub(crate) struct OneshotTx<T>(Arc<OneshotInner<T>>);
-pub(crate) struct OneshotRx<T>(Arc<OneshotInner<T>>);
-
-impl<T> OneshotTx<T> {
-    pub(crate) fn send(self, v: T) {
-        if let Ok(mut g) = self.0.value.lock() {
-            *g = Some(v);
+impl AtomicHist {
+    pub(crate) fn new() -> AtomicHist {
+        AtomicHist {
+            buckets: (0..HIST_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
         }
-        self.0.waker.wake();
     }
-}
 
-impl<T> std::future::Future for OneshotRx<T> {
-    type Output = T;
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<T> {
-        self.0.waker.register(cx.waker());
-        match self.0.value.lock().ok().and_then(|mut g| g.take()) {
-            Some(v) => std::task::Poll::Ready(v),
-            None => std::task::Poll::Pending,
+    fn index(v: u64) -> usize {
+        let v = v.min((1 << 37) - 1);
+        if v < 8 {
+            return v as usize;
+        }
+        let e = 63 - v.leading_zeros() as usize; // >= 3
+        8 + (e - 3) * 8 + ((v >> (e - 3)) & 7) as usize
+    }
+
+    fn value(i: usize) -> u64 {
+        if i < 8 {
+            return i as u64;
+        }
+        let (e, sub) = ((i - 8) / 8 + 3, ((i - 8) % 8) as u64);
+        (8 | sub) << (e - 3)
+    }
+
+    pub(crate) fn record(&self, us: u64) {
+        self.buckets[Self::index(us)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Values recorded so far.
+    #[cfg(test)]
+    pub(crate) fn count(&self) -> u64 {
+        self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Adds the recorded values into `h` (each at its bucket's lower bound, at least 1).
+    pub(crate) fn add_to(&self, h: &mut LatencyHistogram) {
+        for (i, b) in self.buckets.iter().enumerate() {
+            let n = b.load(Ordering::Relaxed);
+            if n > 0 {
+                h.record_n(Self::value(i), n);
+            }
         }
     }
 }
@@ -497,7 +426,11 @@ impl<T> std::future::Future for OneshotRx<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::outcome::Failure;
+    use crate::proto::outcome::{Failure, Response};
+
+    fn pdu(pool: &SlotPool, idx: u32) -> Vec<u8> {
+        pool.take_pdu(idx, |b| b.to_vec())
+    }
 
     #[test]
     fn complete_then_wait_and_reuse() {
@@ -511,41 +444,28 @@ mod tests {
         assert_eq!(pool.free.len(), 2);
     }
 
+    /// The PDU travels in the slot: written by the submitter, taken once by the core
+    /// (a heap PDU is dropped there), and an outcome written over a PDU never taken
+    /// (a refused request) drops it.
     #[test]
-    fn staged_response_is_replaced_dropped_or_delivered() {
-        let pool = SlotPool::new(1).unwrap();
-        for abandon in [false, true] {
-            let idx = pool.acquire().unwrap();
-            let c = Completion::new(pool.clone(), idx);
-            pool.stage(idx, Response::local_grant());
-            let mut r = Response::local_grant();
-            r.sends = 7;
-            pool.stage(idx, r);
-            if abandon {
-                drop(c);
-                assert_eq!(pool.complete_staged(idx, None, |r| r.sends), Some(7));
-                continue;
-            }
-            assert!(
-                pool.complete_staged(idx, None, |r| {
-                    r.completion_sends = 2;
-                    r.sends
-                }) == Some(7)
-            );
-            let got = c.wait().unwrap();
-            assert_eq!((got.sends, got.completion_sends), (7, 2));
-        }
-        assert_eq!(pool.free.len(), 1);
-        // a staged response dropped by a failure
+    fn the_pdu_travels_in_the_slot_and_is_dropped_once() {
+        let pool = SlotPool::new(2).unwrap();
         let idx = pool.acquire().unwrap();
+        pool.write_pdu(idx, |p| *p = PduBuf::Heap(vec![1, 2, 3].into_boxed_slice()));
         let c = Completion::new(pool.clone(), idx);
-        pool.stage(idx, Response::local_grant());
+        assert_eq!(pdu(&pool, idx), [1, 2, 3]);
+        assert!(pdu(&pool, idx).is_empty(), "taken once");
+        let mut wakes = Vec::new();
+        pool.complete_deferred(idx, Ok(Response::local_grant()), None, &mut wakes);
+        assert_eq!(wakes, [idx]);
+        assert!(c.wait().is_ok());
+        // refused before its core took it: the outcome replaces the PDU
+        let idx = pool.acquire().unwrap();
+        pool.write_pdu(idx, |p| *p = PduBuf::Heap(vec![9; 300].into_boxed_slice()));
+        let c = Completion::new(pool.clone(), idx);
         pool.complete(idx, Err(Failure::Shutdown));
         assert!(matches!(c.wait(), Err(Failure::Shutdown)));
-        assert!(
-            pool.complete_staged(pool.acquire().unwrap(), None, |_| ())
-                .is_none()
-        );
+        assert_eq!(pool.free.len(), 2);
     }
 
     /// Regression: a slot abandoned after the core marked its decision time kept that
@@ -556,11 +476,8 @@ mod tests {
         let pool = SlotPool::new(1).unwrap();
         let idx = pool.acquire().unwrap();
         drop(Completion::new(pool.clone(), idx));
-        pool.mark_decided(
-            idx,
-            std::time::Instant::now() - std::time::Duration::from_secs(3),
-        );
-        pool.complete(idx, Err(Failure::Shutdown));
+        let long_ago = Instant::now() - Duration::from_secs(3);
+        pool.complete_deferred(idx, Err(Failure::Shutdown), Some(long_ago), &mut Vec::new());
         let idx = pool.acquire().unwrap();
         let c = Completion::new(pool.clone(), idx);
         pool.complete(idx, Err(Failure::Overloaded));
@@ -575,7 +492,7 @@ mod tests {
         let c = Completion::new(pool.clone(), idx);
         let p2 = pool.clone();
         let t = std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(5));
             p2.complete(idx, Err(Failure::Shutdown));
         });
         assert!(matches!(c.wait(), Err(Failure::Shutdown)));
@@ -597,14 +514,10 @@ mod tests {
     }
 }
 
-/// The slot state machine under loom (`cargo test --features loom --lib loom`): a core
-/// thread completes while the caller waits, gives up, or times out and then waits or
-/// gives up. After every interleaving the slot is free exactly once and its outcome
-/// reached the caller or was dropped.
 #[cfg(all(test, feature = "loom"))]
 mod loom_tests {
     use super::*;
-    use crate::proto::outcome::Failure;
+    use crate::proto::outcome::{Failure, Response};
     use crate::sync::loom_model;
 
     const BOUND: usize = 3;
@@ -621,6 +534,9 @@ mod loom_tests {
         loom_model(name, BOUND, move || {
             let pool = SlotPool::new(2).unwrap();
             let idx = pool.acquire().unwrap();
+            // the submitter writes the PDU before it queues the request (here: before
+            // the core's thread starts, an edge as the queue's push and pop)
+            pool.write_pdu(idx, |p| *p = PduBuf::Heap(vec![7; 200].into_boxed_slice()));
             let c = Completion::new(pool.clone(), idx);
             let (p2, core) = (pool.clone(), core.clone());
             let t = loom::thread::spawn(move || core(&p2, idx));
@@ -637,17 +553,14 @@ mod loom_tests {
         pool.complete(idx, Err(Failure::Overloaded));
     }
 
-    /// The core's turn: a staged response finished and published, its wake-up deferred
-    /// to the end of the turn.
-    fn complete_staged_deferred(pool: &SlotPool, idx: u32) {
-        pool.stage(idx, Response::local_grant());
+    /// The core's turn: it takes the PDU (starting the request), later writes the
+    /// outcome it polled from its state, and wakes the caller at the end of the turn.
+    fn take_then_complete_deferred(pool: &SlotPool, idx: u32) {
+        assert_eq!(pool.take_pdu(idx, |b| b.len()), 200);
+        let mut r = Response::local_grant();
+        r.sends = 3;
         let mut wakes = Vec::new();
-        assert_eq!(
-            pool.complete_staged(idx, Some(&mut wakes), |r| {
-                r.sends = 3;
-            }),
-            Some(())
-        );
+        pool.complete_deferred(idx, Ok(r), Some(Instant::now()), &mut wakes);
         for i in wakes {
             pool.wake(i);
         }
@@ -663,8 +576,8 @@ mod loom_tests {
     #[test]
     fn loom_completion_deferred_wake_vs_wait() {
         slot_model(
-            "staged complete + deferred wake vs wait",
-            complete_staged_deferred,
+            "take PDU, complete, deferred wake vs wait",
+            take_then_complete_deferred,
             |_, c| assert_eq!(c.wait().unwrap().sends, 3),
         );
     }
@@ -675,10 +588,10 @@ mod loom_tests {
     }
 
     #[test]
-    fn loom_completion_staged_vs_drop() {
+    fn loom_completion_deferred_vs_drop() {
         slot_model(
-            "staged complete + deferred wake vs drop",
-            complete_staged_deferred,
+            "take PDU, complete, deferred wake vs drop",
+            take_then_complete_deferred,
             |_, c| drop(c),
         );
     }
@@ -715,7 +628,7 @@ mod loom_tests {
             let p2 = pool.clone();
             let t = loom::thread::spawn(move || {
                 let mut wakes = Vec::new();
-                p2.complete_to(idx, Err(Failure::Overloaded), Some(&mut wakes));
+                p2.complete_deferred(idx, Err(Failure::Overloaded), None, &mut wakes);
                 for i in wakes {
                     p2.wake(i);
                 }

@@ -3,8 +3,8 @@
 //!
 //! Owns: [`Cores`], [`DnsConfig`], [`BuildError`], the one declaration of the settings
 //! (`Settings`, the cores' part `CoreSettings`), their one validation into `Validated`,
-//! the core selection, and [`CoreConfig`], the plain values one core's sans-IO state is
-//! built from.
+//! and the core selection. The plain values one core's sans-IO state is built from are
+//! `core::CoreConfig`, made from these by `super::feed`.
 //! Must not touch: sockets, threads (`builder.rs` starts them only after validation
 //! succeeded). Errors never contain the API key.
 
@@ -12,12 +12,16 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use super::consts::{
+    DEFAULT_IO_BACKEND, DEFAULT_SOCKET_BUFFER, MAX_SOCKETS_PER_CORE, REPORT_INTERVAL_RANGE,
+};
+use crate::engine::core::{
+    DEFAULT_IN_FLIGHT, DEFAULT_MAX_SOCKETS, DEFAULT_REPORT_INTERVAL, MAX_IN_FLIGHT,
+};
 use crate::proto::error::ConfigError;
 use crate::proto::key::ApiKey;
-use crate::proto::machine::Plan;
 use crate::proto::machine::{Endpoint, MAX_ENDPOINTS};
 use crate::proto::policy::RequestPolicy;
-use crate::proto::wire::Auth;
 
 /// Which CPUs run engine cores. CPUs are always taken from the process's own affinity
 /// set (`sched_getaffinity`), so a cpuset, `taskset` or a Kubernetes static CPU policy
@@ -154,7 +158,7 @@ pub(crate) struct Settings {
 }
 
 /// The settings every core (and the handle) reads, kept as they are in
-/// [`Shared`](super::shared::Shared) once validated.
+/// `Shared` (`super::shared`) once validated.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct CoreSettings {
     /// SO_RCVBUF of every core socket (0 = system default).
@@ -199,13 +203,13 @@ impl Settings {
             endpoints: None,
             dns: None,
             core: CoreSettings {
-                recv_buf: super::DEFAULT_SOCKET_BUFFER,
-                send_buf: super::DEFAULT_SOCKET_BUFFER,
-                in_flight_per_core: super::DEFAULT_IN_FLIGHT,
-                report_interval: super::DEFAULT_REPORT_INTERVAL,
-                max_sockets: super::sockets::DEFAULT_MAX_SOCKETS,
+                recv_buf: DEFAULT_SOCKET_BUFFER,
+                send_buf: DEFAULT_SOCKET_BUFFER,
+                in_flight_per_core: DEFAULT_IN_FLIGHT,
+                report_interval: DEFAULT_REPORT_INTERVAL,
+                max_sockets: DEFAULT_MAX_SOCKETS,
                 spin: None,
-                io_backend: super::DEFAULT_IO_BACKEND,
+                io_backend: DEFAULT_IO_BACKEND,
                 gso: true,
                 hosted: false,
             },
@@ -237,16 +241,14 @@ impl Settings {
             }
         };
         let mut core = self.core;
-        if core.in_flight_per_core == 0 || core.in_flight_per_core > super::inflight::MAX_IN_FLIGHT
-        {
+        if core.in_flight_per_core == 0 || core.in_flight_per_core > MAX_IN_FLIGHT {
             return Err(OptionError::BadInFlight(core.in_flight_per_core).into());
         }
-        if core.report_interval < Duration::from_millis(1)
-            || core.report_interval > Duration::from_secs(10)
-        {
+        let (shortest, longest) = REPORT_INTERVAL_RANGE;
+        if core.report_interval < shortest || core.report_interval > longest {
             return Err(OptionError::BadReportInterval.into());
         }
-        if !(2..=super::MAX_SOCKETS_PER_CORE).contains(&core.max_sockets) {
+        if !(2..=MAX_SOCKETS_PER_CORE).contains(&core.max_sockets) {
             return Err(OptionError::BadMaxSockets(core.max_sockets).into());
         }
         if !core.io_backend.compiled() {
@@ -330,62 +332,6 @@ pub(crate) fn check_endpoints(eps: &[Endpoint]) -> Result<(), OptionError> {
         return Err(OptionError::ZeroServerId);
     }
     Ok(())
-}
-
-/// What one core's state is built from, as plain values: the key's authentication, the
-/// request policy and the core's limits. The engine builds it from its validated settings
-/// (`super::feed::CoreFeed`); a simulation or a fuzz target with [`CoreConfig::new`].
-#[derive(Clone)]
-pub struct CoreConfig {
-    /// The core's index.
-    pub(crate) index: usize,
-    /// The key's authentication (seal and open).
-    pub(crate) auth: Auth,
-    /// The policy's constants as the request machines take them.
-    pub(crate) plan: Plan,
-    /// The request policy (its horizon bounds the latency histograms).
-    pub(crate) policy: RequestPolicy,
-    /// Requests in flight at once (1..=2^24; beyond it a request fails `Overloaded`).
-    pub in_flight: usize,
-    /// Most sockets open at once (steering; at least 2).
-    pub max_sockets: usize,
-    /// Latency-report flush interval.
-    pub report_interval: Duration,
-}
-
-impl std::fmt::Debug for CoreConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // the authentication holds key material: never printed
-        f.debug_struct("CoreConfig")
-            .field("index", &self.index)
-            .field("in_flight", &self.in_flight)
-            .field("max_sockets", &self.max_sockets)
-            .field("report_interval", &self.report_interval)
-            .finish_non_exhaustive()
-    }
-}
-
-impl CoreConfig {
-    /// Core `index` for `key` under `policy`, with the engine's default limits; fails
-    /// when the policy exceeds the key's limits (as `EngineBuilder::build` does).
-    pub fn new(
-        index: usize,
-        key: &crate::proto::key::ApiKey,
-        policy: RequestPolicy,
-    ) -> Result<CoreConfig, crate::proto::error::ConfigError> {
-        policy
-            .check_key(key)
-            .map_err(crate::proto::error::ConfigError::Policy)?;
-        Ok(CoreConfig {
-            index,
-            auth: Auth::new(key),
-            plan: Plan::new(&policy),
-            policy,
-            in_flight: super::DEFAULT_IN_FLIGHT,
-            max_sockets: super::sockets::DEFAULT_MAX_SOCKETS,
-            report_interval: super::DEFAULT_REPORT_INTERVAL,
-        })
-    }
 }
 
 #[cfg(test)]

@@ -1,52 +1,50 @@
 //! The sans-IO state of one engine core.
 //!
 //! Owns, for its core: the in-flight table, the timer wheel, the socket bookkeeping
-//! (steering), report coalescing, buffered randomness for unique ids and nonces, and the
-//! core's statistics. It takes inputs — submissions handed to it one by one (the
-//! core's turn drains the queue: `super::feed`), the endpoint set
-//! ([`CoreState::set_membership`]), received datagrams `(now, socket, bytes)`, timeouts
-//! and send failures — and hands out transmits `(socket, destination, bytes, tag)`
-//! through a caller-supplied [`TransmitSink`], socket operations ([`SocketOp`]),
-//! completions (written to the requests' completion slots; the slots whose callers are to
-//! be woken are returned by [`CoreState::take_wakes`]), a refresh request when it found
-//! no endpoint ([`CoreState::take_refresh_request`]) and the next deadline
+//! (steering), report coalescing, buffered randomness for unique ids and nonces, the
+//! responses it holds and the core's statistics. Inputs: submissions handed to it one by
+//! one ([`CoreState::submit`], [`CoreState::submit_report`], [`CoreState::refuse`]), the
+//! endpoint set ([`CoreState::set_membership`]), received datagrams `(now, socket,
+//! bytes)`, timeouts and send failures. Outputs, all as data: transmits `(socket,
+//! destination, bytes, tag)` through a caller-supplied [`TransmitSink`], socket
+//! operations ([`CoreState::poll_socket_op`]), ended requests with their outcomes
+//! ([`CoreState::poll_outcome`]), a refresh request when it found no endpoint
+//! ([`CoreState::take_refresh_request`]) and the next deadline
 //! ([`CoreState::poll_timeout`]).
 //!
-//! Must not touch: sockets, channels, wakers, the engine's shared state, clocks (every
-//! instant is a parameter; the wall clock for the tenant timestamp is set with
-//! [`CoreState::set_wall_ms`]), threads, system calls (OS randomness comes from the
+//! Must not touch: sockets, queues, the completion slots or anything shared with the
+//! callers, clocks (every instant is a parameter; the wall clock for the tenant timestamp
+//! is set with [`CoreState::set_wall_ms`]), system calls (randomness comes from the
 //! injected [`Entropy`]). The decisions themselves are the request machine's
-//! (`crate::proto::machine`).
+//! ([`Delivery`]); the datagram checks are here, once.
 //!
-//! Ordering contract for whoever drives the state (the core's turn, the simulation):
+//! Ordering contract for whoever drives the state (the runtime's turn, the simulation):
 //! hand every transmit to the network before performing the socket operations polled
-//! after it (a `Close` follows the last transmit of its
-//! socket), and handle received datagrams before timers of the same instant. A request
-//! decided by a datagram keeps its completion transmits until the next
-//! [`CoreState::handle_timeout`] (which [`CoreState::poll_timeout`] asks for at once), so
-//! that answers from other servers later in the same receive batch spare their resends:
-//! call `handle_timeout` after each batch of datagrams.
+//! after it (a `Close` follows the last transmit of its socket), and handle received
+//! datagrams before timers of the same instant. A request decided by a datagram keeps its
+//! completion transmits until the next [`CoreState::handle_timeout`] (which
+//! [`CoreState::poll_timeout`] asks for at once), so that answers from other servers later
+//! in the same receive batch spare their resends: call `handle_timeout` after each batch
+//! of datagrams.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::completion::SlotPool;
-use super::inflight::{Entry, InFlight, Key};
-use super::random::RandPool;
+use super::config::CoreConfig;
+use super::consts::{FIRED_PREALLOC, PREALLOC_MAX, REPORT_TAG, WHEEL_SLOTS, WHEEL_TICK};
+use super::inflight::{self, Dgram, Entry, InFlight, Key};
+use super::outcomes::{Held, Outcomes, SlotOutcome};
+use super::random::{Entropy, RandPool};
 use super::reports::Reports;
 use super::sockets::{SocketOp, SocketTable};
-use super::stats::{ROUND_BUCKETS, Stats};
+use super::stats::Stats;
 use super::wheel::{TimerHandle, TimerWheel};
-use crate::proto::machine::{Ignored, Sends, Snapshot, TransmitKind};
-use crate::proto::outcome::{CommError, Failure, Phase, Response};
-use crate::proto::wire::{self, DropReason, RateResponseView, ReportEntry, RngError, TenantView};
+use crate::proto::error::RequestError;
+use crate::proto::machine::{Delivery, Ignored, Sends, Snapshot, TransmitKind};
+use crate::proto::outcome::{CommError, Failure, Response};
+use crate::proto::wire::{self, DropReason, ReportEntry, RngError, TenantView};
 use crate::udp::SocketId;
 
-/// Submissions a core takes from its queue per turn.
-pub const DRAIN: usize = 256;
-/// Send tag of latency reports.
-pub const REPORT_TAG: u64 = u64::MAX;
 /// Where a core's transmits go: the core's send batch, or a simulated network.
 /// The datagram bytes are only borrowed: copy them.
 pub trait TransmitSink {
@@ -55,23 +53,16 @@ pub trait TransmitSink {
     fn transmit(&mut self, sock: SocketId, to: SocketAddr, datagram: &[u8], tag: u64);
 }
 
-pub use super::random::{Entropy, os_entropy};
-
 /// Whole microseconds of `d`, saturating at `u32::MAX - 1`.
 fn micros(d: Duration) -> u32 {
     d.as_micros().min(u128::from(u32::MAX - 1)) as u32
 }
-
-pub use super::config::CoreConfig;
 
 /// The state of one engine core.
 pub struct CoreState {
     index: usize,
     /// What the core reads of the configuration (plain values).
     cfg: CoreConfig,
-    /// The completion slots: outcomes are written here; callers are woken by the core
-    /// (see [`CoreState::take_wakes`]).
-    pool: Arc<SlotPool>,
     /// The endpoint set new requests and reports use ([`CoreState::set_membership`]).
     snapshot: Snapshot,
     /// A request found no endpoint: the core asks discovery for a refresh.
@@ -85,21 +76,14 @@ pub struct CoreState {
     reports: Reports,
     scratch: Box<[u8; wire::MAX_DATAGRAM]>,
     wall_ms: u64,
-    /// Completion slots whose callers are still to be woken (see `take_wakes`).
-    wakes: Vec<u32>,
+    /// The responses held and the outcomes not yet taken.
+    outcomes: Outcomes,
     /// Requests decided by a datagram whose completion transmits wait for the end of the
     /// receive batch (sent by the next `handle_timeout`), each key once.
     completing: Vec<Key>,
     /// When the oldest of `completing` was decided.
     completing_since: Option<Instant>,
-    /// Decisions so far: every [`WAKE_SAMPLE_EVERY`]th is timed to its caller.
-    decided: u64,
 }
-
-/// One decision in this many is marked with its decision time, so that its caller
-/// measures the completion wake (`Stats::completion_wake_us`): a clock read per sampled
-/// completion instead of one per completion.
-pub const WAKE_SAMPLE_EVERY: u64 = 8;
 
 impl std::fmt::Debug for CoreState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -113,10 +97,9 @@ impl std::fmt::Debug for CoreState {
 
 impl CoreState {
     /// The state of core `cfg.index`, whose first socket `first` is bound on `port`;
-    /// completions are written to `pool` and requests go to the endpoints of `snapshot`.
+    /// requests go to the endpoints of `snapshot`.
     pub fn new(
         cfg: CoreConfig,
-        pool: Arc<SlotPool>,
         snapshot: Snapshot,
         now: Instant,
         first: SocketId,
@@ -131,23 +114,44 @@ impl CoreState {
         Ok(CoreState {
             index: cfg.index,
             inflight: InFlight::new(limit, mask),
-            wheel: TimerWheel::new(now, Duration::from_millis(1), 8192, limit.min(1 << 16)),
+            wheel: TimerWheel::new(now, WHEEL_TICK, WHEEL_SLOTS, limit.min(PREALLOC_MAX)),
             socks: SocketTable::new(first, port, cfg.max_sockets),
-            fired: Vec::with_capacity(1024),
+            fired: Vec::with_capacity(FIRED_PREALLOC),
             rng,
             stats: Stats::new(),
             reports: Reports::new(max_reports, cfg.report_interval),
             scratch: Box::new([0u8; wire::MAX_DATAGRAM]),
             wall_ms: 0,
-            wakes: Vec::with_capacity(8192),
+            outcomes: Outcomes::new(limit),
             completing: Vec::with_capacity(limit),
             completing_since: None,
-            decided: 0,
             cfg,
-            pool,
             snapshot,
             refresh_wanted: false,
         })
+    }
+
+    /// Bytes a core's state reserves when it starts, for an in-flight limit of
+    /// `in_flight`: slab cells and timer nodes (up to 65,536; beyond, they grow on demand
+    /// up to the limit), the wheel, the held-response store and the outcome queue.
+    pub fn reserved_bytes(in_flight: usize) -> usize {
+        let prealloc = in_flight.min(PREALLOC_MAX);
+        prealloc * inflight::entry_size()
+            + TimerWheel::<u64>::footprint(WHEEL_SLOTS, prealloc)
+            + in_flight * std::mem::size_of::<Key>()
+            + Outcomes::reserved(in_flight)
+    }
+
+    /// Bytes of one in-flight entry (a slab cell: the request's machine, its sealed
+    /// datagram when it fits inline, its timer, slot and socket).
+    pub fn entry_size() -> usize {
+        inflight::entry_size()
+    }
+
+    /// Bytes one in-flight request takes in its core at most: its slab cell and the cell
+    /// of a response held for it.
+    pub fn bytes_per_request() -> usize {
+        inflight::entry_size() + Outcomes::cell_size()
     }
 
     /// Index of this core.
@@ -221,9 +225,26 @@ impl CoreState {
         self.socks.opened(new);
     }
 
+    /// The next request that ended, with its completion slot and outcome, oldest first.
+    /// The runtime writes each into its slot and wakes the caller once per turn, after
+    /// the turn's sends, so a caller on the same CPU does not preempt the core in the
+    /// middle of its turn.
+    pub fn poll_outcome(&mut self) -> Option<SlotOutcome> {
+        self.outcomes.pop()
+    }
+
+    /// True when ended requests wait for [`poll_outcome`](Self::poll_outcome).
+    pub fn has_outcomes(&self) -> bool {
+        self.outcomes.any()
+    }
+
     // ---------------------------------------------------------------- receive
 
-    /// One datagram arrived on socket `sock` (the bytes are decrypted in place).
+    /// One datagram arrived on socket `sock` (the bytes are decrypted in place). The
+    /// datagram checks, in order: tenant TLV, routing by unique id, then
+    /// `wire::open_response` (authentication, the rate response PDU), then the request
+    /// machine's server-id and timing rules. A
+    /// datagram that fails one is counted by its [`DropReason`] and changes nothing.
     pub fn handle_datagram(
         &mut self,
         now: Instant,
@@ -240,18 +261,14 @@ impl CoreState {
         let Some(key) = self.inflight.route(&uid) else {
             return self.stats.drop(DropReason::UnknownRequest);
         };
-        let opened = match wire::open(&self.cfg.auth, buf) {
+        let (tenant, resp) = match wire::open_response(&self.cfg.auth, buf) {
             Ok(o) => o,
-            Err(r) => return self.stats.drop(r),
-        };
-        let resp = match RateResponseView::parse(opened.pdu) {
-            Ok(r) => r,
             Err(r) => return self.stats.drop(r),
         };
         let Some(e) = self.inflight.get_mut(key) else {
             return;
         };
-        let (server_id, steering) = (opened.tenant.id(), opened.tenant.steering());
+        let (server_id, steering) = (tenant.id(), tenant.steering());
         match e
             .req
             .handle_results(&self.cfg.plan, now, server_id, steering)
@@ -263,10 +280,9 @@ impl CoreState {
             }
             Ok(v) => {
                 if v.keeps_response() {
-                    // built straight into the completion slot (replacing a retained one)
-                    self.pool.stage_with(e.slot, || {
-                        Response::from_view(server_id, steering, v.phase, &resp)
-                    });
+                    // replaces a retained one
+                    let r = Response::from_view(server_id, steering, v.phase, &resp);
+                    self.outcomes.hold(&mut e.held, r);
                     e.answered_us = micros(now.saturating_duration_since(e.req.started()));
                 }
                 if e.req.poll_steering() == Some(0) && !self.socks.hint(e.sock) {
@@ -293,8 +309,9 @@ impl CoreState {
 
     // ---------------------------------------------------------------- submissions
 
-    /// A submitted request: its encoded PDU, its completion slot and when it was
-    /// submitted.
+    /// A submitted request: its encoded rate-request PDU, its completion slot and when it
+    /// was submitted. The PDU is sealed into the datagram the core keeps in flight (its
+    /// one copy); the request ends in exactly one [`SlotOutcome`] for `slot`.
     pub fn submit(
         &mut self,
         now: Instant,
@@ -303,19 +320,74 @@ impl CoreState {
         submitted: Instant,
         out: &mut dyn TransmitSink,
     ) {
-        self.start(now, Some(pdu), slot, submitted, out);
+        let Some(key) = self.inflight.reserve() else {
+            return self.fail_early(slot, Failure::Overloaded);
+        };
+        let req = match Delivery::new(&self.cfg.plan, self.snapshot.clone(), now) {
+            Ok(m) => m,
+            Err(f) => {
+                self.inflight.unreserve(key);
+                return self.fail_early(slot, f);
+            }
+        };
+        let dgram = match self.seal(key, pdu) {
+            Ok(d) => d,
+            Err(f) => {
+                self.inflight.unreserve(key);
+                return self.fail_early(slot, f);
+            }
+        };
+        let sock = self.socks.current();
+        self.socks.acquire(sock);
+        self.inflight.insert(
+            key,
+            Entry {
+                req,
+                timer: TimerHandle::NONE,
+                slot,
+                held: Held::NONE,
+                sock,
+                queued_us: micros(now.saturating_duration_since(submitted)),
+                answered_us: u32::MAX,
+                generation: 0,
+                dgram,
+            },
+        );
+        self.drive(key, now, out);
     }
 
-    /// A submitted request whose encoded PDU waits in its completion slot (the engine's
-    /// queue carries only the slot): sealed from there into the datagram kept in flight.
-    pub(crate) fn submit_queued(
-        &mut self,
-        now: Instant,
-        slot: u32,
-        submitted: Instant,
-        out: &mut dyn TransmitSink,
-    ) {
-        self.start(now, None, slot, submitted, out);
+    /// Seals `pdu` for entry `key` (reserved, not inserted) into a new datagram store:
+    /// fresh random unique id (with the entry's routing bytes) and nonce.
+    fn seal(&mut self, key: Key, pdu: &[u8]) -> Result<Dgram, Failure> {
+        let rnd = self
+            .rng
+            .datagram_random()
+            .map_err(|_| Failure::Communication(CommError::Rng))?;
+        let (mut tenant, nonce) = wire::request_tenant(self.cfg.auth.key_id(), &rnd, self.wall_ms);
+        // the routing bytes (0..5) are untouched by the id's v4 shaping (bytes 6, 8)
+        self.inflight.stamp_unique_id(key, &mut tenant.unique_id);
+        let p = self.cfg.auth.pdu_offset();
+        let total = p + pdu.len();
+        let mut dgram = self.inflight.alloc_dgram(total);
+        let bytes = self.inflight.bytes_mut(&mut dgram);
+        let sealed = match bytes.get_mut(p..total) {
+            Some(b) => {
+                b.copy_from_slice(pdu);
+                wire::seal(&self.cfg.auth, &tenant, nonce, bytes, pdu.len()).ok()
+            }
+            None => None,
+        };
+        let Some(n) = sealed else {
+            // the size was checked when the request was built
+            self.inflight.recycle(dgram);
+            let e = RequestError::TooLarge {
+                needed: total,
+                max: wire::MAX_DATAGRAM,
+            };
+            return Err(Failure::Configuration(e.into()));
+        };
+        dgram.set_len(n);
+        Ok(dgram)
     }
 
     /// A latency report entry for the next report datagram.
@@ -331,30 +403,15 @@ impl CoreState {
         self.flush_reports(out);
     }
 
-    /// A request this core will not start (the engine is shutting down): it completes
-    /// with [`Failure::Shutdown`].
+    /// A request this core will not start (the engine is shutting down): it ends with
+    /// [`Failure::Shutdown`].
     pub fn refuse(&mut self, slot: u32) {
         self.stats.shutdown_failures += 1;
-        self.complete(slot, Err(Failure::Shutdown));
-    }
-
-    fn complete(&mut self, slot: u32, out: Result<Response, Failure>) {
         self.stats.completions += 1;
-        self.pool.complete_to(slot, out, Some(&mut self.wakes));
+        self.outcomes.fail(slot, Failure::Shutdown);
     }
 
-    /// The completion slots whose callers are to be woken, drained: the core wakes
-    /// them once per turn, after the turn's sends, so a caller on the same CPU does not
-    /// preempt the core in the middle of its turn.
-    pub fn take_wakes(&mut self) -> std::vec::Drain<'_, u32> {
-        self.wakes.drain(..)
-    }
-
-    /// True when completed requests wait for [`take_wakes`](Self::take_wakes).
-    pub fn has_wakes(&self) -> bool {
-        !self.wakes.is_empty()
-    }
-
+    /// A request that ends before its start.
     fn fail_early(&mut self, slot: u32, f: Failure) {
         match &f {
             Failure::Discovery(_) => {
@@ -375,88 +432,8 @@ impl CoreState {
             Failure::Communication(_) => self.stats.comm_failures += 1,
             _ => {}
         }
-        self.complete(slot, Err(f));
-    }
-
-    /// Starts a request whose PDU is `pdu`, or in its slot when `None`.
-    fn start(
-        &mut self,
-        now: Instant,
-        pdu: Option<&[u8]>,
-        slot: u32,
-        submitted: Instant,
-        out: &mut dyn TransmitSink,
-    ) {
-        let Some(key) = self.inflight.reserve() else {
-            return self.fail_early(slot, Failure::Overloaded);
-        };
-        let snapshot = self.snapshot.clone();
-        let req = match crate::proto::machine::Delivery::new(&self.cfg.plan, snapshot, now) {
-            Ok(m) => m,
-            Err(f) => {
-                self.inflight.unreserve(key);
-                return self.fail_early(slot, f);
-            }
-        };
-        let Ok(rnd) = self.rng.datagram_random() else {
-            self.inflight.unreserve(key);
-            return self.fail_early(slot, Failure::Communication(CommError::Rng));
-        };
-        let (mut tenant, nonce) = wire::request_tenant(self.cfg.auth.key_id(), &rnd, self.wall_ms);
-        // the routing bytes (0..5) are untouched by the id's v4 shaping (bytes 6, 8)
-        self.inflight.stamp_unique_id(key, &mut tenant.unique_id);
-        let p = self.cfg.auth.pdu_offset();
-        let (inflight, auth) = (&mut self.inflight, &self.cfg.auth);
-        // the PDU's one copy: into the datagram, sealed in place
-        let mut seal = |pdu: &[u8]| {
-            let total = p + pdu.len();
-            let mut dgram = inflight.alloc_dgram(total);
-            let bytes = inflight.bytes_mut(&mut dgram);
-            let sealed = match bytes.get_mut(p..total) {
-                Some(b) => {
-                    b.copy_from_slice(pdu);
-                    wire::seal(auth, &tenant, nonce, bytes, pdu.len())
-                }
-                None => Err(wire::EncodeError::TooLarge {
-                    needed: total,
-                    max: wire::MAX_DATAGRAM,
-                }),
-            };
-            (dgram, sealed, total)
-        };
-        let (mut dgram, sealed, total) = match pdu {
-            Some(pdu) => seal(pdu),
-            None => self.pool.with_pdu(slot, seal),
-        };
-        match sealed {
-            Ok(n) => dgram.set_len(n),
-            Err(_) => {
-                // the size was checked when the request was built
-                self.inflight.recycle(dgram);
-                self.inflight.unreserve(key);
-                let e = crate::proto::error::RequestError::TooLarge {
-                    needed: total,
-                    max: wire::MAX_DATAGRAM,
-                };
-                return self.fail_early(slot, Failure::Configuration(e.into()));
-            }
-        }
-        let sock = self.socks.current();
-        self.socks.acquire(sock);
-        self.inflight.insert(
-            key,
-            Entry {
-                req,
-                timer: TimerHandle::NONE,
-                slot,
-                sock,
-                queued_us: micros(now.saturating_duration_since(submitted)),
-                answered_us: u32::MAX,
-                generation: 0,
-                dgram,
-            },
-        );
-        self.drive(key, now, out);
+        self.stats.completions += 1;
+        self.outcomes.fail(slot, f);
     }
 
     // ---------------------------------------------------------------- driving
@@ -503,20 +480,14 @@ impl CoreState {
         }
     }
 
-    /// Removes a finished request and delivers its outcome: `Ok` = the response staged
-    /// in its completion slot, with these send counts.
+    /// Removes a finished request and queues its outcome: `Ok` = the held response, with
+    /// these send counts.
     fn finish(&mut self, key: Key, res: Result<Sends, Failure>, now: Instant) {
-        // read in place; the cell is vacated (not moved out) at the end
         let Some(e) = self.inflight.get_mut(key) else {
             return;
         };
         self.wheel.cancel(e.timer);
         self.socks.release(e.sock);
-        let pool = &self.pool;
-        if self.decided.is_multiple_of(WAKE_SAMPLE_EVERY) {
-            pool.mark_decided(e.slot, now);
-        }
-        self.decided = self.decided.wrapping_add(1);
         let s = &mut self.stats;
         let elapsed = micros(now.saturating_duration_since(e.req.started()));
         if res.is_ok() && e.answered_us != u32::MAX {
@@ -526,60 +497,33 @@ impl CoreState {
                 u64::from(elapsed.saturating_sub(e.answered_us)),
             );
         }
-        let delivered = match &res {
-            Ok(n) => pool.complete_staged(e.slot, Some(&mut self.wakes), |r| {
+        // a decision's response stays in its cell until it is taken (moved once)
+        let result = match (res, self.outcomes.get_mut(e.held)) {
+            (Ok(n), Some(r)) => {
                 r.sends = n.sends;
                 r.completion_sends = n.completion_sends;
-                if r.is_granted() {
-                    s.granted += 1;
-                } else {
-                    s.rejected += 1;
-                }
-                match r.phase {
-                    Phase::Round(k) => {
-                        s.decisions_by_round[(k as usize).min(ROUND_BUCKETS - 1)] += 1;
-                        if k == 0 {
-                            let oldest = e.req.snapshot().iter().map(|x| x.server_id).min();
-                            if r.server_id != oldest {
-                                s.oldest_fallbacks += 1;
-                                if s.oldest_fallbacks.is_power_of_two() {
-                                    tracing::info!(
-                                        fallbacks = s.oldest_fallbacks,
-                                        "oldest server silent in round 0: a younger one decided"
-                                    );
-                                }
-                            }
-                        }
-                    }
-                    Phase::Final => s.decisions_final += 1,
-                    Phase::Local => {}
-                }
-            }),
-            Err(f) => {
-                match f {
-                    Failure::Timeout { .. } => s.timeouts += 1,
-                    Failure::Communication(_) => s.comm_failures += 1,
-                    Failure::Shutdown => s.shutdown_failures += 1,
-                    _ => {}
-                }
-                None
+                s.count_decision(r, e.req.snapshot());
+                Ok(std::mem::replace(&mut e.held, Held::NONE))
+            }
+            // a decision always holds its response: only a guard
+            (Ok(_), None) => Err(Failure::Shutdown),
+            (Err(f), _) => {
+                drop(self.outcomes.take(&mut e.held));
+                s.count_failure(&f);
+                Err(f)
             }
         };
         let latency = now.saturating_duration_since(e.req.started())
             + Duration::from_micros(u64::from(e.queued_us));
         s.record_latency(latency, self.cfg.policy.horizon());
         s.completions += 1;
-        if delivered.is_none() {
-            // a failure (a staged response, if any, is dropped); a decision always has
-            // its response staged, so `Shutdown` here is only a guard
-            let f = res.err().unwrap_or(Failure::Shutdown);
-            self.pool.complete_to(e.slot, Err(f), Some(&mut self.wakes));
-        }
+        let slot = e.slot;
         self.inflight.discard(key);
+        self.outcomes.finish(slot, result, now);
     }
 
     /// Sends the completion transmits held back since the last receive batch (only
-    /// before each request's D) and delivers those decisions; true when there were any.
+    /// before each request's D) and finishes those decisions; true when there were any.
     fn flush_completing(&mut self, now: Instant, out: &mut dyn TransmitSink) -> bool {
         if self.completing_since.take().is_none() {
             return false;
@@ -673,7 +617,7 @@ impl CoreState {
 
     // ---------------------------------------------------------------- shutdown
 
-    /// Completes every in-flight request with `Failure::Shutdown` (exactly once), after
+    /// Ends every in-flight request with `Failure::Shutdown` (exactly once), after
     /// sending the pending reports. The core first refuses what is still queued
     /// ([`CoreState::refuse`]).
     pub fn shutdown(&mut self, now: Instant, out: &mut dyn TransmitSink) {
@@ -684,16 +628,16 @@ impl CoreState {
         }
     }
 
-    /// After a fault inside this core: completes every in-flight request with `f`
-    /// without touching the network (queued requests are the core's to fail; the
-    /// callers are woken through [`CoreState::take_wakes`]).
-    pub(crate) fn fail_in_flight(&mut self, f: &Failure) {
+    /// After a fault inside this core: ends every in-flight request with `f` without
+    /// touching the network (queued requests are the runtime's to fail).
+    pub fn fail_in_flight(&mut self, f: &Failure) {
         for key in self.inflight.keys() {
             if let Some(e) = self.inflight.get_mut(key) {
                 self.stats.completions += 1;
-                self.pool
-                    .complete_to(e.slot, Err(f.clone()), Some(&mut self.wakes));
+                drop(self.outcomes.take(&mut e.held));
+                let slot = e.slot;
                 self.inflight.discard(key);
+                self.outcomes.fail(slot, f.clone());
             }
         }
     }

@@ -1,19 +1,19 @@
 //! The state shared by the application-facing handle and the cores.
 //!
 //! Owns: [`Shared`] (the per-core queues, the completion pool, the membership, the
-//! validated settings the handle and the cores read) and each core's [`Published`]
-//! statistics with their publication. Must not touch: sockets, threads, clocks.
+//! validated settings the handle and the cores read), its allocation from a validated
+//! configuration (every per-core structure, before any I/O), and each core's
+//! [`Published`] statistics with their publication. Must not touch: sockets, threads, clocks.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use super::completion::SlotPool;
-use super::config::CoreSettings;
+use super::config::{BuildError, CoreSettings, Source, Validated};
+use super::consts::{GATE_PATIENCE, QUEUE_MAX};
 use super::membership::Membership;
-use super::state::CoreState;
-use super::stats::Stats;
-use super::submit::{CoreQueue, Gate};
+use super::queue::{CoreQueue, Gate};
+use crate::engine::core::{CoreState, Stats};
 use crate::proto::machine::Plan;
 use crate::proto::policy::RequestPolicy;
 use crate::proto::wire::Auth;
@@ -48,18 +48,63 @@ pub(super) struct Published {
     pub(super) wanted: AtomicBool,
 }
 
-/// How often a busy core publishes its statistics unasked.
-pub(crate) const PUBLISH_EVERY: Duration = Duration::from_millis(100);
-
 impl Shared {
-    /// Refuses new submissions (they fail with `Shutdown`), then waits (at most 5 s) for
-    /// the submitters that passed the closed check before it.
+    /// Allocates every per-core structure of a validated configuration, starting no
+    /// thread and opening no socket: the state the handle and the cores share.
+    pub(super) fn new(cfg: &Validated) -> Result<Arc<Shared>, BuildError> {
+        let auth = Auth::new(&cfg.key);
+        let n = cfg.cpus.len();
+        let queue_cap = cfg.core.in_flight_per_core.min(QUEUE_MAX);
+        let mut queues = Vec::new();
+        queues
+            .try_reserve_exact(n)
+            .map_err(|_| BuildError::OutOfMemory)?;
+        for _ in 0..n {
+            queues.push(CoreQueue::new(queue_cap).map_err(|e| BuildError::Socket(e.kind()))?);
+        }
+        let slots = n
+            .checked_mul(cfg.core.in_flight_per_core + queue_cap)
+            .ok_or(BuildError::OutOfMemory)?;
+        let pool = SlotPool::new(slots).ok_or(BuildError::OutOfMemory)?;
+        let membership = match &cfg.source {
+            Source::Static(eps) => Membership::new(eps.clone()),
+            #[cfg(feature = "dns")]
+            Source::Dns { .. } => Membership::new(Vec::new()),
+        };
+        let published = (0..n)
+            .map(|_| Published {
+                stats: Mutex::new(Stats::new()),
+                generation: AtomicU64::new(0),
+                wanted: AtomicBool::new(false),
+            })
+            .collect();
+        Ok(Arc::new(Shared {
+            queues: queues.into_boxed_slice(),
+            pool,
+            membership,
+            max_pdu: auth.max_pdu_len(),
+            auth,
+            horizon_ms: cfg.policy.horizon_ms(),
+            window_limit_ms: cfg.key.quotas().rate_window_size_ms_max,
+            plan: Plan::new(&cfg.policy),
+            policy: cfg.policy.clone(),
+            settings: cfg.core,
+            published,
+            gate: Gate::new(),
+            queue_full: AtomicU64::new(0),
+            next_thread: AtomicUsize::new(0),
+        }))
+    }
+
+    /// Refuses new submissions (they fail with `Shutdown`), then waits (at most
+    /// [`GATE_PATIENCE`]) for the submitters that passed the closed check before it.
     pub(super) fn close_to_submitters(&self) {
-        self.gate.close(Duration::from_secs(5));
+        self.gate.close(GATE_PATIENCE);
     }
 
     /// True when a reader asked core `i` for a fresh snapshot (the core checks once per
-    /// turn; it also publishes unasked every [`PUBLISH_EVERY`] by its own clock).
+    /// turn; it also publishes unasked every
+    /// [`PUBLISH_EVERY`](super::consts::PUBLISH_EVERY) by its own clock).
     pub(crate) fn stats_wanted(&self, i: usize) -> bool {
         self.published[i].wanted.load(Ordering::Relaxed)
     }

@@ -10,22 +10,24 @@
 //! # A turn
 //!
 //! 1. **Submissions and timers:** the queue is drained into the state (at most
-//!    `state::DRAIN` messages) and due timers fire; their transmits are queued on the
-//!    I/O layer.
+//!    [`DRAIN`](super::consts::DRAIN) messages) and due timers fire; their transmits are
+//!    queued on the I/O layer.
 //! 2. **Fault feedback:** sends that failed are handed back to the state (it retries on
 //!    another server or fails the request).
 //! 3. **Socket operations:** steering opens a socket or closes one (a `Close` after a
 //!    flush, so a closing socket's last datagrams leave first; the scheduler hears of it
 //!    before, [`Scheduler::unwatch`]).
-//! 4. **Publication** when a reader asked or every [`PUBLISH_EVERY`](super::PUBLISH_EVERY).
+//! 4. **Publication** when a reader asked or every [`PUBLISH_EVERY`].
 //! 5. **I/O:** one pass of the I/O layer: it sends what is queued (GSO-grouped, one
 //!    `sendmmsg` or one ring submission) and receives; each datagram goes straight to
 //!    the state, whose answers are queued for the next pass. A scheduler that
 //!    [blocks](Scheduler::BLOCKS) lets the pass wait (up to the core's next deadline,
-//!    for a datagram or a submitter's wake-up) when no work is certain and no caller
-//!    waits to be woken; the other never waits and receives only where the runtime
+//!    for a datagram or a submitter's wake-up) when no work is certain and no outcome
+//!    waits to be delivered; the other never waits and receives only where the runtime
 //!    reported readiness.
-//! 6. **Completion wakes**, once, for everything the turn completed.
+//! 6. **Delivery**, once: every outcome the state handed out this turn
+//!    (`CoreState::poll_outcome`) is written into its completion slot, then the callers
+//!    are woken.
 //! 7. **Result:** [`Turn::Busy`] when more work is certain (a receive filled its
 //!    buffers, submissions or failures wait, a deadline passed), else
 //!    [`Turn::Idle`] until the next deadline. Before it idles the core publishes its
@@ -56,22 +58,17 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::config::BuildError;
+use super::consts::{
+    DEAD_POLL, FAILED_PREALLOC, FAILURE_ROUNDS, PUBLISH_EVERY, PUBLISH_IDLE_EVERY, REBIND_TRIES,
+    RECV_BATCH, RECV_DATAGRAM_MAX, SEND_CAPACITY, WALL_RESYNC,
+};
 use super::feed::CoreFeed;
+use super::queue::Msg;
 use super::shared::Shared;
-use super::sockets::SocketOp;
-use super::state::{CoreState, TransmitSink, os_entropy};
-use super::submit::Msg;
+use crate::engine::core::{CoreState, Entropy, SocketOp, TransmitSink};
 use crate::proto::outcome::Failure;
+use crate::proto::wire;
 use crate::udp::{BackendChoice, Caller, IoConfig, IoEvent, SendQueue, SocketId, UdpIo};
-
-/// Ports tried per steering rebind (each a bind(2)); never an unbounded scan.
-pub(crate) const REBIND_TRIES: u16 = 32;
-/// Rounds of feeding send failures back per iteration (each may queue replays).
-const FAILURE_ROUNDS: usize = 4;
-/// Datagrams handed to the state per `run_once`.
-const RECV_BATCH: usize = 256;
-/// Datagrams the send queue holds (a turn's transmits, grouped by GSO when flushed).
-const SEND_CAPACITY: usize = 8192;
 
 fn wall_ms() -> u64 {
     SystemTime::now()
@@ -79,9 +76,6 @@ fn wall_ms() -> u64 {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
-
-/// How long the wall clock is derived from the monotonic one before it is read again.
-const WALL_RESYNC: Duration = Duration::from_millis(100);
 
 /// The wall clock in milliseconds (the requests' timestamps), derived from the turn's
 /// monotonic reading and read afresh every [`WALL_RESYNC`]: one clock read per turn
@@ -133,13 +127,6 @@ pub(crate) enum Turn {
     Idle { until: Option<Instant> },
     Stopped,
 }
-
-/// Least time between two publications of an idle core's histograms (its counters are
-/// published at every pause that follows work).
-pub(crate) const PUBLISH_IDLE_EVERY: Duration = Duration::from_millis(10);
-
-/// How long a failed core waits between the turns that fail what reaches its queue.
-const DEAD_POLL: Duration = Duration::from_millis(1);
 
 /// Transmits queued on the I/O layer's send queue inside a pass's callback.
 struct QueueSink<'a> {
@@ -201,8 +188,7 @@ pub(crate) struct Core {
     dirty: bool,
     /// When the current pause began (`None` while turns find work). Under load pauses
     /// are short and end at the next turn: the histograms, whose copy costs tens of µs,
-    /// are then published every [`PUBLISH_EVERY`](super::PUBLISH_EVERY), not at each
-    /// pause.
+    /// are then published every [`PUBLISH_EVERY`], not at each pause.
     idle_since: Option<Instant>,
     /// A turn panicked (see the module docs).
     dead: bool,
@@ -226,7 +212,7 @@ impl Core {
             max_sockets: shared.settings.max_sockets,
             batch: RECV_BATCH,
             send_capacity: SEND_CAPACITY,
-            max_datagram: 2048,
+            max_datagram: RECV_DATAGRAM_MAX,
             caller: if shared.settings.hosted {
                 Caller::Runtime
             } else {
@@ -249,8 +235,9 @@ impl Core {
         };
         let port = io.local_addr(first).map_or(0, |a| a.port());
         let feed = CoreFeed::new(index, shared.clone());
+        let entropy: Entropy = Box::new(wire::fill_random);
         let state = feed
-            .new_state(Instant::now(), first, port, os_entropy())
+            .new_state(Instant::now(), first, port, entropy)
             .map_err(|_| BuildError::NoRandomness)?;
         let _ = shared.queues[index].waker.set(io.waker());
         log_backend(index, shared.settings.io_backend, &io);
@@ -260,7 +247,7 @@ impl Core {
             feed,
             io,
             open: vec![first],
-            failed: Vec::with_capacity(1024),
+            failed: Vec::with_capacity(FAILED_PREALLOC),
             v6,
             read_all: true,
             published_at: now,
@@ -299,7 +286,7 @@ impl Core {
         let found = self.take_work(now);
         self.socket_ops(&mut |id| s.unwatch(id));
         if self.shared.stats_wanted(self.index)
-            || now.saturating_duration_since(self.published_at) >= super::PUBLISH_EVERY
+            || now.saturating_duration_since(self.published_at) >= PUBLISH_EVERY
         {
             self.publish(now);
         }
@@ -307,8 +294,8 @@ impl Core {
             return self.stop();
         }
         let got = if S::BLOCKS {
-            // completed callers are not kept waiting for the pass: no wait then
-            let idle = if self.state.has_wakes() {
+            // outcomes are not kept waiting for the pass: no wait then
+            let idle = if self.state.has_outcomes() {
                 Turn::Busy
             } else {
                 self.outcome()
@@ -326,7 +313,7 @@ impl Core {
             self.io_pass(Wait::Never(&|id| read_all || s.readable(id)))
         };
         self.read_all = self.io.may_have_more();
-        self.feed.wake_callers(&mut self.state);
+        self.feed.deliver(&mut self.state);
         if found || got {
             self.dirty = true;
             self.counters_dirty = true;
@@ -517,9 +504,8 @@ impl Core {
         );
         let f = Failure::CoreFailed { core: self.index };
         let _ = catch_unwind(AssertUnwindSafe(|| {
-            self.feed.wake_callers(&mut self.state);
             self.state.fail_in_flight(&f);
-            self.feed.wake_callers(&mut self.state);
+            self.feed.deliver(&mut self.state);
         }));
     }
 
@@ -554,9 +540,8 @@ impl Core {
         let q = &self.shared.queues[self.index];
         q.dead.store(true, Ordering::SeqCst);
         let _ = catch_unwind(AssertUnwindSafe(|| {
-            self.feed.wake_callers(&mut self.state);
             self.state.fail_in_flight(&Failure::Shutdown);
-            self.feed.wake_callers(&mut self.state);
+            self.feed.deliver(&mut self.state);
         }));
         while let Some(msg) = q.pop() {
             fail_msg(&self.shared, msg, &Failure::Shutdown);
@@ -644,7 +629,7 @@ pub(crate) fn fail_msg(shared: &Shared, msg: Msg, f: &Failure) {
     match msg {
         Msg::Request { slot, .. } => shared.pool.complete(slot, Err(f.clone())),
         Msg::FlushReports(tx) => {
-            let _ = tx.try_send(super::stats::Stats::new());
+            let _ = tx.try_send(crate::engine::core::Stats::new());
         }
         Msg::Report(_) | Msg::Fault => {}
     }

@@ -1,24 +1,30 @@
 //! What connects one core's sans-IO state to the engine's shared parts.
 //!
-//! Owns: [`CoreFeed`]: the drain of the core's submission queue into its
-//! [`CoreState`] (requests, reports, report flushes, the test fault), the membership
-//! snapshot the state is given each turn and the refresh it asks for, the wake-up of
-//! the callers whose requests completed, and the refusal of what is still queued at
-//! shutdown. The core's turn (`super::turn`) uses it, so the state
-//! itself names no channel, no shared engine state and no waker.
+//! Owns: [`CoreFeed`]: the state's construction from the engine's settings, the drain of
+//! the core's submission queue into it (a request's PDU taken from its completion slot,
+//! reports, report flushes, the test fault), the membership snapshot the state is given
+//! each turn and the refresh it asks for, the delivery of the outcomes the state hands out
+//! (each written into its completion slot, then the callers woken once), and the refusal
+//! of what is still queued at shutdown. The core's turn (`super::turn`) uses it, so the
+//! state itself names no queue, no slot and no waker.
 //! Must not touch: sockets, clocks (instants are parameters), the request path.
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::consts::DRAIN;
+use super::queue::Msg;
 use super::shared::Shared;
-use super::state::{CoreState, DRAIN, TransmitSink};
-use super::submit::Msg;
+use crate::engine::core::{CoreConfig, CoreState, Entropy, TransmitSink};
+use crate::proto::wire::RngError;
+use crate::udp::SocketId;
 
 /// One core's connection to the engine's queue, completion slots and membership.
 pub(crate) struct CoreFeed {
     index: usize,
     shared: Arc<Shared>,
+    /// Slots whose callers are to be woken at the end of the delivery.
+    wakes: Vec<u32>,
 }
 
 impl std::fmt::Debug for CoreFeed {
@@ -31,19 +37,23 @@ impl std::fmt::Debug for CoreFeed {
 
 impl CoreFeed {
     pub(crate) fn new(index: usize, shared: Arc<Shared>) -> CoreFeed {
-        CoreFeed { index, shared }
+        CoreFeed {
+            index,
+            shared,
+            wakes: Vec::with_capacity(DRAIN),
+        }
     }
 
     /// The state of this core, its first socket `first` bound on `port`.
     pub(crate) fn new_state(
         &self,
         now: Instant,
-        first: crate::udp::SocketId,
+        first: SocketId,
         port: u16,
-        entropy: super::state::Entropy,
-    ) -> Result<CoreState, crate::proto::wire::RngError> {
+        entropy: Entropy,
+    ) -> Result<CoreState, RngError> {
         let sh = &self.shared;
-        let cfg = super::config::CoreConfig {
+        let cfg = CoreConfig {
             index: self.index,
             auth: sh.auth.clone(),
             plan: sh.plan,
@@ -52,20 +62,12 @@ impl CoreFeed {
             max_sockets: sh.settings.max_sockets,
             report_interval: sh.settings.report_interval,
         };
-        CoreState::new(
-            cfg,
-            sh.pool.clone(),
-            sh.membership.snapshot(),
-            now,
-            first,
-            port,
-            entropy,
-        )
+        CoreState::new(cfg, sh.membership.snapshot(), now, first, port, entropy)
     }
 
     /// Gives the state the current endpoint set, then up to [`DRAIN`] queued
     /// submissions; true when there were any.
-    pub fn submissions(
+    pub(crate) fn submissions(
         &self,
         state: &mut CoreState,
         now: Instant,
@@ -87,16 +89,10 @@ impl CoreFeed {
 
     fn feed(&self, state: &mut CoreState, now: Instant, msg: Msg, out: &mut dyn TransmitSink) {
         match msg {
-            Msg::Request {
-                slot,
-                submitted,
-                heap: None,
-            } => state.submit_queued(now, slot, submitted, out),
-            Msg::Request {
-                slot,
-                submitted,
-                heap: Some(pdu),
-            } => state.submit(now, &pdu, slot, submitted, out),
+            Msg::Request { slot, submitted } => {
+                let pool = &self.shared.pool;
+                pool.take_pdu(slot, |pdu| state.submit(now, pdu, slot, submitted, out));
+            }
             Msg::Report(e) => state.submit_report(now, e, out),
             Msg::FlushReports(tx) => {
                 state.flush_reports_now(out);
@@ -106,17 +102,27 @@ impl CoreFeed {
         }
     }
 
-    /// Wakes the callers whose requests completed since the last call.
-    pub fn wake_callers(&self, state: &mut CoreState) {
-        for idx in state.take_wakes() {
-            self.shared.pool.wake(idx);
+    /// Writes every outcome the state handed out into its completion slot, then wakes
+    /// those callers (a caller on the core's CPU runs only after every slot is written).
+    pub(crate) fn deliver(&mut self, state: &mut CoreState) {
+        let pool = &self.shared.pool;
+        while let Some(o) = state.poll_outcome() {
+            pool.complete_deferred(o.slot, o.outcome, o.decided_at, &mut self.wakes);
+        }
+        for idx in self.wakes.drain(..) {
+            pool.wake(idx);
         }
     }
 
     /// Shuts the core's state down: what is still queued is refused (requests fail
     /// with `Shutdown`, control messages are answered), then every in-flight request
-    /// completes with `Shutdown`, and the callers are woken.
-    pub fn shutdown(&self, state: &mut CoreState, now: Instant, out: &mut dyn TransmitSink) {
+    /// completes with `Shutdown`, and the outcomes are delivered.
+    pub(crate) fn shutdown(
+        &mut self,
+        state: &mut CoreState,
+        now: Instant,
+        out: &mut dyn TransmitSink,
+    ) {
         let queue = &self.shared.queues[self.index];
         while let Some(msg) = queue.pop() {
             match msg {
@@ -125,6 +131,6 @@ impl CoreFeed {
             }
         }
         state.shutdown(now, out);
-        self.wake_callers(state);
+        self.deliver(state);
     }
 }

@@ -1,0 +1,45 @@
+//! The engine's runtime layer: everything around the sans-IO core state that needs
+//! threads, tasks, queues, shared memory or the operating system.
+//!
+//! | module | owns |
+//! |---|---|
+//! | `builder` | [`EngineBuilder`]: the options, preparation of the shared state, the start |
+//! | `config` | the settings, declared and validated once; [`BuildError`], [`Cores`] |
+//! | `lifecycle` | [`Engine`]: cores started pinned or hosted, drain, shutdown |
+//! | `handle` | [`EngineHandle`]: submit, report, statistics readers, memory figures |
+//! | `request` | [`RequestBuilder`], [`Request`], [`Batch`]: validation, the one encoder call |
+//! | `submit` | the one way in: the gate, the thread's core, a request's slot and queue place |
+//! | `pdu` | a request's encoded PDU (inline or heap) and the encoder |
+//! | `queue` | the messages a core receives, its lock-free queue, the shutdown gate |
+//! | `completion` | the completion slots (PDU in, outcome out) and [`Completion`] |
+//! | `shared` | what the handle and the cores share; statistics publication |
+//! | `feed` | queue → core state, outcomes → slots and one wake of the callers |
+//! | `turn` | `Core::turn`: one turn of a core, for both schedulers; faults |
+//! | `pinned`, `hosted` | the two schedulers: a pinned thread, a task on a Tokio runtime |
+//! | `membership` | the endpoint snapshot and the DNS discovery thread |
+//! | `consts` | the layer's constants, each with its reason |
+
+mod builder;
+mod completion;
+mod config;
+pub(crate) mod consts;
+mod feed;
+mod handle;
+mod hosted;
+mod lifecycle;
+mod membership;
+mod pdu;
+mod pinned;
+mod queue;
+mod request;
+mod shared;
+mod submit;
+mod turn;
+
+pub use self::builder::EngineBuilder;
+pub use self::completion::Completion;
+pub use self::config::{BuildError, Cores, DnsConfig, OptionError};
+pub use self::consts::{DEFAULT_IO_BACKEND, DEFAULT_SOCKET_BUFFER, MAX_SOCKETS_PER_CORE};
+pub use self::handle::EngineHandle;
+pub use self::lifecycle::Engine;
+pub use self::request::{Batch, Request, RequestBuilder};
