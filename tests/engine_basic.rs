@@ -297,27 +297,7 @@ fn a_failed_core_fails_its_requests_and_refuses_new_work() {
     let _serial = serial();
     let r = silent_responder(COOKIE, 1);
     let e = engine(COOKIE, vec![ep(&r)], RequestPolicy::default());
-    let h = e.handle();
-    let res = resource("fault", u32::MAX);
-    let pending: Vec<_> = (0..10)
-        .map(|_| h.request().consume(&res, 1).send())
-        .collect();
-    h.inject_core_fault(0);
-    let queued: Vec<_> = (0..10)
-        .map(|_| h.request().consume(&res, 1).send())
-        .collect();
-    for c in pending.into_iter().chain(queued) {
-        let out = c
-            .wait_timeout(Duration::from_secs(5))
-            .unwrap_or_else(|_| panic!("a waiter of a failed core hangs"));
-        assert!(
-            matches!(out, Err(Failure::CoreFailed { core: 0 })),
-            "{out:?}"
-        );
-    }
-    let out = h.request().consume(&res, 1).wait();
-    assert!(matches!(out, Err(Failure::CoreFailed { core: 0 })));
-    assert_eq!(h.stats().dead_cores, 1);
+    fault_fails_held_queued_and_later(&e.handle());
     e.shutdown();
 }
 

@@ -312,27 +312,7 @@ fn a_failed_hosted_core_fails_its_requests_and_refuses_new_work() {
         let Some(e) = hosted(&rt, vec![ep(&silent)], backend) else {
             continue;
         };
-        let h = e.handle();
-        let res = resource("hosted-fault", u32::MAX);
-        let held: Vec<_> = (0..10)
-            .map(|_| h.request().consume(&res, 1).send())
-            .collect();
-        h.inject_core_fault(0);
-        let queued: Vec<_> = (0..10)
-            .map(|_| h.request().consume(&res, 1).send())
-            .collect();
-        for c in held.into_iter().chain(queued) {
-            let o = c
-                .wait_timeout(Duration::from_secs(5))
-                .expect("a waiter of a failed hosted core hangs");
-            assert!(matches!(o, Err(Failure::CoreFailed { core: 0 })), "{o:?}");
-        }
-        let later = h.request().consume(&res, 1).wait();
-        assert!(
-            matches!(later, Err(Failure::CoreFailed { core: 0 })),
-            "{later:?}"
-        );
-        assert_eq!(h.stats().dead_cores, 1);
+        fault_fails_held_queued_and_later(&e.handle());
         e.shutdown();
         drop(rt);
     }

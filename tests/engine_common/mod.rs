@@ -65,3 +65,30 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Core 0 of `h`'s engine (one core, a silent server) fails after 10 requests were
+/// sent: those, 10 submitted after the fault and one submitted later all fail with
+/// `CoreFailed`, and the engine counts one dead core.
+pub fn fault_fails_held_queued_and_later(h: &ratelimitly_engine::engine::EngineHandle) {
+    use ratelimitly_engine::proto::outcome::Failure;
+    let res = resource("fault", u32::MAX);
+    let held: Vec<_> = (0..10)
+        .map(|_| h.request().consume(&res, 1).send())
+        .collect();
+    h.inject_core_fault(0);
+    let queued: Vec<_> = (0..10)
+        .map(|_| h.request().consume(&res, 1).send())
+        .collect();
+    for c in held.into_iter().chain(queued) {
+        let o = c
+            .wait_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|_| panic!("a waiter of a failed core hangs"));
+        assert!(matches!(o, Err(Failure::CoreFailed { core: 0 })), "{o:?}");
+    }
+    let later = h.request().consume(&res, 1).wait();
+    assert!(
+        matches!(later, Err(Failure::CoreFailed { core: 0 })),
+        "{later:?}"
+    );
+    assert_eq!(h.stats().dead_cores, 1);
+}

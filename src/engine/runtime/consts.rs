@@ -102,7 +102,8 @@ pub(crate) const GRACE_MARGIN: Duration = Duration::from_millis(100);
 /// How long `build` waits for a pinned core to bind its socket (milliseconds normally).
 pub(crate) const START_WAIT: Duration = Duration::from_secs(10);
 
-/// How long shutdown, called outside their runtime, waits for hosted cores to stop.
+/// How long shutdown, called outside their multi-thread runtime, waits for hosted cores
+/// to stop.
 pub(crate) const HOSTED_STOP_WAIT: Duration = Duration::from_secs(2);
 
 /// PDU bytes kept inline in a completion slot, within the room its outcome takes later: a

@@ -28,6 +28,10 @@ pub struct Engine {
     pub(super) threads: Vec<JoinHandle<()>>,
     /// Hosted cores' tasks.
     pub(super) tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The hosted cores' runtime runs tasks on worker threads of its own (multi-thread):
+    /// shutdown from outside it can wait for them. A current-thread runtime runs them only
+    /// while some thread drives it, so waiting there would only wait out the bound.
+    pub(super) tasks_run_alone: bool,
     pub(super) local_addrs: Vec<SocketAddr>,
     pub(super) discovery: Option<JoinHandle<()>>,
     pub(super) stopped: bool,
@@ -119,8 +123,10 @@ impl Engine {
 
     /// Completes every in-flight and queued request exactly once (`Failure::Shutdown`
     /// when undecided), stops the cores and discovery, and joins them. Hosted cores stop
-    /// on their runtime: called outside it, this waits for them (at most 2 s); called
-    /// on it, it returns at once and they stop at their next turn.
+    /// on their runtime: called outside a multi-thread runtime, this waits for them (at
+    /// most 2 s); called on the runtime, or outside a current-thread one (whose tasks
+    /// run only while it is driven), it returns at once and they stop at their next turn
+    /// (or fail what they hold when the runtime is dropped first).
     pub fn shutdown(mut self) {
         self.shutdown_inner();
     }
@@ -139,7 +145,7 @@ impl Engine {
         for h in self.threads.drain(..) {
             let _ = h.join();
         }
-        if tokio::runtime::Handle::try_current().is_err() {
+        if self.tasks_run_alone && tokio::runtime::Handle::try_current().is_err() {
             let t0 = Instant::now();
             while !self.tasks.iter().all(|t| t.is_finished()) && t0.elapsed() < HOSTED_STOP_WAIT {
                 std::thread::sleep(STOP_POLL);
@@ -172,6 +178,9 @@ impl Engine {
             shared: shared.clone(),
             threads: Vec::with_capacity(n),
             tasks: Vec::new(),
+            tasks_run_alone: runtime.as_ref().is_some_and(|rt| {
+                rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread
+            }),
             local_addrs: Vec::with_capacity(n),
             discovery,
             stopped: false,
