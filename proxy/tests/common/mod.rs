@@ -333,8 +333,29 @@ pub fn front_binary(tool: FrontTool) -> Option<PathBuf> {
     None
 }
 
-/// A free loopback port (bound, then released for a server to take).
+/// A free loopback port for a server started later (bound, then released for it to
+/// take), chosen below the kernel's ephemeral range (`ip_local_port_range`). A port
+/// from `bind(0)` comes from that range, where the test's own outgoing connections
+/// take their local ports too: one of them could take it first (Caddy, binding every
+/// address, then failed with "address already in use").
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    // 8000 ports below the range, where it leaves that many above 1024
+    if low >= 9_024 {
+        let start = std::process::id() * 97;
+        for _ in 0..200 {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let port = (low - 8_000 + (start + n) % 8_000) as u16;
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
