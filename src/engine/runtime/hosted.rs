@@ -42,7 +42,6 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::time::Sleep;
 
-use super::shared::Shared;
 use super::turn::{Core, Scheduler, Turn};
 use crate::udp::{SocketId, Waker};
 
@@ -138,22 +137,8 @@ pub(crate) async fn run(core: Core) {
         }
     }
     h.finished = true;
-    let shared = h.core.shared().clone();
-    drop(h);
-    release(shared);
 }
 
-/// Drops the task's reference to the engine's shared state, and where it is the last
-/// one (the application dropped its `Engine` and handles before the runtime ran this
-/// task's last turn) drops the state on the runtime's blocking pool: freeing the
-/// completion slots of a default engine (tens of MiB) took 55–95 ms on a busy 2-CPU
-/// host, a stall of the worker that held back every other task on it (on a
-/// current-thread runtime, a second engine's requests timed out at the 60 ms horizon).
-fn release(shared: Arc<Shared>) {
-    if let Ok(last) = Arc::try_unwrap(shared) {
-        drop(tokio::task::spawn_blocking(move || drop(last)));
-    }
-}
 /// Lets every task that is ready run before the next turn: the task wakes itself and
 /// returns `Pending` once, which Tokio's scheduler treats as a yield (the back of the
 /// worker's run queue, behind the callers just completed). Unlike `yield_now`, whose

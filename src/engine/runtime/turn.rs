@@ -592,12 +592,6 @@ impl Core {
     }
 
     /// The core's index.
-    /// The engine's shared state, for a scheduler that must choose where the last
-    /// reference is dropped (see `hosted::release`).
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-
     pub(crate) fn index(&self) -> usize {
         self.index
     }
