@@ -8,9 +8,9 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use rl_proxy_rls::rls::decide::Plan;
-use rl_proxy_rls::rls::request::{Call, MAX_DESCRIPTORS, decode};
-use rl_proxy_rls::rls::{Bounds, OnFailure, RlsMetrics, Rules};
+use rl_proxy::rls::decide::Plan;
+use rl_proxy::rls::request::{Call, MAX_DESCRIPTORS, decode};
+use rl_proxy::rls::{Bounds, OnFailure, RlsMetrics, Rules};
 
 const RULES: &str = "\
 domain: edge
@@ -33,7 +33,7 @@ descriptors:
 fn rules() -> &'static Rules {
     static R: OnceLock<Rules> = OnceLock::new();
     R.get_or_init(|| {
-        let d = rl_proxy_rls::rls::config::parse(RULES, Bounds::default(), &RlsMetrics::default())
+        let d = rl_proxy::rls::config::parse(RULES, Bounds::default(), &RlsMetrics::default())
             .expect("the fixed rules parse");
         Rules {
             domains: [(d.name.to_string(), d)].into(),

@@ -1,4 +1,7 @@
-//! The admin listener: `GET /metrics` (Prometheus text format) and `GET /healthz`.
+//! The admin listener: `GET /metrics` (Prometheus text format), `GET /healthz` (liveness:
+//! `200 ok` while the process serves) and `GET /readyz` (readiness: `200 ready` while
+//! decisions can be made, `503` with a one-line reason while none can: the diagnosis's
+//! state, `crate::health`). Each answers from state and never waits on the service.
 //!
 //! Owns: the admin routes. Must not touch: proxied traffic, admission.
 
@@ -14,26 +17,35 @@ use hyper_util::rt::TokioIo;
 use ratelimitly_tower::{CONTENT_TYPE, Exporter};
 use tokio::net::TcpListener;
 
+use crate::health::Health;
+
 /// Appends a mode's own series to the page (before its `# EOF`).
 pub(crate) type AppendSeries = Arc<dyn Fn(&mut String) + Send + Sync>;
 
+/// What the admin routes answer from.
+pub(crate) struct Page {
+    /// The layers' exporters: the metrics page is the first one's, with the values of
+    /// the same series in the others added (several layers, one page).
+    pub(crate) exporters: Vec<Exporter>,
+    /// The mode's own series, appended.
+    pub(crate) own: AppendSeries,
+    /// Readiness and the diagnosis's series.
+    pub(crate) health: Arc<Health>,
+}
+
 /// Serves the admin routes on `listener` until the task is aborted.
-/// The page is the first exporter's, with the values of the same series in the others
-/// added (several layers, one page), then the mode's own series (`own`).
-pub(crate) async fn serve(listener: TcpListener, exporters: Vec<Exporter>, own: AppendSeries) {
-    let exporters = Arc::new(exporters);
+pub(crate) async fn serve(listener: TcpListener, page: Page) {
+    let page = Arc::new(page);
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        let exporter = exporters.clone();
-        let own = own.clone();
+        let page = page.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let exporter = exporter.clone();
-                let own = own.clone();
-                async move { Ok::<_, Infallible>(route(req, exporter, own).await) }
+                let page = page.clone();
+                async move { Ok::<_, Infallible>(route(req, page).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), svc)
@@ -56,41 +68,44 @@ fn text(
     r
 }
 
-async fn route(
-    req: Request<Incoming>,
-    exporters: Arc<Vec<Exporter>>,
-    own: AppendSeries,
-) -> Response<Full<Bytes>> {
+const PLAIN: &str = "text/plain; charset=utf-8";
+
+async fn route(req: Request<Incoming>, page: Arc<Page>) -> Response<Full<Bytes>> {
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
             // Reading the engine's statistics may block briefly: off the async workers.
             let encode = move || {
-                let mut page = String::new();
-                for (i, e) in exporters.iter().enumerate() {
-                    page = if i == 0 {
+                let mut out = String::new();
+                for (i, e) in page.exporters.iter().enumerate() {
+                    out = if i == 0 {
                         e.encode()
                     } else {
-                        sum_pages(&page, &e.encode())
+                        sum_pages(&out, &e.encode())
                     };
                 }
-                own(&mut page);
-                page
+                (page.own)(&mut out);
+                page.health.encode(&mut out);
+                out
             };
             match tokio::task::spawn_blocking(encode).await {
                 Ok(body) => text(StatusCode::OK, CONTENT_TYPE, body),
                 Err(_) => text(
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    "text/plain; charset=utf-8",
+                    PLAIN,
                     "metrics unavailable\n",
                 ),
             }
         }
-        (&Method::GET, "/healthz") => text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n"),
-        _ => text(
-            StatusCode::NOT_FOUND,
-            "text/plain; charset=utf-8",
-            "not found\n",
-        ),
+        (&Method::GET, "/healthz") => text(StatusCode::OK, PLAIN, "ok\n"),
+        (&Method::GET, "/readyz") => match page.health.ready() {
+            Ok(()) => text(StatusCode::OK, PLAIN, "ready\n"),
+            Err(why) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                PLAIN,
+                format!("not ready: {why}\n"),
+            ),
+        },
+        _ => text(StatusCode::NOT_FOUND, PLAIN, "not found\n"),
     }
 }
 

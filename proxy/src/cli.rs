@@ -12,17 +12,20 @@ use ratelimitly_engine::Endpoint;
 use ratelimitly_tower::{ClientIpFrom, ClientIpRule, KeyBy, Limit, OnFailure, TrustedProxies};
 
 use crate::config;
+pub use crate::logging::LogFormat;
 
 /// Where the engine's core runs (`--engine-core`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum EngineCore {
+pub enum EngineCore {
+    /// A task on the proxy's own Tokio runtime.
     Hosted,
+    /// A thread of its own on the last CPU.
     Pinned,
 }
 
 /// What the listener is (`--mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Mode {
+pub enum Mode {
     /// A reverse proxy to --upstream.
     Proxy,
     /// A decision service: 200, the deny status, or the failure policy's answer.
@@ -35,7 +38,7 @@ pub(crate) enum Mode {
 
 /// Which client admits requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum AdmissionKind {
+pub enum AdmissionKind {
     /// The thread-per-core engine of this repository.
     Engine,
     /// The official `ratelimitly` crate (needs --domain).
@@ -46,93 +49,98 @@ pub(crate) enum AdmissionKind {
 /// RATELIMITLY_API_KEY or --key-file, never from the command line.
 #[derive(Parser, Debug)]
 #[command(name = "rl-proxy", version)]
-pub(crate) struct Cli {
+pub struct Cli {
     /// Upstream to forward granted requests to: http://HOST:PORT (required in proxy
     /// mode without --config).
     #[arg(long, conflicts_with = "config")]
-    pub(crate) upstream: Option<String>,
+    pub upstream: Option<String>,
     /// proxy: forward granted requests to the upstream. forward-auth: a decision
     /// service for nginx auth_request, Traefik ForwardAuth, Caddy forward_auth, HAProxy
     /// (Lua), Envoy ext_authz: 200 when granted, --deny-status with Retry-After when rejected, the
     /// failure policy otherwise; the original request from X-Original-URI /
     /// X-Forwarded-Uri and X-Original-Method / X-Forwarded-Method. No --upstream.
     #[arg(long, value_enum, default_value = "proxy")]
-    pub(crate) mode: Mode,
+    pub mode: Mode,
     /// --mode forward-auth: the status of a rejection (nginx auth_request needs 403).
     #[arg(long, default_value_t = 429, value_parser = clap::value_parser!(u16).range(400..=599))]
-    pub(crate) deny_status: u16,
+    pub deny_status: u16,
     /// Routes from a TOML file (upstream, limit, key_by, on_failure, route tables);
     /// conflicts with --upstream, --limit, --key-by and --on-failure. With --mode rls:
     /// envoyproxy/ratelimit YAML files, one domain each (repeatable). SIGHUP reloads.
     #[arg(long, conflicts_with_all = ["limit", "key_by"])]
-    pub(crate) config: Vec<PathBuf>,
+    pub config: Vec<PathBuf>,
     /// With --config: check the files and exit 0, or 2 with a message naming the line.
     #[arg(long, requires = "config")]
-    pub(crate) check: bool,
+    pub check: bool,
     /// A service endpoint ID@IP:PORT (repeatable); bypasses DNS.
     #[arg(long = "endpoint", value_parser = parse_endpoint, conflicts_with = "domain")]
-    pub(crate) endpoints: Vec<Endpoint>,
+    pub endpoints: Vec<Endpoint>,
     /// Service domain discovered through DNS.
     #[arg(long)]
-    pub(crate) domain: Option<String>,
+    pub domain: Option<String>,
     /// DNS server for --domain (default: the system resolver).
     #[arg(long, requires = "domain")]
-    pub(crate) dns_server: Option<SocketAddr>,
+    pub dns_server: Option<SocketAddr>,
     /// Proxy listener.
     #[arg(long, default_value = "127.0.0.1:0")]
-    pub(crate) listen: SocketAddr,
+    pub listen: SocketAddr,
     /// Admin listener (GET /metrics, GET /healthz).
     #[arg(long, default_value = "127.0.0.1:0")]
-    pub(crate) admin_listen: SocketAddr,
+    pub admin_listen: SocketAddr,
     /// COUNT/WINDOW (e.g. 10/60s, 1000/1s) per key, or `off` (no admission: the baseline).
     #[arg(long, default_value = "100/1s", value_parser = parse_limit)]
-    pub(crate) limit: LimitArg,
+    pub limit: LimitArg,
     /// What a bucket is keyed by: ip, path or header:NAME.
     #[arg(long, default_value = "ip", value_parser = |s: &str| s.parse::<KeyBy>())]
-    pub(crate) key_by: KeyBy,
+    pub key_by: KeyBy,
     /// When the service gives no decision: open (forward) or closed (503; --mode rls:
     /// OVER_LIMIT). Default: open; with --mode rls, gRPC UNAVAILABLE (Envoy's
     /// failure_mode_deny decides).
     #[arg(long, value_parser = |s: &str| s.parse::<OnFailure>())]
-    pub(crate) on_failure: Option<OnFailure>,
+    pub on_failure: Option<OnFailure>,
     /// Which client admits requests.
     #[arg(long, value_enum, default_value = "engine")]
-    pub(crate) admission: AdmissionKind,
+    pub admission: AdmissionKind,
     /// Where the engine's core runs: hosted (a task on the proxy's own Tokio runtime,
     /// no thread hand-off per request) or pinned (a thread of its own on the last CPU).
     #[arg(long, value_enum, default_value = "hosted")]
-    pub(crate) engine_core: EngineCore,
+    pub engine_core: EngineCore,
     /// Read the API key from this file instead of RATELIMITLY_API_KEY.
     #[arg(long)]
-    pub(crate) key_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
     /// Close a connection that has not sent a whole request head within DURATION
     /// (500ms, 10s, 1m): from accept for the first request, a silent connection too,
     /// and from the first byte of each later request.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub(crate) header_timeout: Duration,
+    pub header_timeout: Duration,
     /// Close a keep-alive connection idle between requests for DURATION.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
-    pub(crate) idle_timeout: Duration,
+    pub idle_timeout: Duration,
     /// Answer 504 when the upstream sends no response head within DURATION.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    pub(crate) upstream_timeout: Duration,
+    pub upstream_timeout: Duration,
     /// Client connections open at once; beyond it a new connection is accepted and
     /// closed at once (counted in rl_proxy_connections_refused_total, logged as a
     /// warning at most once a second).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
-    pub(crate) max_connections: u32,
+    pub max_connections: u32,
     /// Peers in CIDR (repeatable; an address alone is one host) are proxies whose word
     /// about the client is believed, read from --client-ip-from. From any other peer the
     /// client is the peer and no header is read, in every mode.
     #[arg(long = "trust-forwarded", value_name = "CIDR", value_parser = parse_trusted)]
-    pub(crate) trust_forwarded: Vec<TrustedProxies>,
+    pub trust_forwarded: Vec<TrustedProxies>,
     /// What a trusted peer names the client in; the header the proxy in front writes
     /// itself: xff (default: the rightmost X-Forwarded-For address not itself trusted),
     /// forwarded (the same in RFC 7239 Forwarded), real-ip (X-Real-IP, only when the
     /// X-Forwarded-For chain vouches for it, else the peer) or peer (no header). Wins
     /// over the config file's client_ip_from.
     #[arg(long, value_name = "SOURCE", value_parser = |s: &str| s.parse::<ClientIpFrom>())]
-    pub(crate) client_ip_from: Option<ClientIpFrom>,
+    pub client_ip_from: Option<ClientIpFrom>,
+    /// Log lines on standard error: text, or json (one object a line: timestamp, level,
+    /// target, message and fields). What is logged: RUST_LOG (directives such as
+    /// `rl_proxy=debug,ratelimitly_engine=info`; default warn).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
 }
 
 pub(crate) fn parse_trusted(s: &str) -> Result<TrustedProxies, String> {
@@ -142,13 +150,14 @@ pub(crate) fn parse_trusted(s: &str) -> Result<TrustedProxies, String> {
 /// The client-address flags (`--trust-forwarded`, `--client-ip-from`), kept for the
 /// reloads of the config file.
 #[derive(Clone, Debug)]
-pub(crate) struct ClientFlags {
+pub struct ClientFlags {
     trusted: Vec<TrustedProxies>,
     source: Option<ClientIpFrom>,
 }
 
 impl ClientFlags {
-    pub(crate) fn of(cli: &Cli) -> Self {
+    /// The flags of `cli`.
+    pub fn of(cli: &Cli) -> Self {
         ClientFlags {
             trusted: cli.trust_forwarded.clone(),
             source: cli.client_ip_from,
@@ -159,7 +168,7 @@ impl ClientFlags {
     /// file, and the source of `--client-ip-from`, else the file's `client_ip_from`,
     /// else the default (`xff`). The one place they are combined, at start and on
     /// reload.
-    pub(crate) fn rule(&self, file: Option<&config::Table>) -> ClientIpRule {
+    pub fn rule(&self, file: Option<&config::Table>) -> ClientIpRule {
         let mut trusted = TrustedProxies::none();
         let lists = self.trusted.iter().chain(file.map(|t| &t.trusted));
         for net in lists.flat_map(|t| t.nets()) {
@@ -185,8 +194,11 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum LimitArg {
+/// `--limit`: a limit, or `off`.
+pub enum LimitArg {
+    /// No admission: the baseline.
     Off,
+    /// COUNT/WINDOW per key.
     On(Limit),
 }
 

@@ -1,8 +1,7 @@
-//! Who and what a request is: the client address it is keyed by and, in `--mode
-//! forward-auth`, the original request it stands for.
+//! Who a request is from: the client address it is keyed by.
 //!
-//! Owns: [`client_ip`] (the proxy's use of the one rule, `ratelimitly_tower::forwarded`)
-//! and [`original_request`]. Must not touch: connections, admission, forwarding.
+//! Owns: [`client_ip`] (the proxy's use of the one rule, `ratelimitly_tower::forwarded`). Must not
+//! touch: connections, admission, forwarding.
 
 use std::net::SocketAddr;
 
@@ -31,29 +30,6 @@ pub fn client_ip(
     match log.note(rule.client_ip(peer.ip(), headers)) {
         ClientIp::Forwarded(ip) => SocketAddr::new(ip, 0),
         ClientIp::Peer(_) | ClientIp::Unvouched(_) => peer,
-    }
-}
-
-/// `--mode forward-auth`: the request being decided is the original one named by
-/// `X-Original-URI` / `X-Forwarded-Uri` and `X-Original-Method` / `X-Forwarded-Method`
-/// (nginx `auth_request`, Traefik ForwardAuth, Caddy `forward_auth`); without them, the
-/// request itself.
-pub fn original_request<B>(req: &mut http::Request<B>) {
-    let h = req.headers();
-    let uri = h
-        .get("x-original-uri")
-        .or_else(|| h.get("x-forwarded-uri"))
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.parse::<http::Uri>().ok());
-    let method = h
-        .get("x-original-method")
-        .or_else(|| h.get("x-forwarded-method"))
-        .and_then(|v| http::Method::from_bytes(v.as_bytes()).ok());
-    if let Some(u) = uri {
-        *req.uri_mut() = u;
-    }
-    if let Some(m) = method {
-        *req.method_mut() = m;
     }
 }
 

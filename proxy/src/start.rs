@@ -1,5 +1,6 @@
 //! What every mode does to start: the runtime, the API key, the engine, the listeners
-//! and the readiness line, and why a start failed ([`StartError`]).
+//! and the readiness line, the shutdown signals ([`Shutdown`]), and why a start failed
+//! ([`StartError`]).
 //!
 //! Owns: key loading (environment or `--key-file`, never the command line, never
 //! echoed), engine building, listener binding, the readiness line. Must not touch: what
@@ -17,7 +18,7 @@ use crate::cli::{Cli, EngineCore};
 
 /// Why the proxy could not start. Never carries the key.
 #[derive(Debug)]
-pub(crate) enum StartError {
+pub enum StartError {
     /// Bad arguments, files or key: exit 2.
     Usage(String),
     /// Anything else (bind, engine start): exit 1.
@@ -99,4 +100,28 @@ pub(crate) fn print_ready(local: SocketAddr, admin: SocketAddr) {
         admin.port()
     );
     let _ = std::io::stdout().flush();
+}
+
+/// SIGTERM and SIGINT, registered when made (before the readiness line: a signal
+/// sent as soon as it is read is handled, never the default action).
+pub(crate) struct Shutdown {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Shutdown {
+    pub(crate) fn register() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Shutdown {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    pub(crate) async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
 }

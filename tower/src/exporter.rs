@@ -55,6 +55,11 @@ impl Exporter {
         }
     }
 
+    /// The layer's counters it renders.
+    pub fn metrics(&self) -> Arc<LayerMetrics> {
+        self.layer.clone()
+    }
+
     /// Also exports `engine`'s statistics (datagrams, drops, in-flight per core). The
     /// statistics are read once per [`Exporter::encode`].
     pub fn with_engine(mut self, engine: EngineHandle) -> Self {

@@ -27,6 +27,7 @@ pub mod decide;
 pub mod metrics;
 pub mod request;
 pub mod rules;
+mod run;
 pub mod service;
 
 pub use config::{Bounds, load, parse_window};
@@ -35,4 +36,5 @@ pub use metrics::{CallAnswer, DescriptorOutcome, RlsMetrics, RuleCounters};
 pub use ratelimitly_tower::OnFailure;
 pub use request::{Call, Invalid};
 pub use rules::Rules;
+pub use run::run;
 pub use service::{RateLimiter, Reload, serve};

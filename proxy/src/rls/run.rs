@@ -3,23 +3,24 @@
 //! reloads, the readiness line, shutdown.
 //!
 //! Owns: the mode's flags and its start. Must not touch: the service's semantics
-//! (`rl_proxy_rls::rls`).
+//! (the other modules of `rls`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::rls::{self, Bounds, RateLimiter, Reload, RlsMetrics, Rules};
 use arc_swap::ArcSwap;
 use ratelimitly_engine::{ApiKey, EngineHandle};
 use ratelimitly_tower::{Exporter, LayerMetrics};
-use rl_proxy_rls::rls::{self, Bounds, RateLimiter, Reload, RlsMetrics, Rules};
 
 use crate::admin;
 use crate::cli::{AdmissionKind, Cli};
-use crate::serve::Shutdown;
+use crate::health::{self, Health, Watch};
+use crate::start::Shutdown;
 use crate::start::{self, StartError};
 
 /// Runs `--mode rls` until SIGINT or SIGTERM (or, with `--check`, checks the files).
-pub(crate) fn run(cli: Cli) -> Result<(), StartError> {
+pub fn run(cli: Cli) -> Result<(), StartError> {
     check_flags(&cli)?;
     let metrics = RlsMetrics::new();
     if cli.check {
@@ -42,8 +43,14 @@ pub(crate) fn run(cli: Cli) -> Result<(), StartError> {
     };
     let rules = rls::load(&cli.config, bounds, &metrics).map_err(StartError::Usage)?;
     let rt = start::runtime()?;
-    let engine = start::engine(&cli, key, &rt)?;
-    let result = rt.block_on(serve_rls(&cli, engine.handle(), rules, bounds, metrics));
+    let engine = start::engine(&cli, key.clone(), &rt)?;
+    let result = rt.block_on(serve_rls(
+        &cli,
+        (engine.handle(), key),
+        rules,
+        bounds,
+        metrics,
+    ));
     start::stop(rt, Some(engine));
     result
 }
@@ -68,7 +75,7 @@ fn check_flags(cli: &Cli) -> Result<(), StartError> {
 /// Listeners, reloads, the service and the admin page; serves until SIGINT or SIGTERM.
 async fn serve_rls(
     cli: &Cli,
-    engine: EngineHandle,
+    (engine, key): (EngineHandle, ApiKey),
     rules: Rules,
     bounds: Bounds,
     metrics: Arc<RlsMetrics>,
@@ -102,10 +109,21 @@ async fn serve_rls(
     let mut server = tokio::spawn(rls::serve(listener, service, async move {
         let _ = stopped.await;
     }));
+    let health = Health::new();
+    let monitor = health::start(Watch {
+        layers: vec![layer.clone()],
+        engine: engine.clone(),
+        key,
+        health: health.clone(),
+    })
+    .await;
     let admin_task = tokio::spawn(admin::serve(
         admin,
-        vec![Exporter::new(layer).with_engine(engine)],
-        Arc::new(move |out: &mut String| metrics.encode(out)),
+        admin::Page {
+            exporters: vec![Exporter::new(layer).with_engine(engine)],
+            own: Arc::new(move |out: &mut String| metrics.encode(out)),
+            health,
+        },
     ));
     let shutdown =
         Shutdown::register().map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
@@ -121,5 +139,6 @@ async fn serve_rls(
         server.abort();
     }
     admin_task.abort();
+    monitor.abort();
     Ok(())
 }

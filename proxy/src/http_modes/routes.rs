@@ -22,7 +22,7 @@ use tower::ServiceExt;
 
 use crate::cli::ClientFlags;
 use crate::config;
-use crate::upstream::Upstream;
+use crate::http_modes::upstream::Upstream;
 
 /// What a SIGHUP replaces.
 pub(crate) struct Reload {

@@ -1,8 +1,8 @@
 //! The accept loop: the connection cap, one HTTP/1.1 connection per client under the
 //! header and idle timeouts, the client address and the original request of each
-//! request, and the shutdown signals.
+//! request.
 //!
-//! Owns: [`serve`], [`ConnLimits`], [`Shutdown`]. Must not touch: admission (the
+//! Owns: [`serve`], [`ConnLimits`]. Must not touch: admission (the
 //! service it is given), forwarding.
 
 use std::convert::Infallible;
@@ -20,33 +20,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
-use crate::client::{client_ip, original_request};
-use crate::conn::{Clock, Expiry, ProxyMetrics, Timeouts, Watched};
-use crate::upstream::append_forwarded_for;
-
-/// SIGTERM and SIGINT, registered when made (before the readiness line: a signal
-/// sent as soon as it is read is handled, never the default action).
-pub(crate) struct Shutdown {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl Shutdown {
-    pub(crate) fn register() -> std::io::Result<Self> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Shutdown {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-        })
-    }
-
-    pub(crate) async fn wait(mut self) {
-        tokio::select! {
-            _ = self.term.recv() => {}
-            _ = self.int.recv() => {}
-        }
-    }
-}
+use crate::client::client_ip;
+use crate::forward_auth::original_request;
+use crate::http_modes::conn::{Clock, Expiry, ProxyMetrics, Timeouts, Watched};
+use crate::http_modes::upstream::append_forwarded_for;
 
 /// The accept loop's limits.
 pub(crate) struct ConnLimits {

@@ -25,7 +25,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use ratelimitly_tower::ResponseBody;
 
-use crate::conn::ProxyMetrics;
+use crate::http_modes::conn::ProxyMetrics;
 
 /// Why `--upstream` was refused.
 #[derive(Debug)]
