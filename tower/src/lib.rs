@@ -81,7 +81,7 @@
 //! - Both carry the IETF `RateLimit-Policy` and `RateLimit` fields ([`fields`]) unless
 //!   turned off ([`AdmissionLayer::ratelimit_fields`]).
 //! - A failure (no decision) follows the layer's [`FailurePolicy`]: forward (fail-open)
-//!   or answer `503` (fail-closed), per [`FailureKind`]. The default and its reasoning are
+//!   or answer `503` with `Retry-After: 1` (fail-closed), per [`FailureKind`]. The default and its reasoning are
 //!   in [`failure`]. Failures are logged at `warn!` (at most once per 10 s per kind), an
 //!   engine that stopped at `error!`.
 //! - A circuit breaker ([`CircuitBreaker`]): after a run of timeouts or communication

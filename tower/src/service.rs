@@ -398,7 +398,11 @@ fn unavailable<B>(kind: FailureKind) -> Response<ResponseBody<B>> {
         FailureKind::EngineStopped => "rate limiter stopped\n",
         FailureKind::NoClientAddr => "no client address to rate limit by\n",
     };
-    local(StatusCode::SERVICE_UNAVAILABLE, text)
+    let mut r = local(StatusCode::SERVICE_UNAVAILABLE, text);
+    // when to try again: the breaker's default probe interval
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
 }
 
 /// The service's future.
