@@ -44,11 +44,13 @@ use std::time::Duration;
 
 use http::Method;
 use ratelimitly_tower::{
-    ClientIpFrom, Consumption, KeyBy, Keyed, LatencyTracker, Limit, OnFailure, TrustedProxies,
-    keyed,
+    ClientIpFrom, Consumption, KeyBy, Keyed, LatencyTracker, LayerMetrics, Limit, OnFailure,
+    TrustedProxies, keyed,
 };
 use serde::Deserialize;
 use toml::Spanned;
+
+use crate::http_modes::route_metrics::RouteMetrics;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,9 +99,21 @@ pub struct Route {
     label: String,
     /// `latency_guard`: the tracker the upstream's latency feeds, and the threshold.
     guard: Option<(LatencyTracker, Duration)>,
+    /// The route's own counters (`Table::count_routes_in`).
+    counted: Option<Arc<LayerMetrics>>,
 }
 
 impl Route {
+    /// The route's name in its series and its `RateLimit-Policy`: the label, else the
+    /// path (`default` for the top-level route).
+    pub fn name(&self) -> &str {
+        match (self.label.as_str(), self.path.as_str()) {
+            ("", "") => "default",
+            ("", path) => path,
+            (label, _) => label,
+        }
+    }
+
     /// Whether requests of this route are admitted at all (not `off`).
     pub fn limited(&self) -> bool {
         !self.keyed.is_empty() || self.guard.is_some()
@@ -116,6 +130,9 @@ impl Route {
         }
         if let Some((tracker, threshold)) = &self.guard {
             c = c.guard(tracker.clone(), *threshold);
+        }
+        if let Some(m) = &self.counted {
+            c = c.also_count_in(m.clone());
         }
         c
     }
@@ -148,6 +165,23 @@ impl Table {
             .iter()
             .find(|r| r.matches(method, path))
             .unwrap_or(&self.default)
+    }
+
+    /// Counts each limited route's verdicts in its own counters of `reg` (by
+    /// [`Route::name`]): the per-route series.
+    pub fn count_routes_in(&mut self, reg: &RouteMetrics) {
+        for r in self
+            .routes
+            .iter_mut()
+            .chain(std::iter::once(&mut self.default))
+        {
+            // a table being set up: its routes are not shared yet
+            if let Some(r) = Arc::get_mut(r)
+                && r.limited()
+            {
+                r.counted = Some(reg.of(r.name()));
+            }
+        }
     }
 
     /// Whether any route (or the default) is limited: admission needs a backend.
@@ -315,6 +349,7 @@ fn route(spec: RouteSpec) -> Route {
         on_failure,
         label,
         guard,
+        counted: None,
     }
 }
 

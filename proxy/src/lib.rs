@@ -62,7 +62,7 @@
 //! file and exits 0, or 2 with a message naming the line. `SIGHUP` reloads the file:
 //! new requests take the new routes; a file that does not check, changes `upstream`, or
 //! limits a route while the file at start limited none (no admission backend was
-//! started) is refused and the running routes kept. Both are logged as warnings. With
+//! started) is refused and the running routes kept (logged at warn; a reload at info). With
 //! `--config`, admission is by the engine only (`--admission engine`).
 //!
 //! The admin page adds the proxy's own counters to the layer's:

@@ -6,7 +6,7 @@
 //! to the service as a probe. The first probe that gets a decision closes the breaker.
 //! State and transitions are in the layer's metrics (`ratelimitly_breaker_open`,
 //! `ratelimitly_breaker_transitions_total`, `ratelimitly_breaker_short_circuits_total`)
-//! and logged (`warn!` on opening, `info!` on closing).
+//! and logged at `warn!` both ways (an operator who saw it open sees it close).
 //!
 //! Failures are logged at `warn!` (`EngineStopped` at `error!`), at most once per
 //! [`FAILURE_LOG_INTERVAL`] per kind, with the number left unlogged in between.
@@ -71,9 +71,9 @@ impl CircuitBreaker {
     }
 }
 
-/// What to do with one request.
+/// What to do with one request ([`Breaker::gate`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Gate {
+pub enum Gate {
     /// Ask the service (breaker closed).
     Ask,
     /// Ask the service as the breaker's probe.
@@ -88,9 +88,12 @@ struct State {
     next_probe: Instant,
 }
 
-/// One layer's breaker state, shared by its clones.
+/// One breaker's state, shared by the clones of the layer (or the service) that owns it:
+/// [`Breaker::gate`] before asking the service, [`Breaker::observe`] with the verdict.
+/// The layer runs one of its own; a service that asks the engine without the layer
+/// (rl-proxy's rate limit service) runs this one.
 #[derive(Debug)]
-pub(crate) struct Breaker {
+pub struct Breaker {
     config: CircuitBreaker,
     open: AtomicBool,
     /// Consecutive tripping failures (reset by any decision).
@@ -106,7 +109,8 @@ fn trips(kind: FailureKind) -> bool {
 }
 
 impl Breaker {
-    pub(crate) fn new(config: CircuitBreaker) -> Self {
+    /// A closed breaker with `config`'s settings.
+    pub fn new(config: CircuitBreaker) -> Self {
         Breaker {
             config,
             open: AtomicBool::new(false),
@@ -122,7 +126,10 @@ impl Breaker {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn gate(&self, metrics: &LayerMetrics) -> Gate {
+    /// Whether to ask the service for this request: closed, ask; open, answer with the
+    /// failure policy at once (counted in `metrics` as a short circuit), except one
+    /// request per probe interval, the probe.
+    pub fn gate(&self, metrics: &LayerMetrics) -> Gate {
         if !self.open.load(Ordering::Acquire) {
             return Gate::Ask;
         }
@@ -139,8 +146,9 @@ impl Breaker {
         Gate::Open(kind)
     }
 
-    /// Feeds one verdict of a request that was asked (`probe`: as the probe).
-    pub(crate) fn observe(&self, verdict: &Verdict, probe: bool, metrics: &LayerMetrics) {
+    /// Feeds one verdict of a request that was asked (`probe`: as the probe); the
+    /// transitions are counted in `metrics` and logged at `warn`.
+    pub fn observe(&self, verdict: &Verdict, probe: bool, metrics: &LayerMetrics) {
         if self.config.threshold == u32::MAX {
             return; // disabled
         }
@@ -183,7 +191,7 @@ impl Breaker {
                 if s.open_kind.take().is_some() {
                     self.open.store(false, Ordering::Release);
                     metrics.record_breaker(false);
-                    tracing::info!(
+                    tracing::warn!(
                         probe,
                         "ratelimitly circuit breaker closed: the service answers again"
                     );

@@ -24,6 +24,7 @@ use smallvec::SmallVec;
 
 use crate::failure::FailureKind;
 use crate::forwarded::{ClientIpFrom, ClientIpRule, TrustedProxies, UnvouchedLog};
+use crate::metrics::LayerMetrics;
 
 /// What one request consumes; an empty consumption is granted locally without asking
 /// the service.
@@ -34,7 +35,24 @@ pub struct Consumption {
     guards: Vec<(LatencyTracker, Duration)>,
     label: Cow<'static, str>,
     failure: Option<FailureKind>,
+    also: AlsoCounted,
 }
+
+/// The counters a consumption's verdict is also counted in (besides the layer's own):
+/// equal when they are the same counters.
+#[derive(Clone, Debug, Default)]
+struct AlsoCounted(Option<Arc<LayerMetrics>>);
+
+impl PartialEq for AlsoCounted {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        }
+    }
+}
+
+impl Eq for AlsoCounted {}
 
 impl Consumption {
     /// A consumption that cannot be asked for: the layer applies its failure policy for
@@ -74,6 +92,18 @@ impl Consumption {
     pub fn label(mut self, label: impl Into<Cow<'static, str>>) -> Self {
         self.label = label.into();
         self
+    }
+
+    /// Also counts this request's verdict and decision latency in `metrics` (e.g. one
+    /// route's counters, beside the layer's).
+    pub fn also_count_in(mut self, metrics: Arc<LayerMetrics>) -> Self {
+        self.also = AlsoCounted(Some(metrics));
+        self
+    }
+
+    /// The counters set by [`Consumption::also_count_in`].
+    pub fn counted_in(&self) -> Option<&Arc<LayerMetrics>> {
+        self.also.0.as_ref()
     }
 
     /// The resources and their token counts.
@@ -267,6 +297,7 @@ pub struct Keyed {
     unvouched: Arc<UnvouchedLog>,
     buckets: Arc<Mutex<Buckets>>,
     warned_no_addr: Arc<AtomicBool>,
+    also: Option<Arc<LayerMetrics>>,
 }
 
 /// The cached buckets: by key text, and for [`KeyBy::ClientIp`] by address, so a
@@ -302,6 +333,7 @@ pub fn keyed(limit: Limit, key_by: KeyBy) -> Keyed {
         unvouched: Arc::default(),
         buckets: Arc::default(),
         warned_no_addr: Arc::default(),
+        also: None,
     }
 }
 
@@ -341,6 +373,12 @@ impl Keyed {
     /// A metrics label for every request.
     pub fn label(mut self, label: impl Into<Cow<'static, str>>) -> Self {
         self.label = label.into();
+        self
+    }
+
+    /// Also counts every request's verdict in `metrics` ([`Consumption::also_count_in`]).
+    pub fn also_count_in(mut self, metrics: Arc<LayerMetrics>) -> Self {
+        self.also = Some(metrics);
         self
     }
 
@@ -486,6 +524,9 @@ impl<B> Classify<B> for Keyed {
         }
         for (t, th) in &self.guards {
             c = c.guard(t.clone(), *th);
+        }
+        if let Some(m) = &self.also {
+            c = c.also_count_in(m.clone());
         }
         c
     }

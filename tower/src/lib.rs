@@ -195,7 +195,7 @@ mod verify;
 pub use crate::admission::{
     Admission, Decided, EngineAdmission, EngineDecision, EngineRef, Verdict, whole_ms_up,
 };
-pub use crate::breaker::{CircuitBreaker, FAILURE_LOG_INTERVAL};
+pub use crate::breaker::{Breaker, CircuitBreaker, FAILURE_LOG_INTERVAL, Gate};
 pub use crate::consumption::{
     Classify, ClientAddr, Consumption, KeyBy, Keyed, Limit, LimitError, keyed, peer_addr,
 };

@@ -408,20 +408,25 @@ fn unavailable<B>(kind: FailureKind) -> Response<ResponseBody<B>> {
 /// The service's future.
 pub type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
 
-/// The policy name of resource `i` of `resources`: its bucket name up to the first `:`
+/// The policy name of resource `i` of `c`: the consumption's label when it has one
+/// ([`Consumption::label`]: a route's name), else its bucket name up to the first `:`
 /// (the [`crate::Keyed`] prefix, so a client's key is never echoed; `default` when
-/// empty), suffixed `-i` when an earlier resource has the same base.
-fn policy_name(resources: &[(Resource, u32)], i: usize) -> Name<'_> {
-    fn base_of(r: &Resource) -> &str {
+/// empty); suffixed `-i` when an earlier resource has the same base.
+fn policy_name(c: &Consumption, i: usize) -> Name<'_> {
+    fn base_of<'a>(label: &'a str, r: &'a Resource) -> &'a str {
+        if !label.is_empty() {
+            return label;
+        }
         match r.name().split(':').next() {
             Some("") | None => "default",
             Some(b) => b,
         }
     }
-    let base = base_of(&resources[i].0);
+    let (label, resources) = (c.metrics_label(), c.resources());
+    let base = base_of(label, &resources[i].0);
     let index = resources[..i]
         .iter()
-        .any(|(r, _)| base_of(r) == base)
+        .any(|(r, _)| base_of(label, r) == base)
         .then_some(i);
     Name { base, index }
 }
@@ -442,14 +447,13 @@ fn policies<'a>(
     verdict: &'a Verdict,
     mode: RetryAfter,
 ) -> impl Iterator<Item = Policy<'a>> + Clone {
-    let resources = c.resources();
-    resources.iter().enumerate().map(move |(i, (r, _))| {
+    c.resources().iter().enumerate().map(move |(i, (r, _))| {
         let result = match verdict {
             Verdict::Decided(d) => d.result_of(r),
             _ => None,
         };
         Policy {
-            name: policy_name(resources, i),
+            name: policy_name(c, i),
             quota: r.rate_limit(),
             window: Duration::from_millis(u64::from(r.window_ms())),
             remaining: result.map(|res| r.rate_limit().saturating_sub(res.actual_rate)),
@@ -570,7 +574,11 @@ where
                 },
             };
             drop(permit);
-            metrics.record(&verdict, asked.elapsed());
+            let latency = asked.elapsed();
+            metrics.record(&verdict, latency);
+            if let Some(m) = consumption.counted_in() {
+                m.record(&verdict, latency);
+            }
             // `fields`: whether the answer carries the RateLimit fields (a grant's, or
             // none when the decision failed open).
             let fields = match &verdict {

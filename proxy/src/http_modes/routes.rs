@@ -22,6 +22,7 @@ use tower::ServiceExt;
 
 use crate::cli::ClientFlags;
 use crate::config;
+use crate::http_modes::route_metrics::RouteMetrics;
 use crate::http_modes::upstream::Upstream;
 
 /// What a SIGHUP replaces.
@@ -33,10 +34,12 @@ pub(crate) struct Reload {
     /// The connections' client rule: the flags' and the file's.
     pub(crate) client_rule: Arc<ArcSwap<ClientIpRule>>,
     pub(crate) client_flags: ClientFlags,
+    /// The per-route counters, kept across reloads.
+    pub(crate) route_metrics: Arc<RouteMetrics>,
 }
 
 /// Reloads the routes (and the file's `trust_forwarded`, `client_ip_from`) on every SIGHUP; a file that
-/// is refused leaves the running ones in place. Both outcomes are logged as warnings.
+/// is refused leaves the running ones in place: logged at `warn`, a reload at `info`.
 pub(crate) async fn reload_on_hangup(mut hup: tokio::signal::unix::Signal, r: Reload) {
     let Reload {
         path,
@@ -44,6 +47,7 @@ pub(crate) async fn reload_on_hangup(mut hup: tokio::signal::unix::Signal, r: Re
         backend,
         client_rule,
         client_flags,
+        route_metrics,
     } = r;
     while hup.recv().await.is_some() {
         let refused = "config reload refused, the running routes are kept";
@@ -55,8 +59,9 @@ pub(crate) async fn reload_on_hangup(mut hup: tokio::signal::unix::Signal, r: Re
             Ok(t) if t.limited() && !backend => tracing::warn!(
                 "{refused}: no admission backend was started (the file at start limited no route)"
             ),
-            Ok(t) => {
-                tracing::warn!(routes = t.route_count(), file = %path.display(), "config reloaded");
+            Ok(mut t) => {
+                t.count_routes_in(&route_metrics);
+                tracing::info!(routes = t.route_count(), file = %path.display(), "config reloaded");
                 client_rule.store(Arc::new(client_flags.rule(Some(&t))));
                 table.store(Arc::new(t));
             }

@@ -22,6 +22,7 @@ use crate::config;
 use crate::health::{self, Health, Watch};
 use crate::http_modes::conn::{ProxyMetrics, Timeouts};
 use crate::http_modes::official::OfficialAdmission;
+use crate::http_modes::route_metrics::RouteMetrics;
 use crate::http_modes::routes::{Reload, RouteClassify, Router, reload_on_hangup};
 use crate::http_modes::serve::{ConnLimits, serve};
 use crate::http_modes::upstream::Upstream;
@@ -181,9 +182,24 @@ async fn serve_all(
         Backend::Engine(e, _) => Some(e.handle()),
         _ => None,
     };
+    let routes = RouteMetrics::new();
     let (server, exporters) = match table {
-        Some(table) => serve_routes(&cli, table, upstream, engine.clone(), listener, limits)?,
-        None => serve_one_route(&cli, upstream, backend, engine.clone(), listener, limits).await?,
+        Some(mut table) => {
+            table.count_routes_in(&routes);
+            serve_routes(
+                &cli,
+                table,
+                upstream,
+                engine.clone(),
+                listener,
+                limits,
+                &routes,
+            )?
+        }
+        None => {
+            let one = (backend, &*routes);
+            serve_one_route(&cli, upstream, one, engine.clone(), listener, limits).await?
+        }
     };
     let health = Health::new();
     let monitor = match (backend, engine) {
@@ -203,7 +219,10 @@ async fn serve_all(
         admin,
         admin::Page {
             exporters,
-            own: Arc::new(move |out: &mut String| page.encode(out)),
+            own: Arc::new(move |out: &mut String| {
+                page.encode(out);
+                routes.encode(out);
+            }),
             health,
         },
     ));
@@ -227,6 +246,7 @@ fn serve_routes(
     engine: Option<EngineHandle>,
     listener: TcpListener,
     limits: ConnLimits,
+    route_metrics: &Arc<RouteMetrics>,
 ) -> Result<Serving, StartError> {
     let table = Arc::new(ArcSwap::from_pointee(table));
     if let Some(path) = cli.config.first().cloned() {
@@ -239,6 +259,7 @@ fn serve_routes(
             backend: engine.is_some(),
             client_rule: limits.client_rule.clone(),
             client_flags: ClientFlags::of(cli),
+            route_metrics: route_metrics.clone(),
         };
         tokio::spawn(reload_on_hangup(hup, reload));
     }
@@ -270,7 +291,7 @@ fn serve_routes(
 async fn serve_one_route(
     cli: &Cli,
     upstream: Upstream,
-    backend: &Backend,
+    (backend, routes): (&Backend, &RouteMetrics),
     engine: Option<EngineHandle>,
     listener: TcpListener,
     limits: ConnLimits,
@@ -278,8 +299,8 @@ async fn serve_one_route(
     let failure = FailurePolicy::all(cli.on_failure.unwrap_or(OnFailure::Open));
     let (server, metrics) = match (backend, cli.limit) {
         (Backend::Engine(e, _), LimitArg::On(limit)) => {
-            let layer = AdmissionLayer::new(e.handle(), keyed(limit, cli.key_by.clone()))
-                .failure_policy(failure);
+            let keyed = keyed(limit, cli.key_by.clone()).also_count_in(routes.of("default"));
+            let layer = AdmissionLayer::new(e.handle(), keyed).failure_policy(failure);
             let m = layer.metrics();
             (
                 tokio::spawn(serve(listener, layer.layer(upstream), limits)),
@@ -290,7 +311,7 @@ async fn serve_one_route(
             let client = official_client(cli, key.clone()).await?;
             let layer = AdmissionLayer::with_admission(
                 OfficialAdmission::new(client),
-                keyed(limit, cli.key_by.clone()),
+                keyed(limit, cli.key_by.clone()).also_count_in(routes.of("default")),
             )
             .failure_policy(failure);
             let m = layer.metrics();

@@ -18,7 +18,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use ratelimitly_engine::{EngineHandle, Resource};
-use ratelimitly_tower::{LayerMetrics, OnFailure, Verdict};
+use ratelimitly_tower::{Breaker, CircuitBreaker, Gate, LayerMetrics, OnFailure, Verdict};
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
@@ -41,6 +41,7 @@ pub struct RateLimiter {
     on_failure: Option<OnFailure>,
     metrics: Arc<RlsMetrics>,
     layer: Arc<LayerMetrics>,
+    breaker: Arc<Breaker>,
 }
 
 impl std::fmt::Debug for RateLimiter {
@@ -54,8 +55,13 @@ impl std::fmt::Debug for RateLimiter {
 impl RateLimiter {
     /// Decides with `engine` under `rules` (replaced on reload). `on_failure`: what a
     /// call without a decision is answered (`None`: gRPC `UNAVAILABLE`). The engine's
-    /// verdicts are also counted in `layer` (the tower layer's series: outcomes and the
-    /// decision latency).
+    /// verdicts are also counted in `layer` (the tower layer's series: outcomes, the
+    /// decision latency and the breaker).
+    ///
+    /// A circuit breaker (the tower layer's, [`CircuitBreaker::default`]: open after 5
+    /// consecutive timeouts or communication failures, a probe every second): while it
+    /// is open a call is answered at once under the failure policy instead of waiting
+    /// the engine's horizon; the first probe that gets a decision closes it.
     pub fn new(
         rules: Arc<ArcSwap<Rules>>,
         engine: EngineHandle,
@@ -69,23 +75,39 @@ impl RateLimiter {
             on_failure,
             metrics,
             layer,
+            breaker: Arc::new(Breaker::new(CircuitBreaker::default())),
         }
     }
 
-    /// Sends `resources` as one request (none: no request).
+    /// Sends `resources` as one request (none: no request), unless the open breaker
+    /// answers it at once.
     fn ask(&self, resources: &[(Resource, u32)]) -> Option<impl Future<Output = Verdict> + use<>> {
         if resources.is_empty() {
             return None;
         }
-        let mut b = self.engine.request();
-        for (r, n) in resources {
-            b = b.consume(r, *n);
-        }
-        let completion = b.send();
-        let layer = self.layer.clone();
+        let gate = self.breaker.gate(&self.layer);
+        let completion = match gate {
+            Gate::Open(_) => None,
+            Gate::Ask | Gate::Probe => {
+                let mut b = self.engine.request();
+                for (r, n) in resources {
+                    b = b.consume(r, *n);
+                }
+                Some(b.send())
+            }
+        };
+        let (layer, breaker) = (self.layer.clone(), self.breaker.clone());
         let start = Instant::now();
         Some(async move {
-            let v = Verdict::of(&completion.await);
+            let v = match (completion, gate) {
+                (Some(c), _) => {
+                    let v = Verdict::of(&c.await);
+                    breaker.observe(&v, gate == Gate::Probe, &layer);
+                    v
+                }
+                (None, Gate::Open(kind)) => Verdict::Failed(kind),
+                (None, _) => Verdict::Invalid,
+            };
             layer.record(&v, start.elapsed());
             v
         })
@@ -181,12 +203,12 @@ pub struct Reload {
 
 impl Reload {
     /// Reads the files again: new calls get the new rules; files that do not check leave
-    /// the running rules in place. Both outcomes are logged as warnings (why, and which
-    /// file and line, for a refusal).
+    /// the running rules in place. A refusal is logged at `warn` (why, and which file and
+    /// line), a reload at `info`.
     pub fn reload(&self) -> bool {
         match load(&self.paths, self.bounds, &self.metrics) {
             Ok(r) => {
-                tracing::warn!(
+                tracing::info!(
                     domains = r.domains.len(),
                     rules = r.rule_count(),
                     "rate limit configuration reloaded"
