@@ -471,3 +471,72 @@ async fn check_reload_and_flags() {
     assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
     r.stop();
 }
+
+/// With Ratelimitly down the breaker opens after 5 failed calls: each call is then
+/// answered at once under the failure policy (counted as a short circuit, not waiting the
+/// horizon), `ratelimitly_breaker_open` says so, and both transitions are logged at warn
+/// (the default level); a responder back on the same address closes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaker_opens_answers_at_once_and_closes() {
+    let _s = SERIAL.lock().await;
+    let r = responder(604);
+    let (ep, addr) = (endpoint(&r), r.addr());
+    r.stop();
+    let rules = TempFile::new("rls-breaker.yaml", RULES);
+    let log = TempFile::new("rls-breaker.log", "");
+    let mut cmd = rls_cmd(&[&rules], &ep, &["--on-failure", "closed"]);
+    cmd.env_remove("RUST_LOG");
+    let p = start_with_stderr(cmd, std::fs::File::create(log.path()).unwrap().into()).await;
+    let mut c = client(&p).await;
+    let user = || req("bb", &[&[("user", "x")]]);
+    for _ in 0..5 {
+        assert_eq!(call(&mut c, user()).await.overall_code, OVER);
+    }
+    let m = parse_prometheus(&metrics_text(&p).await);
+    assert_eq!(m["ratelimitly_breaker_open"], 1.0);
+    let before = m["ratelimitly_breaker_short_circuits_total"];
+    let mut took = Vec::new();
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        assert_eq!(call(&mut c, user()).await.overall_code, OVER, "closed");
+        took.push(t.elapsed());
+    }
+    eprintln!("calls with the breaker open took {took:?}");
+    let m = parse_prometheus(&metrics_text(&p).await);
+    // the probe (at most one a second) may be among them
+    assert!(
+        m["ratelimitly_breaker_short_circuits_total"] - before >= 4.0,
+        "{m:?}"
+    );
+    assert!(
+        std::fs::read_to_string(log.path())
+            .unwrap()
+            .contains("circuit breaker open")
+    );
+
+    // the service is back: the next probe closes the breaker
+    let key: ratelimitly_engine::ApiKey = NONE_KEY.parse().unwrap();
+    let mut cfg = rl_responder::ResponderConfig::new(vec![key]);
+    cfg.server_id = Some(604);
+    cfg.listen = addr;
+    let r = rl_responder::spawn(cfg).expect("responder starts again on its address");
+    let mut closed = false;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if call(&mut c, user()).await.overall_code == OK {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "a probe got a decision within 4 s");
+    let m = parse_prometheus(&metrics_text(&p).await);
+    assert_eq!(m["ratelimitly_breaker_open"], 0.0);
+    let text = std::fs::read_to_string(log.path()).unwrap();
+    let closed_line = text
+        .lines()
+        .find(|l| l.contains("circuit breaker closed"))
+        .unwrap_or_else(|| panic!("the closing is logged: {text}"));
+    assert!(closed_line.contains("WARN"), "{closed_line}");
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+    r.stop();
+}

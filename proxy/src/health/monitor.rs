@@ -130,6 +130,7 @@ fn log(notes: Vec<Note>) {
 /// Probes every endpoint the engine knows, one at a time: at most the policy's horizon
 /// (and a second's margin) each.
 fn probe_all(key: &ApiKey, endpoints: &[Endpoint]) -> Result<Vec<(Endpoint, Cause)>, String> {
+    tracing::debug!(endpoints = endpoints.len(), "probing the endpoints");
     let policy = RequestPolicy::default();
     let mut found = Vec::with_capacity(endpoints.len());
     for ep in endpoints {
