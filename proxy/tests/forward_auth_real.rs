@@ -357,6 +357,11 @@ async fn behind(tool: FrontTool, server_id: u64, deny_status: &str) {
     let rl = decision_service(&endpoint(&r), &routes, deny_status).await;
     let front = front(tool, &bin, up.addr(), rl.addr()).wait_ready().await;
     check_front(front.addr(), tool).await;
+    if tool == FrontTool::Envoy {
+        // no field of envoy.yaml is deprecated (Envoy warns at start)
+        let logs = front.logs();
+        assert!(!logs.contains("deprecated"), "{logs}");
+    }
     drop(front);
     assert_eq!(rl.signal(libc::SIGTERM).await.code(), Some(0));
     up.signal(libc::SIGTERM).await;

@@ -184,6 +184,12 @@ async fn behind_a_real_envoy() {
     let m = metrics_of(&rl).await;
     assert_eq!(m["rl_proxy_rls_calls_total{answer=\"unavailable\"}"], 2.0);
 
+    // no field of envoy-rls.yaml is deprecated (Envoy warns at start)
+    assert!(
+        !open.log_text().contains("deprecated"),
+        "{}",
+        open.log_text()
+    );
     drop(open);
     drop(closed);
     assert_eq!(rl.signal(libc::SIGTERM).await.code(), Some(0));
