@@ -1,4 +1,4 @@
--- rl-proxy --mode forward-auth as an HAProxy action (HAProxy 2.2 or later, Lua 5.3).
+-- rl-proxy --mode forward-auth as an HAProxy action (Lua 5.3; tested with HAProxy 2.6).
 --
 --   global
 --       lua-load /etc/haproxy/ratelimitly.lua
