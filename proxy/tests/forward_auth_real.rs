@@ -9,6 +9,13 @@
 //! select the route, and a client that forges new `X-Real-IP`, `X-Forwarded-For`,
 //! `Forwarded` and original-request headers on every request still gets 429 on the
 //! 4th, while a second forger naming the first one's address keeps its own bucket.
+//! nginx and Caddy are then reloaded with the README's command and still decide.
+//!
+//! The failure matrix (`failure_matrix_*`): through each proxy, Ratelimitly down (an
+//! endpoint on a UDP port where nothing listens) with `on_failure = "open"` forwards,
+//! with `"closed"` is 503 with `Retry-After`, and rl-proxy down is the proxy's own
+//! answer (503 with `Retry-After`; Traefik: 500), never forwarded; HAProxy answers it
+//! within 1 s and logs it. The waits are printed (`--nocapture`) for the README.
 //!
 //! Clients are bound to 127.0.0.2 to 127.0.0.5, never 127.0.0.1: Envoy appends its
 //! host's own address to `X-Forwarded-For` for a peer of exactly 127.0.0.1. rl-proxy
@@ -496,8 +503,7 @@ async fn settle(front: &Front) {
     panic!("/health never 200 again: {}", front.logs());
 }
 
-/// One cell of the failure matrix: what the client saw on each of `MATRIX_REQUESTS`
-/// requests (more than the 5 failures that open rl-proxy's circuit breaker).
+/// One answer of a failure-matrix cell, and how long the client waited for it.
 struct Cell {
     status: StatusCode,
     retry_after: Option<String>,
@@ -505,8 +511,10 @@ struct Cell {
     wait: Duration,
 }
 
+/// Requests per cell: more than the 5 failures that open rl-proxy's circuit breaker.
 const MATRIX_REQUESTS: usize = 8;
 
+/// `MATRIX_REQUESTS` sequential `GET /api/orders` of one client through `front`.
 async fn cell(front: &Front) -> Vec<Cell> {
     let mut out = Vec::new();
     for _ in 0..MATRIX_REQUESTS {

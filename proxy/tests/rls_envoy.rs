@@ -2,7 +2,10 @@
 //! `remote_address` action), configured by `proxy/conf/envoy-rls.yaml` and
 //! `proxy/conf/rls-edge.yaml` (the text `proxy/README.md` documents): 3 × 200 then 429
 //! with `Retry-After` and the RateLimit fields, another client address (127.0.0.3) with
-//! a bucket of its own, and `failure_mode_deny` both ways with the responder stopped.
+//! a bucket of its own, and `failure_mode_deny` both ways with the responder stopped
+//! (the shipped `true`: 503 with `Retry-After`; `false`, the test's own edit: forwarded).
+//! The failure matrix's row (`failure_matrix_envoy_rate_limit_filter`): Ratelimitly down
+//! with `--on-failure open` forwards, `closed` is 429, rl-proxy down is 503.
 //!
 //! A missing Envoy binary skips the test with a message, unless `RL_REQUIRE_PROXIES=1`
 //! (CI), where it fails.
