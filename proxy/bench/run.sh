@@ -18,7 +18,7 @@
 #      (proxy/conf/envoy-rls.yaml), and rl-rls-load's ShouldRateLimit calls straight to
 #      rl-proxy --mode rls (gRPC).
 #
-# nginx runs as one process (`master_process off`, as in proxy/conf/nginx.conf: one worker,
+# nginx runs as one process (`master_process off`, added to proxy/conf/nginx.conf: one worker,
 # the proxy's one CPU by default); Caddy, Traefik (Go) and HAProxy size their threads to
 # the CPU set they are started on, Envoy runs with --concurrency 1. A front proxy whose
 # binary is missing has its rows skipped (nginx, caddy, haproxy: apt; Envoy and Traefik:
@@ -248,8 +248,10 @@ http {
     }
 }
 NGINX
-sed -e 's/worker_connections 256;/worker_connections 1024;/' "$ROOT/proxy/conf/nginx.conf" \
-    >"$CONF/auth-nginx/nginx.conf"
+# the shipped file runs a master and its workers (worker_processes auto): measured as one
+# process here, like the anchor
+sed -e 's/^worker_processes auto;/worker_processes 1;\nmaster_process off;/' \
+    "$ROOT/proxy/conf/nginx.conf" >"$CONF/auth-nginx/nginx.conf"
 cat >"$CONF/plain-caddy/Caddyfile" <<'CADDY'
 {
 	admin off

@@ -9,6 +9,13 @@
 //! select the route, and a client that forges new `X-Real-IP`, `X-Forwarded-For`,
 //! `Forwarded` and original-request headers on every request still gets 429 on the
 //! 4th, while a second forger naming the first one's address keeps its own bucket.
+//! nginx and Caddy are then reloaded with the README's command and still decide.
+//!
+//! The failure matrix (`failure_matrix_*`): through each proxy, Ratelimitly down (an
+//! endpoint on a UDP port where nothing listens) with `on_failure = "open"` forwards,
+//! with `"closed"` is 503 with `Retry-After`, and rl-proxy down is the proxy's own
+//! answer (503 with `Retry-After`; Traefik: 500), never forwarded; HAProxy answers it
+//! within 1 s and logs it. The waits are printed (`--nocapture`) for the README.
 //!
 //! Clients are bound to 127.0.0.2 to 127.0.0.5, never 127.0.0.1: Envoy appends its
 //! host's own address to `X-Forwarded-For` for a peer of exactly 127.0.0.1. rl-proxy
@@ -70,6 +77,25 @@ struct Front {
     child: Child,
     port: u16,
     dir: TempDir,
+    /// The command that reloads the running proxy's configuration, where it has one.
+    reload: Option<std::process::Command>,
+}
+
+impl Drop for Front {
+    /// SIGTERM, then up to 5 s for the process to exit (nginx's master stops its
+    /// workers first; `kill_on_drop`'s SIGKILL would leave them running).
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            for _ in 0..100 {
+                if !matches!(self.child.try_wait(), Ok(None)) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
 }
 
 impl Front {
@@ -90,7 +116,7 @@ impl Front {
 
     /// Polls `/health` (a route without a limit, through the whole chain) until it is
     /// answered 200: at most 100 tries, 15 s.
-    async fn wait_ready(mut self) -> Front {
+    async fn wait_ready_ref(&mut self) -> &mut Front {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
         for _ in 0..100 {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -108,6 +134,12 @@ impl Front {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("/health not answered 200 within 15 s: {}", self.logs());
+    }
+
+    /// [`Front::wait_ready_ref`], by value.
+    async fn wait_ready(mut self) -> Front {
+        self.wait_ready_ref().await;
+        self
     }
 }
 
@@ -133,6 +165,7 @@ fn front(tool: FrontTool, bin: &Path, upstream: SocketAddr, rl: SocketAddr) -> F
         path
     };
     let mut cmd = Command::new(bin);
+    let mut reload = None;
     match tool {
         FrontTool::Nginx => {
             let conf = write("nginx.conf", NGINX_CONF);
@@ -140,15 +173,35 @@ fn front(tool: FrontTool, bin: &Path, upstream: SocketAddr, rl: SocketAddr) -> F
                 .arg(&dir.0)
                 .arg("-e")
                 .arg(dir.0.join("error.log"));
-            cmd.arg("-c").arg(conf).args(["-g", "daemon off;"]);
+            cmd.arg("-c").arg(&conf).args(["-g", "daemon off;"]);
+            // the documented reload: the master re-reads the file, new workers start
+            let mut r = std::process::Command::new(bin);
+            r.arg("-p")
+                .arg(&dir.0)
+                .arg("-e")
+                .arg(dir.0.join("error.log"));
+            r.arg("-c").arg(&conf).args(["-s", "reload"]);
+            reload = Some(r);
         }
         FrontTool::Caddy => {
-            let conf = write("Caddyfile", CADDYFILE);
+            // a free admin port: other Caddys may run on this host
+            let text = CADDYFILE.replace(
+                "admin localhost:2019",
+                &format!("admin 127.0.0.1:{}", free_port()),
+            );
+            assert_ne!(text, CADDYFILE, "the Caddyfile's admin line");
+            let conf = write("Caddyfile", &text);
             cmd.args(["run", "--adapter", "caddyfile", "--config"])
-                .arg(conf);
+                .arg(&conf);
+            // the documented reload, through the admin endpoint the file names
+            let mut r = std::process::Command::new(bin);
+            r.args(["reload", "--adapter", "caddyfile", "--config"])
+                .arg(&conf);
             for var in ["HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME"] {
                 cmd.env(var, &dir.0);
+                r.env(var, &dir.0);
             }
+            reload = Some(r);
         }
         FrontTool::Traefik => {
             write("traefik-dynamic.yml", TRAEFIK_DYNAMIC);
@@ -176,7 +229,12 @@ fn front(tool: FrontTool, bin: &Path, upstream: SocketAddr, rl: SocketAddr) -> F
         .kill_on_drop(true)
         .spawn()
         .unwrap_or_else(|e| panic!("{tool:?} starts: {e}"));
-    Front { child, port, dir }
+    Front {
+        child,
+        port,
+        dir,
+        reload,
+    }
 }
 
 /// The routes: `GET /api/` 3 a minute per client IP, any other method on `/api/` and
@@ -332,8 +390,34 @@ async fn behind(tool: FrontTool, server_id: u64, deny_status: &str) {
     let up = upstream().await;
     let routes = TempFile::new(&format!("{tool:?}-routes.toml"), ROUTES);
     let rl = decision_service(&endpoint(&r), &routes, deny_status).await;
-    let front = front(tool, &bin, up.addr(), rl.addr()).wait_ready().await;
+    let mut front = front(tool, &bin, up.addr(), rl.addr()).wait_ready().await;
     check_front(front.addr(), tool).await;
+    if let Some(mut reload) = front.reload.take() {
+        // the reload of the README works on the shipped file, and the proxy still
+        // forwards and decides: the spent client stays refused
+        let out = tokio::task::spawn_blocking(move || reload.output())
+            .await
+            .unwrap()
+            .expect("the reload command runs");
+        assert!(
+            out.status.success(),
+            "{tool:?} reload: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            front.logs()
+        );
+        let front = front.wait_ready_ref().await;
+        let r = must_send(CLIENT, front.addr(), "GET", "/api/orders", &[]).await;
+        assert_eq!(
+            r.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "{tool:?} reloaded"
+        );
+    }
+    if tool == FrontTool::Envoy {
+        // no field of envoy.yaml is deprecated (Envoy warns at start)
+        let logs = front.logs();
+        assert!(!logs.contains("deprecated"), "{logs}");
+    }
     drop(front);
     assert_eq!(rl.signal(libc::SIGTERM).await.code(), Some(0));
     up.signal(libc::SIGTERM).await;
@@ -364,6 +448,219 @@ async fn behind_haproxy_lua() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_envoy_ext_authz() {
     behind(FrontTool::Envoy, 505, "429").await;
+}
+
+/// A loopback UDP port where nothing listens: an endpoint there is "Ratelimitly down"
+/// (every datagram answered by ICMP port unreachable, or by nothing).
+fn dead_udp_port() -> u16 {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.local_addr().unwrap().port()
+}
+
+/// rl-proxy as the decision service on `port`, its routes failing `on_failure`
+/// (`open` or `closed`) and its one endpoint dead.
+async fn failing_decision_service(
+    port: u16,
+    on_failure: &str,
+    deny_status: &str,
+) -> (Proc, TempFile) {
+    let routes = TempFile::new(
+        &format!("failing-{on_failure}-routes.toml"),
+        &format!("on_failure = \"{on_failure}\"\n{ROUTES}"),
+    );
+    let ep = format!("700@127.0.0.1:{}", dead_udp_port());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+        .env("RUST_LOG", "error")
+        .args([
+            "--mode",
+            "forward-auth",
+            "--deny-status",
+            deny_status,
+            "--trust-forwarded",
+            "127.0.0.1/32",
+            "--endpoint",
+            &ep,
+            "--config",
+            routes.path(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ]);
+    (start(cmd).await, routes)
+}
+
+/// Polls `/health` (no limit: no decision needed) through `front` until it is 200, at
+/// most 50 tries: the front proxy's connections to the previous rl-proxy are gone.
+async fn settle(front: &Front) {
+    for _ in 0..50 {
+        if let Some(r) = send(CLIENT, front.addr(), "GET", "/health", &[]).await
+            && r.status() == StatusCode::OK
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("/health never 200 again: {}", front.logs());
+}
+
+/// One answer of a failure-matrix cell, and how long the client waited for it.
+struct Cell {
+    status: StatusCode,
+    retry_after: Option<String>,
+    body: Bytes,
+    wait: Duration,
+}
+
+/// Requests per cell: more than the 5 failures that open rl-proxy's circuit breaker.
+const MATRIX_REQUESTS: usize = 8;
+
+/// `MATRIX_REQUESTS` sequential `GET /api/orders` of one client through `front`.
+async fn cell(front: &Front) -> Vec<Cell> {
+    let mut out = Vec::new();
+    for _ in 0..MATRIX_REQUESTS {
+        let t0 = std::time::Instant::now();
+        let r = must_send(CLIENT, front.addr(), "GET", "/api/orders", &[]).await;
+        out.push(Cell {
+            status: r.status(),
+            retry_after: field(&r, "retry-after").map(str::to_owned),
+            body: r.body().clone(),
+            wait: t0.elapsed(),
+        });
+    }
+    out
+}
+
+/// `tool scenario status first-wait max-wait-after-the-5th` on standard error: the
+/// figures of the README's failure matrix.
+fn report(tool: FrontTool, scenario: &str, cells: &[Cell]) {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let first = ms(cells[0].wait);
+    let later = cells[5..].iter().map(|c| ms(c.wait)).fold(0.0, f64::max);
+    let max = cells.iter().map(|c| ms(c.wait)).fold(0.0, f64::max);
+    let statuses: Vec<u16> = cells.iter().map(|c| c.status.as_u16()).collect();
+    eprintln!(
+        "failure matrix | {tool:?} | {scenario} | {statuses:?} retry-after {:?} | first {first:.1} ms, max {max:.1} ms, after the 5th at most {later:.1} ms",
+        cells[0].retry_after
+    );
+}
+
+/// Every answer of `cells` is `want` (with `Retry-After` for a 503), never the
+/// upstream's for a refusal, each within 5 s.
+fn expect(tool: FrontTool, scenario: &str, cells: &[Cell], want: StatusCode, front: &Front) {
+    for (i, c) in cells.iter().enumerate() {
+        assert_eq!(
+            c.status,
+            want,
+            "{tool:?}, {scenario}, request {i}: {}",
+            front.logs()
+        );
+        assert!(
+            c.wait < Duration::from_secs(5),
+            "{tool:?}, {scenario}, request {i}: {:?}",
+            c.wait
+        );
+        if want == StatusCode::OK {
+            assert_eq!(
+                c.body.as_ref(),
+                UPSTREAM_BODY,
+                "{tool:?}, {scenario}: forwarded"
+            );
+        } else {
+            assert_ne!(
+                c.body.as_ref(),
+                UPSTREAM_BODY,
+                "{tool:?}, {scenario}: refused"
+            );
+        }
+        if want == StatusCode::SERVICE_UNAVAILABLE {
+            assert!(
+                c.retry_after.is_some(),
+                "{tool:?}, {scenario}, request {i}: Retry-After"
+            );
+        }
+    }
+}
+
+/// The failure matrix for `tool` with its shipped configuration: Ratelimitly down with
+/// `on_failure = "open"` (forwarded), with `"closed"` (503 with `Retry-After`), then
+/// rl-proxy itself down (`rl_down`: the front proxy's own answer, never forwarded).
+async fn failure_matrix(tool: FrontTool, deny_status: &str, rl_down: StatusCode) {
+    let Some(bin) = front_binary(tool) else {
+        return;
+    };
+    let _s = SERIAL.lock().await;
+    let up = upstream().await;
+    let port = free_port();
+    let rl_addr = SocketAddr::from(([127, 0, 0, 1], port));
+
+    let (rl, _routes) = failing_decision_service(port, "open", deny_status).await;
+    let front = front(tool, &bin, up.addr(), rl_addr).wait_ready().await;
+    let cells = cell(&front).await;
+    report(tool, "Ratelimitly down, open", &cells);
+    expect(
+        tool,
+        "Ratelimitly down, open",
+        &cells,
+        StatusCode::OK,
+        &front,
+    );
+    assert_eq!(rl.signal(libc::SIGTERM).await.code(), Some(0));
+
+    let (rl, _routes) = failing_decision_service(port, "closed", deny_status).await;
+    settle(&front).await;
+    let cells = cell(&front).await;
+    report(tool, "Ratelimitly down, closed", &cells);
+    expect(
+        tool,
+        "Ratelimitly down, closed",
+        &cells,
+        StatusCode::SERVICE_UNAVAILABLE,
+        &front,
+    );
+    assert_eq!(rl.signal(libc::SIGTERM).await.code(), Some(0));
+
+    let cells = cell(&front).await;
+    report(tool, "rl-proxy down", &cells);
+    expect(tool, "rl-proxy down", &cells, rl_down, &front);
+    if tool == FrontTool::Haproxy {
+        // the bound: at once, and logged
+        for c in &cells {
+            assert!(c.wait < Duration::from_secs(1), "HAProxy: {:?}", c.wait);
+        }
+        let logs = front.logs();
+        assert!(
+            logs.contains("ratelimitly: no answer from rl-proxy at"),
+            "HAProxy logged the failure: {logs}"
+        );
+    }
+    drop(front);
+    up.signal(libc::SIGTERM).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_matrix_nginx() {
+    failure_matrix(FrontTool::Nginx, "403", StatusCode::SERVICE_UNAVAILABLE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_matrix_caddy() {
+    failure_matrix(FrontTool::Caddy, "429", StatusCode::SERVICE_UNAVAILABLE).await;
+}
+
+/// Traefik's ForwardAuth answers a connection failure 500 itself (no setting for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_matrix_traefik() {
+    failure_matrix(FrontTool::Traefik, "429", StatusCode::INTERNAL_SERVER_ERROR).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_matrix_haproxy() {
+    failure_matrix(FrontTool::Haproxy, "429", StatusCode::SERVICE_UNAVAILABLE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_matrix_envoy() {
+    failure_matrix(FrontTool::Envoy, "429", StatusCode::SERVICE_UNAVAILABLE).await;
 }
 
 /// `proxy/README.md` shows every shipped configuration exactly as tested.
