@@ -3,6 +3,7 @@
 //! `ratelimitly-tower` layer over the client engine). This library is the whole of it:
 //! the binary (`src/main.rs`) only parses the command line and calls one mode's `run`;
 //! the load tools and the fuzz targets use the same modules.
+//!
 //! ```text
 //! RATELIMITLY_API_KEY=... rl-proxy --upstream http://HOST:PORT
 //!     (--endpoint ID@IP:PORT ... | --domain D [--dns-server IP:PORT])
@@ -11,7 +12,7 @@
 //!     [--admission engine|official] [--engine-core hosted|pinned]
 //!     [--header-timeout 10s] [--idle-timeout 60s] [--upstream-timeout 30s]
 //!     [--max-connections 10000] [--trust-forwarded CIDR ...]
-//!     [--client-ip-from xff|forwarded|real-ip|peer]
+//!     [--client-ip-from xff|forwarded|real-ip|peer] [--log-format text|json]
 //! ```
 //!
 //! DURATION arguments use the window syntax of `--limit`: a whole number and a unit
@@ -64,6 +65,9 @@
 //! limits a route while the file at start limited none (no admission backend was
 //! started) is refused and the running routes kept (logged at warn; a reload at info). With
 //! `--config`, admission is by the engine only (`--admission engine`).
+//!
+//! The admin listener: `GET /metrics`, `GET /healthz` (liveness) and `GET /readyz`
+//! (readiness: 503 with the reason while no decision can be made; [`health`]).
 //!
 //! The admin page adds the proxy's own counters to the layer's:
 //! `rl_proxy_connections_open`, `rl_proxy_connections_refused_total`,
