@@ -102,11 +102,7 @@ async fn nginx(bin: &std::path::Path, rl: SocketAddr, name: &str) -> Nginx {
         .kill_on_drop(true)
         .spawn()
         .expect("nginx starts");
-    let mut n = Nginx {
-        child,
-        dir,
-        port,
-    };
+    let mut n = Nginx { child, dir, port };
     for _ in 0..100 {
         if let Ok(Some(status)) = n.child.try_wait() {
             panic!("nginx exited with {status}: {}", n.log());
