@@ -198,9 +198,7 @@ fn main() -> ExitCode {
     };
     let addr = handle.addr();
     if cli.dev {
-        eprintln!(
-            "rl-responder: --dev: serving the public development key; NOT for production"
-        );
+        eprintln!("rl-responder: --dev: serving the public development key; NOT for production");
         // one write: a reader waiting for the RL_ENDPOINT line sees all of it
         print!(
             "# rl-responder --dev: a DEVELOPMENT key, public in this repository: NOT for production\n\
