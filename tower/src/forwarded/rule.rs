@@ -103,7 +103,7 @@ pub enum ClientIp {
     /// The connection's peer: it is not trusted, the source is
     /// [`ClientIpFrom::Peer`], or its header named nobody beyond it.
     Peer(IpAddr),
-    /// An address the trusted hops vouched for.
+    /// An address the trusted peer named in the header its source reads.
     Forwarded(IpAddr),
     /// A trusted peer that did not name the client in the header its source reads:
     /// [`ClientIpFrom::RealIp`] with an `X-Real-IP` absent, repeated or no address;
