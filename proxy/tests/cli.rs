@@ -938,13 +938,11 @@ fn on_path(name: &str) -> bool {
 }
 
 /// `rl-responder`'s binary next to rl-proxy's (same target directory and profile),
-/// built with `cargo build -p rl-responder --bin rl-responder` when absent (a dev
-/// dependency's binaries are not built for rl-proxy's tests; at most 10 minutes).
+/// brought up to date by `cargo build -p rl-responder --bin rl-responder` (a dev
+/// dependency's binaries are not built for rl-proxy's tests, and one left from an older
+/// build could lack `--dev`; a no-op when up to date; at most 10 minutes).
 fn responder_binary(bins: &std::path::Path, root: &std::path::Path) -> std::path::PathBuf {
     let exe = bins.join("rl-responder");
-    if exe.exists() {
-        return exe;
-    }
     let mut cmd = std::process::Command::new(env!("CARGO"));
     cmd.current_dir(root)
         .args(["build", "-p", "rl-responder", "--bin", "rl-responder"]);
@@ -975,7 +973,7 @@ fn responder_binary(bins: &std::path::Path, root: &std::path::Path) -> std::path
 /// block, run by `bash -euo pipefail` from the repository root. The one change: the
 /// block's first line `bin=target/release` names this test's binaries instead (the
 /// directory of `CARGO_BIN_EXE_rl-proxy`, which holds rl-upstream too; rl-responder
-/// is built there when absent). It must end with exit 0 after a 429, and leave nothing
+/// is built there by cargo). It must end with exit 0 after a 429, and leave nothing
 /// running: the script runs in a process group of its own, which must be empty when it
 /// has exited (what is left is killed, and the test fails). Needs curl (skipped without
 /// it unless RL_REQUIRE_PROXIES=1).
