@@ -14,6 +14,38 @@ use ratelimitly_tower::{ClientIpFrom, ClientIpRule, KeyBy, Limit, OnFailure, Tru
 use crate::config;
 pub use crate::logging::LogFormat;
 
+/// What `--help` ends with: examples, exit codes, the environment variables read.
+pub const AFTER_HELP: &str = "\
+Examples:
+  # a reverse proxy: 100 requests a second per client IP (a quickstart with a local
+  # test server: proxy/README.md)
+  RATELIMITLY_API_KEY=... rl-proxy --upstream http://127.0.0.1:8080 \\
+      --endpoint ID@IP:PORT --listen 0.0.0.0:8000 --limit 100/1s
+  # routes from a file; check it first
+  rl-proxy --config routes.toml --check
+  RATELIMITLY_API_KEY=... rl-proxy --config routes.toml --domain example.net
+  # a decision service behind nginx auth_request (which needs 403)
+  RATELIMITLY_API_KEY=... rl-proxy --mode forward-auth --deny-status 403 \\
+      --endpoint ID@IP:PORT --trust-forwarded 127.0.0.1 --client-ip-from real-ip
+  # Envoy's rate limit service, rules in envoyproxy/ratelimit's YAML
+  RATELIMITLY_API_KEY=... rl-proxy --mode rls --config ratelimit.yaml --endpoint ID@IP:PORT
+
+--on-failure and the route file: in proxy and forward-auth modes with --config, the
+file's on_failure (top level, and per route) says what a request without a decision
+gets, so --on-failure is refused there (exit 2). --mode rls takes --on-failure with its
+YAML files.
+
+Exit codes:
+  0  stopped by SIGINT or SIGTERM, or --check passed
+  2  bad arguments, a bad file (--config) or a bad or missing API key
+  1  starting failed otherwise (a listener, the runtime, the engine)
+
+Environment:
+  RATELIMITLY_API_KEY  the API key (or --key-file); never on the command line
+  RUST_LOG             what is logged on standard error, as directives
+                       (rl_proxy=debug,ratelimitly_engine=info; default warn)
+";
+
 /// Where the engine's core runs (`--engine-core`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum EngineCore {
@@ -48,7 +80,7 @@ pub enum AdmissionKind {
 /// HTTP/1.1 reverse proxy admitting requests through Ratelimitly. The API key comes from
 /// RATELIMITLY_API_KEY or --key-file, never from the command line.
 #[derive(Parser, Debug)]
-#[command(name = "rl-proxy", version)]
+#[command(name = "rl-proxy", version, after_help = AFTER_HELP)]
 pub struct Cli {
     /// Upstream to forward granted requests to: http://HOST:PORT (required in proxy
     /// mode without --config).
@@ -95,7 +127,8 @@ pub struct Cli {
     pub key_by: KeyBy,
     /// When the service gives no decision: open (forward) or closed (503; --mode rls:
     /// OVER_LIMIT). Default: open; with --mode rls, gRPC UNAVAILABLE (Envoy's
-    /// failure_mode_deny decides).
+    /// failure_mode_deny decides). Proxy and forward-auth modes with --config: refused,
+    /// the file's on_failure says it.
     #[arg(long, value_parser = |s: &str| s.parse::<OnFailure>())]
     pub on_failure: Option<OnFailure>,
     /// Which client admits requests.
@@ -131,9 +164,10 @@ pub struct Cli {
     pub trust_forwarded: Vec<TrustedProxies>,
     /// What a trusted peer names the client in; the header the proxy in front writes
     /// itself: xff (default: the rightmost X-Forwarded-For address not itself trusted),
-    /// forwarded (the same in RFC 7239 Forwarded), real-ip (X-Real-IP, only when the
-    /// X-Forwarded-For chain vouches for it, else the peer) or peer (no header). Wins
-    /// over the config file's client_ip_from.
+    /// forwarded (the same in RFC 7239 Forwarded), real-ip (X-Real-IP, as nginx's realip
+    /// module reads it: for nginx's `proxy_set_header X-Real-IP $remote_addr;`; choose it
+    /// only when that proxy overwrites the header; absent, the peer) or peer (no
+    /// header). Wins over the config file's client_ip_from.
     #[arg(long, value_name = "SOURCE", value_parser = |s: &str| s.parse::<ClientIpFrom>())]
     pub client_ip_from: Option<ClientIpFrom>,
     /// Log lines on standard error: text, or json (one object a line: timestamp, level,

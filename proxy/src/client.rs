@@ -12,9 +12,9 @@ use ratelimitly_tower::forwarded::{ClientIp, ClientIpRule, UnvouchedLog};
 /// The client address a request is keyed by, in every mode: the current `rule` of
 /// `ratelimitly_tower::forwarded` (`--trust-forwarded`, `--client-ip-from` and the
 /// file's `trust_forwarded`, `client_ip_from`; replaced on reload). From an untrusted peer, the peer; from a
-/// trusted one, what its source vouches for. An `X-Real-IP` no `X-Forwarded-For` chain
-/// vouches for (`--client-ip-from real-ip`, or `xff` with no chain) is keyed by the
-/// peer and counted in `log` (warned about on the 1st, 2nd, 4th, … time).
+/// trusted one, what its source names. A trusted peer that names nobody
+/// (`--client-ip-from real-ip` with an `X-Real-IP` absent, repeated or no address; `xff`
+/// with an `X-Real-IP` and no `X-Forwarded-For`) is keyed by the peer and counted in `log` (warned about on the 1st, 2nd, 4th, … time).
 ///
 /// The peer keeps its port; an address taken from a header has port 0.
 pub fn client_ip(
@@ -69,12 +69,18 @@ mod tests {
         );
         assert_eq!(ip(ClientIpFrom::Forwarded), "198.51.100.1:0");
         assert_eq!(ip(ClientIpFrom::Peer), "127.0.0.2:5000");
-        // X-Real-IP off the chain: the peer, counted
-        assert_eq!(ip(ClientIpFrom::RealIp), "127.0.0.2:5000");
-        assert_eq!(log.count(), 1);
-        let h = headers(&[("x-real-ip", "192.0.2.5"), ("x-forwarded-for", "192.0.2.5")]);
+        // X-Real-IP, whatever the chain says
+        assert_eq!(ip(ClientIpFrom::RealIp), "192.0.2.5:0");
+        assert_eq!(log.count(), 0);
+        // nginx's classic snippet: X-Real-IP alone
+        let h = headers(&[("x-real-ip", "192.0.2.6")]);
         let got = client_ip(p2, &h, &rule(ClientIpFrom::RealIp), &log);
-        assert_eq!(got.to_string(), "192.0.2.5:0");
+        assert_eq!(got.to_string(), "192.0.2.6:0");
+        // no X-Real-IP: the peer, counted
+        let h = headers(&[("x-forwarded-for", "192.0.2.5")]);
+        let got = client_ip(p2, &h, &rule(ClientIpFrom::RealIp), &log);
+        assert_eq!(got, p2);
+        assert_eq!(log.count(), 1);
         // garbage never panics and never moves the key onto a chosen address
         let h = headers(&[("x-real-ip", "nope"), ("x-forwarded-for", "unknown, ,x")]);
         assert_eq!(client_ip(p2, &h, &rule(ClientIpFrom::Xff), &log), p2);

@@ -52,6 +52,31 @@ use toml::Spanned;
 
 use crate::http_modes::route_metrics::RouteMetrics;
 
+/// Every top-level key of the file, as `RawFile` accepts them (`deny_unknown_fields`
+/// refuses any other); `proxy/README.md`'s reference table lists each (a test checks).
+pub const FILE_KEYS: &[&str] = &[
+    "upstream",
+    "limit",
+    "key_by",
+    "on_failure",
+    "trust_forwarded",
+    "client_ip_from",
+    "route",
+];
+
+/// Every key of a `[[route]]` table, as `RawRoute` accepts them.
+pub const ROUTE_KEYS: &[&str] = &[
+    "path",
+    "methods",
+    "limit",
+    "key_by",
+    "on_failure",
+    "label",
+    "latency_guard",
+    "latency_window",
+    "latency_min_samples",
+];
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
@@ -206,6 +231,12 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         })
 }
 
+/// `latency_window` when absent.
+pub const DEFAULT_LATENCY_WINDOW: &str = "60s";
+
+/// `latency_min_samples` when absent.
+pub const DEFAULT_LATENCY_MIN_SAMPLES: u32 = 10;
+
 /// Samples a route's latency tracker keeps at most.
 const GUARD_MAX_SAMPLES: u32 = 1000;
 
@@ -226,11 +257,11 @@ fn guard(
     };
     let threshold = parse_duration(g.get_ref()).map_err(|e| at(text, g, e))?;
     let window = match &r.latency_window {
-        None => Duration::from_secs(60),
+        None => parse_duration(DEFAULT_LATENCY_WINDOW)?,
         Some(w) => parse_duration(w.get_ref()).map_err(|e| at(text, w, e))?,
     };
     let min = match &r.latency_min_samples {
-        None => 10,
+        None => DEFAULT_LATENCY_MIN_SAMPLES,
         Some(m) if *m.get_ref() == 0 => {
             return Err(at(text, m, "latency_min_samples must be 1 or more"));
         }
@@ -246,11 +277,59 @@ fn guard(
     Ok(Some((tracker, threshold)))
 }
 
-/// Reads and checks `path`.
+/// Reads and checks `path`. A file that does not parse and looks like YAML is said to
+/// be (envoyproxy/ratelimit's format, for `--mode rls`).
 pub fn load(path: &Path) -> Result<Table, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    parse(&text).map_err(|e| {
+        let hint = if looks_like_yaml(&text) {
+            " (this looks like YAML (envoyproxy/ratelimit's format, for --mode rls); \
+             --mode proxy and forward-auth read a TOML route file)"
+        } else {
+            ""
+        };
+        format!("{}: {e}{hint}", path.display())
+    })
+}
+
+/// The lines of `text` that say something: neither blank nor a `#` comment.
+fn significant(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+}
+
+/// A bare key and what follows it: `("domain", ": x")` for `domain: x`.
+fn bare_key(line: &str) -> Option<(&str, &str)> {
+    let end = line
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+        .unwrap_or(line.len());
+    (end > 0).then(|| (&line[..end], line[end..].trim_start()))
+}
+
+/// Whether `text` looks like YAML rather than TOML: its first line that says something
+/// is `---`, a list item (`- `), or a bare `key:` (TOML writes `key =`).
+pub fn looks_like_yaml(text: &str) -> bool {
+    let Some(first) = significant(text).next() else {
+        return false;
+    };
+    first == "---"
+        || first.starts_with("- ")
+        || bare_key(first).is_some_and(|(_, rest)| rest.starts_with(':'))
+}
+
+/// Whether `text` looks like TOML rather than YAML: a line that says something is a
+/// table header (`[name]`, `[[name]]`) or a bare `key = value`.
+pub fn looks_like_toml(text: &str) -> bool {
+    significant(text).any(|l| {
+        let header = l.starts_with('[')
+            && l.ends_with(']')
+            && l.trim_matches(|c| c == '[' || c == ']')
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+        header || bare_key(l).is_some_and(|(_, rest)| rest.starts_with('='))
+    })
 }
 
 /// The 1-based line of byte `offset` in `text`.
@@ -520,6 +599,55 @@ on_failure = "closed"
             slow.guard.as_ref().unwrap().0,
             "a tracker per route"
         );
+    }
+
+    /// `FILE_KEYS` and `ROUTE_KEYS` are what the parser accepts: each key parses (with a
+    /// value of its kind) and a key outside them is refused.
+    #[test]
+    fn the_key_lists_are_the_parsers() {
+        let value = |k: &str| match k {
+            "upstream" => "\"http://127.0.0.1:9\"",
+            "trust_forwarded" => "[\"10.0.0.0/8\"]",
+            "client_ip_from" => "\"xff\"",
+            "limit" => "\"1/1s\"",
+            "key_by" => "\"ip\"",
+            "on_failure" => "\"open\"",
+            "path" => "\"/a\"",
+            "methods" => "[\"GET\"]",
+            "label" => "\"a\"",
+            "latency_guard" | "latency_window" => "\"1s\"",
+            "latency_min_samples" => "3",
+            other => panic!("no sample value for {other}"),
+        };
+        for k in FILE_KEYS.iter().filter(|k| **k != "route") {
+            parse(&format!("{k} = {}\n", value(k))).unwrap_or_else(|e| panic!("{k}: {e}"));
+        }
+        let mut route = String::from("[[route]]\n");
+        for k in ROUTE_KEYS {
+            route.push_str(&format!("{k} = {}\n", value(k)));
+        }
+        assert_eq!(parse(&route).unwrap().route_count(), 1);
+        assert!(parse("nope = 1\n").is_err());
+        assert!(parse("[[route]]\npath = \"/a\"\nlimit = \"off\"\nnope = 1\n").is_err());
+        // serde names the expected keys in its error: exactly the lists
+        let e = parse("nope = 1\n").unwrap_err();
+        for k in FILE_KEYS {
+            assert!(e.contains(&format!("`{k}`")), "{k} in {e}");
+        }
+        let e = parse("[[route]]\nnope = 1\n").unwrap_err();
+        for k in ROUTE_KEYS {
+            assert!(e.contains(&format!("`{k}`")), "{k} in {e}");
+        }
+    }
+
+    #[test]
+    fn yaml_and_toml_are_told_apart() {
+        let yaml = "# envoyproxy/ratelimit\ndomain: api\ndescriptors:\n  - key: path\n";
+        assert!(looks_like_yaml(yaml) && !looks_like_toml(yaml));
+        assert!(looks_like_yaml("---\ndomain: x\n"));
+        assert!(looks_like_toml(GOOD) && !looks_like_yaml(GOOD));
+        assert!(looks_like_toml("[[route]]\n"));
+        assert!(!looks_like_yaml("") && !looks_like_toml(""));
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! the load tools and the fuzz targets use the same modules.
 //!
 //! ```text
-//! RATELIMITLY_API_KEY=... rl-proxy --upstream http://HOST:PORT
+//! RATELIMITLY_API_KEY=... rl-proxy [--mode proxy|forward-auth|rls]
+//!     (--upstream http://HOST:PORT | --config FILE [--check]) [--deny-status 429]
+//!     [--key-file PATH] [--log-format text|json]
 //!     (--endpoint ID@IP:PORT ... | --domain D [--dns-server IP:PORT])
 //!     [--listen 127.0.0.1:0] [--admin-listen 127.0.0.1:0]
 //!     [--limit COUNT/WINDOW|off] [--key-by ip|path|header:NAME] [--on-failure open|closed]
@@ -17,6 +19,12 @@
 //!
 //! DURATION arguments use the window syntax of `--limit`: a whole number and a unit
 //! `ms`, `s`, `m` or `h` (`500ms`, `10s`, `1m`).
+//!
+//! `rl-proxy --help` ends with examples, the exit codes (0: stopped by SIGINT or SIGTERM,
+//! or `--check` passed; 2: bad arguments, files or key; 1: starting failed otherwise)
+//! and the environment variables read (`RATELIMITLY_API_KEY`, `RUST_LOG`):
+//! [`cli::AFTER_HELP`]. `proxy/README.md` has a quickstart against a local test server
+//! and the route file's reference.
 //!
 //! Timeouts and limits:
 //! - `--header-timeout` (default 10s): a connection that has not sent a whole request head
@@ -47,10 +55,14 @@
 //! to it). From a trusted peer, only the header `--client-ip-from` names (the file's
 //! `client_ip_from` when the flag is absent): `xff` (default) the rightmost
 //! `X-Forwarded-For` address that is not itself trusted, `forwarded` the same in RFC
-//! 7239 `Forwarded`, `real-ip` `X-Real-IP` when the `X-Forwarded-For` chain vouches for
-//! it (else the peer), `peer` no header. A trusted peer's `X-Real-IP` that no chain
-//! vouches for (`real-ip`; `xff` with no `X-Forwarded-For` at all: a front proxy that
-//! sets only `X-Real-IP`) is counted in `rl_proxy_client_ip_unvouched_total` and warned
+//! 7239 `Forwarded`, `real-ip` `X-Real-IP` as nginx's realip module believes it (the
+//! trusted peer's one `X-Real-IP` address is the client; `X-Forwarded-For` not read: for
+//! nginx's classic `proxy_set_header X-Real-IP $remote_addr;`, and only for a proxy that
+//! overwrites that header), `peer` no header. A trusted peer that names nobody
+//! (`real-ip` with an `X-Real-IP` absent, repeated or no address; `xff` with an
+//! `X-Real-IP` and no `X-Forwarded-For` at all: a front proxy that sets only
+//! `X-Real-IP`, every client in its one bucket) is counted in
+//! `rl_proxy_client_ip_unvouched_total` and warned
 //! about. A header the client can also send is never believed on
 //! its own: the proxy in front must write the one named (`proxy/README.md` has a tested
 //! configuration for nginx, Caddy, Traefik, HAProxy and Envoy). In proxy mode the
@@ -60,7 +72,9 @@
 //! Routes from a file: `--config FILE` (TOML; the format is in the `config` module's
 //! docs) replaces `--upstream`, `--limit`, `--key-by` and `--on-failure`, which conflict
 //! with it (the flags stay for the one-route case). `--config FILE --check` checks the
-//! file and exits 0, or 2 with a message naming the line. `SIGHUP` reloads the file:
+//! file and what the mode needs (proxy mode: an `upstream`) and exits 0, or 2 with a
+//! message naming the line or the problem (a YAML file, envoyproxy/ratelimit's format,
+//! is said to be for `--mode rls`, and the reverse). `SIGHUP` reloads the file:
 //! new requests take the new routes; a file that does not check, changes `upstream`, or
 //! limits a route while the file at start limited none (no admission backend was
 //! started) is refused and the running routes kept (logged at warn; a reload at info). With

@@ -740,3 +740,327 @@ async fn sighup_outcomes_are_logged_and_methods_restrict_a_route() {
     up.signal(libc::SIGTERM).await;
     r.stop();
 }
+
+/// `--check` checks what each mode needs (proxy mode an upstream in the file,
+/// forward-auth none) and says when a file is in the other format: exit 2 naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_knows_each_mode_and_the_other_format() {
+    let _s = SERIAL.lock().await;
+    let check = |mode: &str, path: &str| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+        cmd.env_remove("RATELIMITLY_API_KEY")
+            .args(["--mode", mode, "--config", path, "--check"]);
+        cmd
+    };
+    let no_upstream = TempFile::new(
+        "check-no-upstream.toml",
+        "limit = \"10/1s\"\n\n[[route]]\npath = \"/api/\"\nlimit = \"5/1s\"\n",
+    );
+    let (code, err) = run_to_exit(check("proxy", no_upstream.path())).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("proxy mode needs an upstream") && err.contains(no_upstream.path()),
+        "{err}"
+    );
+    let (code, err) = run_to_exit(check("forward-auth", no_upstream.path())).await;
+    assert_eq!(code, Some(0), "forward-auth needs no upstream: {err}");
+    assert!(err.contains("ok (1 routes)"), "{err}");
+
+    // envoyproxy/ratelimit's YAML given to proxy mode
+    let yaml = TempFile::new(
+        "check-envoy.yaml",
+        "domain: api\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: second\n      requests_per_unit: 10\n",
+    );
+    for mode in ["proxy", "forward-auth"] {
+        let (code, err) = run_to_exit(check(mode, yaml.path())).await;
+        assert_eq!(code, Some(2), "{err}");
+        assert!(
+            err.contains("this looks like YAML (envoyproxy/ratelimit's format, for --mode rls)"),
+            "{mode}: {err}"
+        );
+    }
+    // rl-proxy's route file given to --mode rls
+    let toml = TempFile::new(
+        "check-routes.toml",
+        "upstream = \"http://127.0.0.1:9\"\nlimit = \"5/1s\"\n\n[[route]]\npath = \"/a\"\nlimit = \"off\"\n",
+    );
+    let (code, err) = run_to_exit(check("rls", toml.path())).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(
+            "this looks like TOML (rl-proxy's route file, for --mode proxy or forward-auth)"
+        ),
+        "{err}"
+    );
+    // and each in its own mode passes
+    let (code, err) = run_to_exit(check("rls", yaml.path())).await;
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = run_to_exit(check("proxy", toml.path())).await;
+    assert_eq!(code, Some(0), "{err}");
+    // the same words when starting, not only with --check
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY).args([
+        "--config",
+        no_upstream.path(),
+        "--endpoint",
+        "7@127.0.0.1:9",
+    ]);
+    let (code, err) = run_to_exit(cmd).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("proxy mode needs an upstream"), "{err}");
+}
+
+/// `--help` ends with examples, the exit codes, `--on-failure` against the file's
+/// `on_failure`, and the environment variables read.
+#[test]
+fn help_names_examples_exit_codes_and_environment() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rl-proxy"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for needle in [
+        "Examples:",
+        "rl-proxy --config routes.toml --check",
+        "Exit codes:",
+        "0  stopped by SIGINT or SIGTERM, or --check passed",
+        "2  bad arguments, a bad file (--config) or a bad or missing API key",
+        "1  starting failed otherwise",
+        "Environment:",
+        "RATELIMITLY_API_KEY",
+        "RUST_LOG",
+        "the file's on_failure",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
+    }
+    // -h too (clap's after_help is shown by both)
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rl-proxy"))
+        .arg("-h")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .contains("Exit codes:")
+    );
+}
+
+/// The rows of the route file reference table in proxy/README.md: (key, where, default).
+fn reference_rows(readme: &str) -> Vec<(String, String, String)> {
+    let start = readme
+        .find("### Route file reference")
+        .expect("proxy/README.md has a route file reference");
+    readme[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2) // the header and its rule
+        .map(|l| {
+            let cells: Vec<String> = l
+                .trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().to_owned())
+                .collect();
+            assert_eq!(cells.len(), 5, "a row of 5 cells: {l}");
+            (
+                cells[0].trim_matches('`').to_owned(),
+                cells[1].clone(),
+                cells[2].clone(),
+            )
+        })
+        .collect()
+}
+
+/// proxy/README.md's reference table names every key the route file parser accepts
+/// (`rl_proxy::config::FILE_KEYS`, `ROUTE_KEYS`: the parser's own lists, checked against
+/// it in config.rs), each with a default, and no key the parser refuses.
+#[test]
+fn readme_lists_every_route_file_key() {
+    use rl_proxy::config::{
+        DEFAULT_LATENCY_MIN_SAMPLES, DEFAULT_LATENCY_WINDOW, FILE_KEYS, ROUTE_KEYS,
+    };
+    let rows = reference_rows(include_str!("../README.md"));
+    let row = |key: &str, route: bool| {
+        rows.iter()
+            .find(|(k, w, _)| k == key && (w == "`[[route]]`") == route)
+            .unwrap_or_else(|| panic!("no row for {key} (route: {route}) in {rows:?}"))
+    };
+    for key in FILE_KEYS {
+        let (_, _, default) = row(key, false);
+        assert!(!default.is_empty(), "{key} has no default");
+    }
+    for key in ROUTE_KEYS {
+        let (_, _, default) = row(key, true);
+        assert!(!default.is_empty(), "{key} has no default");
+    }
+    for (k, w, _) in &rows {
+        let listed = if w == "`[[route]]`" {
+            ROUTE_KEYS
+        } else {
+            FILE_KEYS
+        };
+        assert!(
+            listed.contains(&k.as_str()),
+            "{k} ({w}) is no key of the parser"
+        );
+    }
+    // the defaults the code names
+    let default_of = |key: &str, route: bool| row(key, route).2.clone();
+    assert_eq!(default_of("limit", false), "`\"off\"`");
+    assert_eq!(
+        default_of("client_ip_from", false),
+        format!("`\"{}\"`", ratelimitly_tower::ClientIpFrom::default())
+    );
+    assert_eq!(
+        default_of("latency_window", true),
+        format!("`\"{DEFAULT_LATENCY_WINDOW}\"`")
+    );
+    assert_eq!(
+        default_of("latency_min_samples", true),
+        format!("`{DEFAULT_LATENCY_MIN_SAMPLES}`")
+    );
+    assert_eq!(default_of("key_by", false), "`\"ip\"`");
+    assert_eq!(default_of("on_failure", false), "`\"open\"`");
+}
+
+/// The first ```sh block of proxy/README.md's Quickstart section.
+fn quickstart_block(readme: &str) -> &str {
+    let section = &readme[readme.find("## Quickstart").expect("a Quickstart section")..];
+    let start = section.find("```sh\n").expect("a ```sh block") + "```sh\n".len();
+    let len = section[start..].find("```\n").expect("the block ends");
+    &section[start..start + len]
+}
+
+/// Whether `name` is an executable in a directory of PATH.
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+}
+
+/// `rl-responder`'s binary next to rl-proxy's (same target directory and profile),
+/// brought up to date by `cargo build -p rl-responder --bin rl-responder` (a dev
+/// dependency's binaries are not built for rl-proxy's tests, and one left from an older
+/// build could lack `--dev`; a no-op when up to date; at most 10 minutes).
+fn responder_binary(bins: &std::path::Path, root: &std::path::Path) -> std::path::PathBuf {
+    let exe = bins.join("rl-responder");
+    let mut cmd = std::process::Command::new(env!("CARGO"));
+    cmd.current_dir(root)
+        .args(["build", "-p", "rl-responder", "--bin", "rl-responder"]);
+    if bins.ends_with("release") {
+        cmd.arg("--release");
+    }
+    if let Some(target) = bins.parent() {
+        cmd.env("CARGO_TARGET_DIR", target);
+    }
+    let mut child = cmd.spawn().expect("cargo starts");
+    let deadline = std::time::Instant::now() + Duration::from_secs(600);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "cargo build -p rl-responder: {status}");
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("cargo build -p rl-responder took over 10 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(exe.exists(), "{} after the build", exe.display());
+    exe
+}
+
+/// proxy/README.md's quickstart, exactly as it stands in the README: its first ```sh
+/// block, run by `bash -euo pipefail` from the repository root. The one change: the
+/// block's first line `bin=target/release` names this test's binaries instead (the
+/// directory of `CARGO_BIN_EXE_rl-proxy`, which holds rl-upstream too; rl-responder
+/// is built there by cargo). It must end with exit 0 after a 429, and leave nothing
+/// running: the script runs in a process group of its own, which must be empty when it
+/// has exited (what is left is killed, and the test fails). Needs curl (skipped without
+/// it unless RL_REQUIRE_PROXIES=1).
+#[test]
+fn quickstart_runs_verbatim() {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    if !on_path("curl") || !on_path("bash") {
+        assert_ne!(
+            std::env::var("RL_REQUIRE_PROXIES").as_deref(),
+            Ok("1"),
+            "curl or bash is missing and RL_REQUIRE_PROXIES=1"
+        );
+        eprintln!("skipped: the quickstart needs curl and bash");
+        return;
+    }
+    let _s = SERIAL.blocking_lock();
+    let block = quickstart_block(include_str!("../README.md"));
+    let bins = std::path::Path::new(env!("CARGO_BIN_EXE_rl-proxy"))
+        .parent()
+        .unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    responder_binary(bins, root);
+    let first = "bin=target/release\n";
+    assert!(block.starts_with(first), "the block starts with {first:?}");
+    let script = format!("bin='{}'\n{}", bins.display(), &block[first.len()..]);
+    let mut child = std::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .current_dir(root)
+        .env_remove("RATELIMITLY_API_KEY")
+        .env_remove("RL_ENDPOINT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("bash starts");
+    let group = child.id() as i32;
+    let read = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = read(Box::new(child.stdout.take().unwrap()));
+    let err = read(Box::new(child.stderr.take().unwrap()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if std::time::Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // what is left of the group, within 2 s of the script's end
+    let mut left = true;
+    for _ in 0..20 {
+        // SAFETY: kill(2) with signal 0 on our own child's process group only checks
+        if unsafe { libc::kill(-group, 0) } != 0 {
+            left = false;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if left || status.is_none() {
+        // SAFETY: kill(2) on the process group this test started
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+        let _ = child.wait();
+    }
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    let status = status.unwrap_or_else(|| panic!("over 60 s:\n{out}\n{err}"));
+    assert!(status.success(), "{status}:\n{out}\n{err}");
+    assert!(
+        !left,
+        "the quickstart left processes running:\n{out}\n{err}"
+    );
+    assert!(out.contains(": 429\n"), "no 429:\n{out}\n{err}");
+    assert!(out.contains("request 1: 200\n"), "{out}");
+    assert!(out.to_ascii_lowercase().contains("retry-after:"), "{out}");
+    assert!(
+        !out.contains(NONE_KEY) && !err.contains(NONE_KEY),
+        "the key is echoed"
+    );
+}

@@ -1,6 +1,6 @@
 //! Trusted forwarding end to end: clients bound to 127.0.0.2 (trusted) and 127.0.0.3
 //! (not); from the trusted one only the source of `--client-ip-from` (default
-//! `X-Forwarded-For`; `X-Real-IP` only when the chain vouches for it) is believed, the
+//! `X-Forwarded-For`; `X-Real-IP` with `real-ip`, as nginx's realip module) is believed, the
 //! same in both modes; the peer appended to the `X-Forwarded-For` the upstream receives.
 
 mod common;
@@ -103,8 +103,9 @@ async fn decision_service(r: &ResponderHandle, args: &[&str]) -> Proc {
 }
 
 /// `--mode forward-auth` keys like proxy mode: by default `X-Forwarded-For` only, a
-/// client's `X-Real-IP` ignored; with `--client-ip-from real-ip`, `X-Real-IP` when the
-/// chain vouches for it, else the peer (counted); from an untrusted peer nothing.
+/// client's `X-Real-IP` ignored; with `--client-ip-from real-ip`, `X-Real-IP` (the
+/// chain not read), the peer when there is none (counted); from an untrusted peer
+/// nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forward_auth_reads_only_what_the_source_names() {
     let _s = SERIAL.lock().await;
@@ -124,20 +125,17 @@ async fn forward_auth_reads_only_what_the_source_names() {
 
     let fa = decision_service(&r, &["--client-ip-from", "real-ip"]).await;
     let a = fa.addr();
-    // nginx: X-Real-IP $remote_addr, X-Forwarded-For $proxy_add_x_forwarded_for
-    let first = [
-        ("x-real-ip", "192.0.2.1"),
-        ("x-forwarded-for", "6.6.6.6, 192.0.2.1"),
-    ];
-    let then = [("x-real-ip", "192.0.2.1"), ("x-forwarded-for", "192.0.2.1")];
-    one_bucket(TRUSTED, a, &first, &then, "X-Real-IP on the chain").await;
-    let other = [("x-real-ip", "192.0.2.2"), ("x-forwarded-for", "192.0.2.2")];
+    // nginx: X-Real-IP $remote_addr (X-Forwarded-For, if any, is not read)
+    let first = [("x-real-ip", "192.0.2.1")];
+    let then = [("x-real-ip", "192.0.2.1"), ("x-forwarded-for", "192.0.2.9")];
+    one_bucket(TRUSTED, a, &first, &then, "X-Real-IP names the client").await;
+    let other = [("x-real-ip", "192.0.2.2"), ("x-forwarded-for", "192.0.2.1")];
     let status = status_from(TRUSTED, a, &other).await;
     assert_eq!(status, StatusCode::OK, "another client, another bucket");
-    // the two disagree: one was forged; the peer's bucket, whatever either says
-    let first = [("x-real-ip", "6.6.6.1"), ("x-forwarded-for", "192.0.2.3")];
-    let then = [("x-real-ip", "6.6.6.2"), ("x-forwarded-for", "192.0.2.4")];
-    let why = "X-Real-IP off the chain: the peer's bucket";
+    // no X-Real-IP, or two (a client's passed on, and the proxy's): the peer's bucket
+    let first = [("x-forwarded-for", "192.0.2.3")];
+    let then = [("x-real-ip", "6.6.6.2"), ("x-real-ip", "192.0.2.4")];
+    let why = "no single X-Real-IP: the peer's bucket";
     one_bucket(TRUSTED, a, &first, &then, why).await;
     let m = metrics_of(&fa).await;
     assert_eq!(m["rl_proxy_client_ip_unvouched_total"], 2.0);

@@ -41,6 +41,30 @@ pub enum KeysError {
     },
 }
 
+/// The development key of `rl-responder --dev`: authentication mode none, key id
+/// 72623859790382856, public in this repository (the test fixture `rust_none_fixture`).
+/// For local tests and the quickstarts only: **never for production**, anyone can
+/// read it here, and requests made with it are not authenticated.
+pub const DEV_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
+
+/// `--dev`: [`DEV_KEY`] followed by the keys of `keys_file`, if any (neither
+/// `RATELIMITLY_API_KEY` nor `--key-file` is read).
+pub fn dev(keys_file: Option<&Path>) -> Result<Vec<ApiKey>, KeysError> {
+    let mut keys: Vec<ApiKey> = vec![DEV_KEY.parse().expect("the development key is valid")];
+    if let Some(path) = keys_file {
+        let text = std::fs::read_to_string(path).map_err(|source| KeysError::ReadFile {
+            path: path.to_owned(),
+            source,
+        })?;
+        for k in parse_keys_text(&text, path)? {
+            if !keys.iter().any(|e| e.key_id() == k.key_id()) {
+                keys.push(k);
+            }
+        }
+    }
+    Ok(keys)
+}
+
 /// Parses a keys file's text (one key per line, `#` comments).
 pub fn parse_keys_text(text: &str, path: &Path) -> Result<Vec<ApiKey>, KeysError> {
     let mut keys = Vec::new();
@@ -87,6 +111,14 @@ pub fn load(key_file: Option<&Path>, keys_file: Option<&Path>) -> Result<Vec<Api
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dev_key_is_the_public_none_fixture() {
+        assert_eq!(DEV_KEY, rl_testkit::keys::NONE);
+        let keys = dev(None).unwrap();
+        assert_eq!(keys.len(), 1);
+        assert_eq!(keys[0].key_id(), 72623859790382856);
+    }
 
     #[test]
     fn file_text_with_comments_and_errors_without_key_text() {

@@ -29,6 +29,13 @@ struct Cli {
     /// Read the API key from this file instead of RATELIMITLY_API_KEY.
     #[arg(long, value_name = "PATH")]
     key_file: Option<PathBuf>,
+    /// Development: serve the public development key (NOT for production: it is
+    /// printed here and in the repository) and, instead of the JSON ready line, print
+    /// shell lines: `export RATELIMITLY_API_KEY=...` and `export RL_ENDPOINT=ID@IP:PORT`
+    /// (this server's id and address, for rl-proxy's --endpoint). RATELIMITLY_API_KEY
+    /// and --key-file are not read.
+    #[arg(long, conflicts_with = "key_file")]
+    dev: bool,
     /// More keys: a file with one key per line (# comments).
     #[arg(long)]
     keys_file: Option<PathBuf>,
@@ -147,7 +154,12 @@ fn main() -> ExitCode {
         .with_max_level(cli.log_level)
         .with_writer(std::io::stderr)
         .init();
-    let keys = match keys::load(cli.key_file.as_deref(), cli.keys_file.as_deref()) {
+    let loaded = if cli.dev {
+        keys::dev(cli.keys_file.as_deref())
+    } else {
+        keys::load(cli.key_file.as_deref(), cli.keys_file.as_deref())
+    };
+    let keys = match loaded {
         Ok(k) => k,
         Err(e) => {
             eprintln!("rl-responder: {e}");
@@ -185,13 +197,26 @@ fn main() -> ExitCode {
         }
     };
     let addr = handle.addr();
-    // Fixed key order: event, address, port, server_id.
-    println!(
-        "{{\"event\":\"ready\",\"address\":{},\"port\":{},\"server_id\":{}}}",
-        serde_json::Value::String(addr.ip().to_string()),
-        addr.port(),
-        handle.server_id()
-    );
+    if cli.dev {
+        eprintln!("rl-responder: --dev: serving the public development key; NOT for production");
+        // one write: a reader waiting for the RL_ENDPOINT line sees all of it
+        print!(
+            "# rl-responder --dev: a DEVELOPMENT key, public in this repository: NOT for production\n\
+             export RATELIMITLY_API_KEY={}\n\
+             export RL_ENDPOINT={}@{}\n",
+            keys::DEV_KEY,
+            handle.server_id(),
+            addr
+        );
+    } else {
+        // Fixed key order: event, address, port, server_id.
+        println!(
+            "{{\"event\":\"ready\",\"address\":{},\"port\":{},\"server_id\":{}}}",
+            serde_json::Value::String(addr.ip().to_string()),
+            addr.port(),
+            handle.server_id()
+        );
+    }
     let dns = match &cli.dns_domain {
         Some(domain) => {
             let opts = dns::DnsOptions {

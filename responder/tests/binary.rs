@@ -44,6 +44,50 @@ fn ready_line_then_sigterm_exits_zero() {
     panic!("did not stop on SIGTERM within 2 s");
 }
 
+/// `--dev`: the development key, whatever RATELIMITLY_API_KEY says, and three shell
+/// lines in place of the JSON ready line: a warning comment, the key, the endpoint with
+/// this server's id and address.
+#[test]
+fn dev_prints_the_key_and_the_endpoint_for_a_shell() {
+    let mut child = bin()
+        .env("RATELIMITLY_API_KEY", AES_KEY)
+        .args(["--dev", "--server-id", "4242"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    for _ in 0..3 {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        lines.push(line);
+    }
+    assert!(
+        lines[0].starts_with("# ") && lines[0].contains("NOT for production"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines[1],
+        format!("export RATELIMITLY_API_KEY={}\n", rl_testkit::keys::NONE)
+    );
+    let endpoint = lines[2]
+        .strip_prefix("export RL_ENDPOINT=4242@127.0.0.1:")
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(endpoint.trim_end().parse::<u16>().unwrap() > 0, "{lines:?}");
+    // SAFETY: signalling our own child by pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NOT for production"));
+    // --dev and --key-file exclude each other
+    let out = bin()
+        .args(["--dev", "--key-file", "/dev/null"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
 #[test]
 fn missing_or_bad_key_exits_two_without_echoing_it() {
     let out = bin().output().unwrap();

@@ -115,7 +115,7 @@
 //! hyper). Behind a reverse proxy, [`Keyed::trusted_proxies`] believes peers in a CIDR
 //! list, and only for the header [`Keyed::client_ip_from`] names (default: the rightmost
 //! untrusted `X-Forwarded-For` hop; `X-Real-IP` and `Forwarded`, which some proxies pass
-//! from the client unchanged, only when asked for): the rule of [`forwarded`], the same
+//! from the client unchanged, only when asked for, for a proxy that overwrites them): the rule of [`forwarded`], the same
 //! one `rl-proxy` applies. A request with no address
 //! is never put in a shared bucket: it gets the failure policy of
 //! [`FailureKind::NoClientAddr`], and a warning is logged once.

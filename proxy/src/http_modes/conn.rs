@@ -213,8 +213,8 @@ pub struct ProxyMetrics {
     pub idle_timeouts: AtomicU64,
     /// Requests answered `504` by the upstream timeout.
     pub upstream_timeouts: AtomicU64,
-    /// Requests keyed by their peer because no `X-Forwarded-For` chain vouched for a
-    /// trusted peer's `X-Real-IP` (`ratelimitly_tower::forwarded::ClientIp::Unvouched`).
+    /// Requests keyed by their trusted peer because it named no client in the header
+    /// the source reads (`ratelimitly_tower::forwarded::ClientIp::Unvouched`).
     pub unvouched: UnvouchedLog,
 }
 
@@ -263,7 +263,7 @@ impl ProxyMetrics {
         );
         let _ = writeln!(
             out,
-            "# HELP rl_proxy_client_ip_unvouched_total Requests keyed by their peer, the proxy in front: no X-Forwarded-For chain vouched for its X-Real-IP.\n\
+            "# HELP rl_proxy_client_ip_unvouched_total Requests keyed by their trusted peer, the proxy in front, which named no client: no single X-Real-IP address (--client-ip-from real-ip), or X-Real-IP without X-Forwarded-For (xff).\n\
              # TYPE rl_proxy_client_ip_unvouched_total counter\n\
              rl_proxy_client_ip_unvouched_total {}",
             self.unvouched.count()

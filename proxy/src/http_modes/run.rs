@@ -52,6 +52,13 @@ pub fn run(cli: Cli, target: Target) -> Result<(), StartError> {
     let table = load_table(&cli)?;
     if cli.check {
         if let (Some(path), Some(t)) = (cli.config.first(), &table) {
+            if target == Target::Upstream && t.upstream.is_none() {
+                return Err(StartError::Usage(format!(
+                    "{}: proxy mode needs an upstream: add upstream = \"http://HOST:PORT\" to \
+                     the file (--mode forward-auth needs none)",
+                    path.display()
+                )));
+            }
             eprintln!(
                 "rl-proxy: {}: ok ({} routes)",
                 path.display(),
@@ -110,9 +117,14 @@ fn upstream(
         None => cli.upstream.clone(),
     };
     match (target, uri) {
-        (Target::Upstream, None) => Err(StartError::Usage(
-            "--upstream is required (or --config with an upstream)".into(),
-        )),
+        (Target::Upstream, None) => Err(StartError::Usage(match cli.config.first() {
+            Some(path) => format!(
+                "{}: proxy mode needs an upstream: add upstream = \"http://HOST:PORT\" to the \
+                 file (--mode forward-auth needs none)",
+                path.display()
+            ),
+            None => "--upstream is required (or --config with an upstream)".into(),
+        })),
         (Target::Upstream, Some(uri)) => Upstream::new(&uri, cli.upstream_timeout, metrics.clone())
             .map_err(|e| StartError::Usage(e.to_string())),
         (Target::Grant, _) => Ok(Upstream::granting(metrics.clone())),

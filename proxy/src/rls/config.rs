@@ -62,8 +62,15 @@ pub fn load(paths: &[PathBuf], bounds: Bounds, metrics: &RlsMetrics) -> Result<R
     for path in paths {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let domain =
-            parse(&text, bounds, metrics).map_err(|e| format!("{}: {e}", path.display()))?;
+        let domain = parse(&text, bounds, metrics).map_err(|e| {
+            let hint = if crate::config::looks_like_toml(&text) {
+                " (this looks like TOML (rl-proxy's route file, for --mode proxy or \
+                 forward-auth); --mode rls reads envoyproxy/ratelimit's YAML)"
+            } else {
+                ""
+            };
+            format!("{}: {e}{hint}", path.display())
+        })?;
         if let Some((_, other)) = seen.iter().find(|(d, _)| **d == *domain.name) {
             return Err(format!(
                 "{}: domain {:?} is also configured by {}",

@@ -16,28 +16,29 @@
 //!   - `forwarded`: the same walk over RFC 7239 `Forwarded` `for=` nodes, for proxies
 //!     that append `Forwarded`. Caddy 2.6, Traefik 3 and Envoy pass a client's
 //!     `Forwarded` through unchanged: with them it is unsafe.
-//!   - `real-ip`: `X-Real-IP`, believed only when the `X-Forwarded-For` walk passes
-//!     it (it names the client the walk finds, or a trusted hop on the way); the
-//!     client is then the walk's answer.
+//!   - `real-ip`: `X-Real-IP`, as nginx's realip module believes the header it is
+//!     told to (`real_ip_header X-Real-IP`) from a trusted peer: its one address is
+//!     the client. For a front proxy that overwrites `X-Real-IP` with the address it
+//!     received the request from (nginx's `proxy_set_header X-Real-IP
+//!     $remote_addr;`, with or without `X-Forwarded-For`). Choose it only when your
+//!     proxy overwrites that header: one that passes a client's `X-Real-IP` through
+//!     lets the client choose its bucket.
 //!   - `peer`: no header, the peer.
 //! - The walk stops at the chain's end (every hop trusted) or at an entry that is no
 //!   IP address (`unknown`, an obfuscated `_name`, garbage): the client is then the
 //!   last trusted address reached, so a forged or broken entry never moves the key onto
 //!   an address the client chose. Several lines of a header are joined in order.
 //!
-//! # When `X-Real-IP` and the forwarded chain disagree
+//! # When the trusted peer names nobody
 //!
 //! With `xff` and `forwarded`, `X-Real-IP` is not read: the chain decides (with `xff`,
 //! an `X-Real-IP` and no `X-Forwarded-For` at all is reported: the peer is the key, as
-//! it would be, but a proxy that sets only `X-Real-IP`, such as nginx without
-//! `$proxy_add_x_forwarded_for`, puts every client in one bucket). With
-//! `real-ip`, an `X-Real-IP` that is absent, given twice, no address, or not on the
-//! walk means one of the two headers came from the client (Caddy's `forward_auth`
-//! passes a client's `X-Real-IP`; nginx passes a client's `X-Forwarded-For` unless
-//! told to append to it): the request is keyed by the peer ([`ClientIp::Unvouched`]),
-//! every such request in the one bucket of the proxy in front, and a warning is
-//! logged ([`UnvouchedLog`]). A client can thus never leave its bucket by forging
-//! either header, as long as the proxy writes one of them.
+//! it would be, but a proxy that sets only `X-Real-IP`, such as nginx's classic
+//! `proxy_set_header X-Real-IP $remote_addr;`, puts every client in one bucket: use
+//! `real-ip` with it). With `real-ip`, `X-Forwarded-For` is not read, and an
+//! `X-Real-IP` that is absent, given twice (a client's and a proxy's) or no address
+//! keys the request by the peer ([`ClientIp::Unvouched`]): every such request in the
+//! one bucket of the proxy in front, and a warning is logged ([`UnvouchedLog`]).
 //!
 //! Owns: [`TrustedProxies`], [`ClientIpFrom`], [`ClientIpRule`] and the parsers of the
 //! three headers (`parse`). Must not touch: requests beyond their headers, the engine.

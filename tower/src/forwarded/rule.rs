@@ -19,12 +19,15 @@ use super::trusted::TrustedProxies;
 /// peer no header is read, whatever the source.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ClientIpFrom {
-    /// `X-Real-IP`, believed only when the `X-Forwarded-For` chain vouches for it: it
-    /// must be one of the addresses the `X-Forwarded-For` walk passes (the client it
-    /// finds, or a trusted hop on the way). The client is then the walk's answer. When
-    /// `X-Real-IP` is absent, given twice, no address, or off the chain (the two
-    /// headers disagree: one was forged, or the proxy sets only one of them), the
-    /// request is keyed by the peer ([`ClientIp::Unvouched`]).
+    /// `X-Real-IP`, as nginx's realip module reads it (`real_ip_header X-Real-IP`):
+    /// from a trusted peer, the one address in `X-Real-IP` is the client.
+    /// `X-Forwarded-For` and `Forwarded` are not read. For a front proxy that
+    /// overwrites `X-Real-IP` with the address it received the request from (nginx's
+    /// `proxy_set_header X-Real-IP $remote_addr;`, with or without `X-Forwarded-For`):
+    /// choose it only when that proxy overwrites the header, since a client's own
+    /// `X-Real-IP` that a proxy passes through chooses its bucket. When `X-Real-IP` is
+    /// absent, given twice or no address, the request is keyed by the peer
+    /// ([`ClientIp::Unvouched`]).
     RealIp,
     /// The rightmost `X-Forwarded-For` address that is not itself trusted (the
     /// default). `X-Real-IP` and `Forwarded` are not read, but an `X-Real-IP` without
@@ -100,13 +103,13 @@ pub enum ClientIp {
     /// The connection's peer: it is not trusted, the source is
     /// [`ClientIpFrom::Peer`], or its header named nobody beyond it.
     Peer(IpAddr),
-    /// An address the trusted hops vouched for.
+    /// An address the trusted peer named in the header its source reads.
     Forwarded(IpAddr),
-    /// A trusted peer's `X-Real-IP` that no `X-Forwarded-For` chain vouches for
-    /// ([`ClientIpFrom::RealIp`]: absent, repeated or off the chain;
-    /// [`ClientIpFrom::Xff`]: no chain at all): keyed by the peer (the proxy in
-    /// front), so a forged header never chooses a bucket. Worth a warning
-    /// ([`UnvouchedLog`]).
+    /// A trusted peer that did not name the client in the header its source reads:
+    /// [`ClientIpFrom::RealIp`] with an `X-Real-IP` absent, repeated or no address;
+    /// [`ClientIpFrom::Xff`] with an `X-Real-IP` and no `X-Forwarded-For` at all (a
+    /// front proxy that sets only `X-Real-IP`). Keyed by the peer (the proxy in front,
+    /// one bucket for all its clients). Worth a warning ([`UnvouchedLog`]).
     Unvouched(IpAddr),
 }
 
@@ -163,17 +166,10 @@ impl ClientIpRule {
                 self.walk(peer, hops, |_| {})
             }
             ClientIpFrom::Forwarded => self.walk(peer, forwarded_hops_rev(headers), |_| {}),
-            ClientIpFrom::RealIp => {
-                let real = x_real_ip(headers);
-                let mut vouched = false;
-                let ip = self.walk(peer, xff_hops_rev(headers), |hop| {
-                    vouched |= real == Some(hop);
-                });
-                if !vouched {
-                    return ClientIp::Unvouched(peer);
-                }
-                ip
-            }
+            ClientIpFrom::RealIp => match x_real_ip(headers) {
+                Some(real) => real,
+                None => return ClientIp::Unvouched(peer),
+            },
         };
         if found == peer {
             ClientIp::Peer(peer)
@@ -207,8 +203,8 @@ impl ClientIpRule {
     }
 }
 
-/// Counts the requests keyed by their peer because no chain vouched for their
-/// `X-Real-IP` ([`ClientIp::Unvouched`]), and logs a warning for the 1st, 2nd, 4th,
+/// Counts the requests keyed by their trusted peer because it named no client in the
+/// header the source reads ([`ClientIp::Unvouched`]), and logs a warning for the 1st, 2nd, 4th,
 /// 8th, … of them: a misconfigured front proxy (or a forging client) is reported
 /// without a line per request.
 #[derive(Debug, Default)]
@@ -223,11 +219,13 @@ impl UnvouchedLog {
                 tracing::warn!(
                     %peer,
                     count = n,
-                    "client IP: a trusted peer's X-Real-IP is not vouched for by an \
-                     X-Forwarded-For chain (no chain, X-Real-IP absent or repeated, or another \
-                     address): the request is keyed by the peer, the proxy in front. Make that \
-                     proxy append X-Forwarded-For (nginx: proxy_set_header X-Forwarded-For \
-                     $proxy_add_x_forwarded_for) and overwrite X-Real-IP"
+                    "client IP: a trusted peer did not name the client: with --client-ip-from \
+                     real-ip its X-Real-IP is absent, repeated or no address; with xff it sent \
+                     X-Real-IP and no X-Forwarded-For. The request is keyed by the peer, the \
+                     proxy in front, one bucket for all its clients. Make that proxy \
+                     overwrite X-Real-IP (nginx: proxy_set_header X-Real-IP $remote_addr) and \
+                     use --client-ip-from real-ip, or make it append X-Forwarded-For (nginx: \
+                     proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for)"
                 );
             }
         }
@@ -349,35 +347,40 @@ mod tests {
     }
 
     #[test]
-    fn real_ip_needs_the_chain() {
+    fn real_ip_is_the_header_from_a_trusted_peer() {
         let r = rule("10.0.0.0/8", ClientIpFrom::RealIp);
         let p = ip("10.0.0.2");
-        // nginx: X-Real-IP $remote_addr and X-Forwarded-For $proxy_add_x_forwarded_for
+        // nginx's classic snippet: X-Real-IP $remote_addr, no X-Forwarded-For
+        let h = headers(&[("x-real-ip", "192.0.2.5")]);
+        assert_eq!(r.client_ip(p, &h), ClientIp::Forwarded(ip("192.0.2.5")));
+        // with X-Forwarded-For too (not read, whatever it says)
         let h = headers(&[
             ("x-real-ip", "192.0.2.5"),
-            ("x-forwarded-for", "6.6.6.6, 192.0.2.5"),
+            ("x-forwarded-for", "6.6.6.6, 198.51.100.1"),
         ]);
         assert_eq!(r.client_ip(p, &h), ClientIp::Forwarded(ip("192.0.2.5")));
-        // X-Real-IP set by a proxy behind another trusted one: a trusted hop on the walk
-        let h = headers(&[
-            ("x-real-ip", "10.1.1.1"),
-            ("x-forwarded-for", "6.6.6.6, 192.0.2.5, 10.1.1.1"),
-        ]);
-        assert_eq!(r.client_ip(p, &h), ClientIp::Forwarded(ip("192.0.2.5")));
-        // disagreeing, absent, repeated or missing chain: the peer
+        // a port, an IPv4-mapped address
+        let h = headers(&[("x-real-ip", "192.0.2.5:4444")]);
+        assert_eq!(r.client_ip(p, &h).addr(), ip("192.0.2.5"));
+        let h = headers(&[("x-real-ip", "::ffff:192.0.2.6")]);
+        assert_eq!(r.client_ip(p, &h).addr(), ip("192.0.2.6"));
+        // the peer itself
+        let h = headers(&[("x-real-ip", "10.0.0.2")]);
+        assert_eq!(r.client_ip(p, &h), ClientIp::Peer(p));
+        // from a peer that is not trusted, never read
+        let h = headers(&[("x-real-ip", "192.0.2.5")]);
+        assert_eq!(
+            r.client_ip(ip("192.0.2.9"), &h),
+            ClientIp::Peer(ip("192.0.2.9"))
+        );
+        // absent, repeated (a client's and a proxy's) or no address: the peer, reported
         for h in [
-            headers(&[("x-real-ip", "6.6.6.6"), ("x-forwarded-for", "192.0.2.5")]),
-            headers(&[
-                ("x-real-ip", "6.6.6.6"),
-                ("x-forwarded-for", "6.6.6.6, 192.0.2.5"),
-            ]),
             headers(&[("x-forwarded-for", "192.0.2.5")]),
-            headers(&[("x-real-ip", "192.0.2.5")]),
-            headers(&[
-                ("x-real-ip", "192.0.2.5"),
-                ("x-real-ip", "192.0.2.5"),
-                ("x-forwarded-for", "192.0.2.5"),
-            ]),
+            HeaderMap::new(),
+            headers(&[("x-real-ip", "192.0.2.5"), ("x-real-ip", "192.0.2.5")]),
+            headers(&[("x-real-ip", "6.6.6.6"), ("x-real-ip", "192.0.2.5")]),
+            headers(&[("x-real-ip", "unknown")]),
+            headers(&[("x-real-ip", "192.0.2.5, 6.6.6.6")]),
         ] {
             assert_eq!(r.client_ip(p, &h), ClientIp::Unvouched(p), "{h:?}");
         }
@@ -529,17 +532,15 @@ mod tests {
 
     /// The proxies' behaviour that each source needs to be safe (the documented
     /// requirements): `xff` an appended or replaced `X-Forwarded-For` at every hop,
-    /// `forwarded` an appended `Forwarded` at every hop, `real-ip` either of: every
-    /// hop appends or replaces `X-Forwarded-For`, or one hop overwrites `X-Real-IP`.
+    /// `forwarded` an appended `Forwarded` at every hop, `real-ip` a hop that
+    /// overwrites (or strips) `X-Real-IP`, so that a client's own never arrives.
     fn meets_requirement(source: ClientIpFrom, hops: &[Hop]) -> bool {
         let xff_everywhere = hops.iter().all(|h| h.xff != Xff::Pass);
         match source {
             ClientIpFrom::Peer => true,
             ClientIpFrom::Xff => xff_everywhere,
             ClientIpFrom::Forwarded => hops.iter().all(|h| h.forwarded == Set::Overwrite),
-            ClientIpFrom::RealIp => {
-                xff_everywhere || (hops.len() == 1 && hops[0].real_ip == Set::Overwrite)
-            }
+            ClientIpFrom::RealIp => hops.iter().any(|h| h.real_ip != Set::Pass),
         }
     }
 
@@ -551,15 +552,10 @@ mod tests {
             ClientIpFrom::Peer => false,
             ClientIpFrom::Xff => appended,
             ClientIpFrom::Forwarded => hops.iter().all(|h| h.forwarded == Set::Overwrite),
-            // the last hop that touches X-Real-IP overwrites it (with the client or a hop)
+            // the first hop overwrites it with the client, the others pass it on
             ClientIpFrom::RealIp => {
-                appended
-                    && hops
-                        .iter()
-                        .rev()
-                        .find(|h| h.real_ip != Set::Pass)
-                        .map(|h| h.real_ip)
-                        == Some(Set::Overwrite)
+                hops[0].real_ip == Set::Overwrite
+                    && hops[1..].iter().all(|h| h.real_ip == Set::Pass)
             }
         }
     }
@@ -621,6 +617,7 @@ mod tests {
             }
             let mut written: Vec<IpAddr> = xff_hops_rev(&h).flatten().collect();
             written.extend(forwarded_hops_rev(&h).flatten());
+            written.extend(x_real_ip(&h));
             for source in ClientIpFrom::ALL {
                 let got = rule("127.0.0.0/8", source).client_ip(ip("127.0.0.1"), &h);
                 if let ClientIp::Forwarded(a) = got {
