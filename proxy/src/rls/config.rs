@@ -16,7 +16,7 @@
 //!       name: login                 # optional: the metrics label and the policy name
 //!     shadow_mode: true             # optional: decided and counted, always answered OK
 //!   - key: tenant
-//!     value: free*                  # a trailing * matches every value with that prefix
+//!     value: free*                  # each * matches any run of characters (bar*b, a*b*c too)
 //!     descriptors:                  # nested: the request's next entry is matched here
 //!       - key: user
 //!         rate_limit: { unlimited: true }
@@ -38,7 +38,7 @@ use std::time::Duration;
 use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
 
 use super::metrics::RlsMetrics;
-use super::rules::{Domain, KeyRules, Level, Limit, Node, Quota, Rule, Rules, Unit};
+use super::rules::{Domain, KeyRules, Level, Limit, Node, Quota, Rule, Rules, Unit, Wildcard};
 
 /// Nesting depth of `descriptors` at most (a bound on the recursion, not on real files).
 const MAX_DEPTH: usize = 32;
@@ -356,11 +356,9 @@ impl Reader<'_> {
         match value {
             None if rules.any.is_some() => return Err(dup()),
             None => rules.any = Some(node),
-            Some(v) => match v.strip_suffix('*') {
-                Some(prefix) if rules.prefixes.iter().any(|(p, _)| p == prefix) => {
-                    return Err(dup());
-                }
-                Some(prefix) => rules.prefixes.push((prefix.to_owned(), node)),
+            Some(v) => match Wildcard::new(&v) {
+                Some(w) if rules.wildcards.iter().any(|(p, _)| *p == w) => return Err(dup()),
+                Some(w) => rules.wildcards.push((w, node)),
                 None if rules.by_value.contains_key(&v) => return Err(dup()),
                 None => {
                     rules.by_value.insert(v, node);
@@ -563,6 +561,32 @@ descriptors:
         assert!(e.starts_with("line 32:") && e.contains("API key"), "{e}");
         // an empty domain configuration is fine
         assert!(parse("domain: a\n", Bounds::default(), &RlsMetrics::default()).is_ok());
+    }
+
+    #[test]
+    fn wildcards_in_the_middle_and_several() {
+        let d = parse(
+            "domain: w\ndescriptors:\n  - key: p\n    value: img*png\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: p\n    value: a*b*c\n    rate_limit: {unit: second, requests_per_unit: 2}\n  - key: p\n    value: a*\n    rate_limit: {unit: second, requests_per_unit: 3}\n  - key: p\n    value: a*b*c\n",
+            Bounds::default(),
+            &RlsMetrics::default(),
+        );
+        let err = d.unwrap_err();
+        assert!(
+            err.starts_with("line 12:") && err.contains("duplicate"),
+            "{err}"
+        );
+        let d = parse(
+            "domain: w\ndescriptors:\n  - key: p\n    value: img*png\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: p\n    value: a*b*c\n    rate_limit: {unit: second, requests_per_unit: 2}\n  - key: p\n    value: a*\n    rate_limit: {unit: second, requests_per_unit: 3}\n",
+            Bounds::default(),
+            &RlsMetrics::default(),
+        )
+        .unwrap();
+        let rpu = |v: &str| limit(&d, &[e("p", v)]).map(|l| l.0);
+        assert_eq!(rpu("img/cat.png"), Some(1));
+        assert_eq!(rpu("img/cat.jpg"), None);
+        assert_eq!(rpu("a-b-c"), Some(2), "file order: a*b*c before a*");
+        assert_eq!(rpu("a-c"), Some(3));
+        assert_eq!(rpu("b"), None);
     }
 
     #[test]

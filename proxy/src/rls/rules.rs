@@ -120,13 +120,63 @@ pub struct Node {
     pub children: Level,
 }
 
+/// A `value` with `*` in it: each `*` matches any run of characters (none included),
+/// anywhere in the value (`foo*`, `bar*b`, `foo*bar*baz`), as envoyproxy/ratelimit's
+/// wildcard matching.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wildcard {
+    /// The pattern as written.
+    pattern: String,
+    /// The pattern split on `*` (at least two parts).
+    parts: Vec<String>,
+}
+
+impl Wildcard {
+    /// The pattern of `value`, if it has a `*`.
+    pub fn new(value: &str) -> Option<Wildcard> {
+        value.contains('*').then(|| Wildcard {
+            pattern: value.to_owned(),
+            parts: value.split('*').map(str::to_owned).collect(),
+        })
+    }
+
+    /// The pattern as written.
+    pub fn pattern(&self) -> &str {
+        &self.pattern
+    }
+
+    /// Whether `value` matches: it starts with the first part, ends with the last, and
+    /// holds the middle parts in order between them, without overlaps.
+    pub fn matches(&self, value: &str) -> bool {
+        let (first, last) = match (self.parts.first(), self.parts.last()) {
+            (Some(f), Some(l)) if self.parts.len() >= 2 => (f.as_str(), l.as_str()),
+            _ => return self.pattern == value,
+        };
+        if first.len() + last.len() > value.len()
+            || !value.starts_with(first)
+            || !value.ends_with(last)
+        {
+            return false;
+        }
+        // both ends are whole characters: they matched the value's own
+        let mut rest = &value[first.len()..value.len() - last.len()];
+        for part in &self.parts[1..self.parts.len() - 1] {
+            match rest.find(part.as_str()) {
+                Some(i) => rest = &rest[i + part.len()..],
+                None => return false,
+            }
+        }
+        true
+    }
+}
+
 /// The rules of one key at one level.
 #[derive(Debug, Default)]
 pub struct KeyRules {
     /// `value: V` rules.
     pub by_value: HashMap<String, Node>,
-    /// `value: PREFIX*` rules, in file order.
-    pub prefixes: Vec<(String, Node)>,
+    /// `value:` rules with a `*` ([`Wildcard`]), in file order.
+    pub wildcards: Vec<(Wildcard, Node)>,
     /// The key-only rule (no `value`).
     pub any: Option<Node>,
 }
@@ -140,15 +190,15 @@ pub struct Level {
 
 impl Level {
     /// The node an entry reaches at this level: its value's rule, else the first
-    /// matching `PREFIX*` rule, else the key-only rule.
+    /// matching wildcard rule (file order), else the key-only rule.
     pub fn get(&self, entry: &Entry) -> Option<&Node> {
         let k = self.keys.get(&entry.key)?;
         k.by_value
             .get(&entry.value)
             .or_else(|| {
-                k.prefixes
+                k.wildcards
                     .iter()
-                    .find(|(p, _)| entry.value.starts_with(p.as_str()))
+                    .find(|(w, _)| w.matches(&entry.value))
                     .map(|(_, n)| n)
             })
             .or(k.any.as_ref())
@@ -174,7 +224,7 @@ pub struct Domain {
 
 impl Domain {
     /// The rule of a request descriptor, as envoyproxy/ratelimit finds it: entry by
-    /// entry, down the tree (a value rule before a `PREFIX*` rule before a key-only
+    /// entry, down the tree (a value rule before a wildcard rule before a key-only
     /// rule); the rule of the node the last entry reaches, if any. An entry that
     /// reaches nothing, or a node with no nested descriptors while entries remain, ends
     /// the walk without a rule.
@@ -218,12 +268,64 @@ impl Rules {
                 .flat_map(|k| {
                     k.by_value
                         .values()
-                        .chain(k.prefixes.iter().map(|(_, n)| n))
+                        .chain(k.wildcards.iter().map(|(_, n)| n))
                         .chain(k.any.iter())
                 })
                 .map(|n| usize::from(n.rule.is_some()) + count(&n.children))
                 .sum()
         }
         self.domains.values().map(|d| count(&d.root)).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Wildcard;
+
+    fn m(p: &str, v: &str) -> bool {
+        Wildcard::new(p).expect("a pattern").matches(v)
+    }
+
+    #[test]
+    fn wildcards_anywhere() {
+        assert!(m("foo*", "foo") && m("foo*", "foobar") && !m("foo*", "fo"));
+        assert!(m("bar*b", "barb") && m("bar*b", "bar-xyz-b") && !m("bar*b", "bar-x"));
+        assert!(!m("bar*b", "bab"), "the ends may not overlap");
+        assert!(m("foo*bar*baz", "foobarbaz") && m("foo*bar*baz", "foo1bar2baz"));
+        assert!(!m("foo*bar*baz", "foobazbar") && !m("foo*bar*baz", "foo-baz"));
+        assert!(m("*", "") && m("*", "anything") && m("**", "x"));
+        assert!(m("*.pdf", "a.pdf") && !m("*.pdf", "a.pdfx"));
+        assert!(m("a*a*a", "aaa") && !m("a*a*a", "aa"));
+        assert!(m("é*ü", "éxü") && !m("é*ü", "é"));
+        assert!(Wildcard::new("plain").is_none());
+    }
+
+    /// Glob matching by backtracking over characters: the specification.
+    fn glob(p: &[char], v: &[char]) -> bool {
+        match p.split_first() {
+            None => v.is_empty(),
+            Some(('*', rest)) => (0..=v.len()).any(|i| glob(rest, &v[i..])),
+            Some((c, rest)) => v.first() == Some(c) && glob(rest, &v[1..]),
+        }
+    }
+
+    proptest::proptest! {
+        /// Any pattern and value: the matcher agrees with backtracking, and never panics.
+        #[test]
+        fn matches_like_a_glob(p in "[ab*é]{0,8}", v in "[abé]{0,10}") {
+            if let Some(w) = Wildcard::new(&p) {
+                let pc: Vec<char> = p.chars().collect();
+                let vc: Vec<char> = v.chars().collect();
+                proptest::prop_assert_eq!(w.matches(&v), glob(&pc, &vc));
+            }
+        }
+
+        /// Arbitrary text never panics.
+        #[test]
+        fn arbitrary_text_never_panics(p in "\\PC{0,12}", v in "\\PC{0,12}") {
+            if let Some(w) = Wildcard::new(&p) {
+                let _ = w.matches(&v);
+            }
+        }
     }
 }
