@@ -22,12 +22,15 @@
 //!         rate_limit: { unlimited: true }
 //! ```
 //!
-//! Also accepted: `detailed_metric` (no effect: per-value series would let clients choose
-//! the metrics' cardinality; the per-rule series stay). Refused, with the file and line:
-//! unknown keys, `replaces`, a `unit` that is no fixed length (`month`, `year`: Ratelimitly
-//! windows are whole milliseconds up to the key's `rate_window_size_ms_max`), `unit` and
-//! `window` together, `unlimited` with a unit, a window longer than the API key allows,
-//! duplicate descriptors and duplicate domains.
+//! Also the reference's other keys: `rate_limit.replaces: [{name: N}]`, and on a
+//! descriptor `quota_mode`, `share_threshold` (a wildcard value only), `value_to_metric`,
+//! `detailed_metric` and `metadata` (any YAML mapping, as a protobuf `Struct`); a
+//! `rate_limit` without `requests_per_unit` is 0. Refused, with the line (and, through
+//! [`load`], the file): unknown keys, a `unit` that is no fixed length (`month`, `year`:
+//! Ratelimitly windows are whole milliseconds up to the key's `rate_window_size_ms_max`),
+//! `unit` and `window` together, `unlimited` with a unit, a window longer than the API
+//! key allows, `share_threshold` without a `*`, a `replaces` entry without a name or
+//! naming its own rule, duplicate descriptors and duplicate domains.
 //!
 //! Owns: the file format. Must not touch: requests, the engine.
 
@@ -35,6 +38,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::{ListValue, Struct, Value};
 use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
 
 use super::metrics::RlsMetrics;
@@ -121,15 +126,10 @@ fn mapping<'n, 'a>(
     for (k, v) in m.iter() {
         let key = text(k).ok_or_else(|| at(k, format!("{what}: keys must be strings")))?;
         if !allowed.contains(&key.as_str()) {
-            let hint = if key == "replaces" {
-                " (not supported: every descriptor of a call is decided in one atomic request)"
-            } else {
-                ""
-            };
             return Err(at(
                 k,
                 format!(
-                    "unknown key {key:?} in {what}{hint}; expected one of {}",
+                    "unknown key {key:?} in {what}; expected one of {}",
                     allowed.join(", ")
                 ),
             ));
@@ -193,11 +193,54 @@ struct Reader<'m> {
     bounds: Bounds,
     metrics: &'m RlsMetrics,
     domain: Arc<str>,
+    /// A rule with `metadata` was read.
+    has_metadata: std::cell::Cell<bool>,
+}
+
+/// What a descriptor says about its `rate_limit` block.
+struct Flags {
+    shadow: bool,
+    quota_mode: bool,
+    detailed_metric: bool,
+    metadata: Option<Struct>,
+}
+
+/// A YAML value as a protobuf `Value` (`metadata`): mappings are structs (keys as
+/// text), sequences lists, numbers doubles.
+fn proto_value(n: &Yaml<'_>) -> Result<Value, String> {
+    let kind = match &n.data {
+        YamlData::Mapping(_) => Kind::StructValue(proto_struct(n)?),
+        YamlData::Sequence(items) => Kind::ListValue(ListValue {
+            values: items.iter().map(proto_value).collect::<Result<_, _>>()?,
+        }),
+        YamlData::Value(Scalar::Null) => Kind::NullValue(0),
+        YamlData::Value(Scalar::Boolean(b)) => Kind::BoolValue(*b),
+        YamlData::Value(Scalar::Integer(i)) => Kind::NumberValue(*i as f64),
+        YamlData::Value(Scalar::FloatingPoint(f)) => Kind::NumberValue(**f),
+        YamlData::Tagged(_, inner) => return proto_value(inner),
+        _ => match text(n) {
+            Some(t) => Kind::StringValue(t),
+            None => return Err(at(n, "metadata: a value that is no YAML data")),
+        },
+    };
+    Ok(Value { kind: Some(kind) })
+}
+
+fn proto_struct(n: &Yaml<'_>) -> Result<Struct, String> {
+    let YamlData::Mapping(m) = &n.data else {
+        return Err(at(n, "metadata must be a mapping"));
+    };
+    let mut fields = std::collections::HashMap::with_capacity(m.len());
+    for (k, v) in m.iter() {
+        let key = text(k).ok_or_else(|| at(k, "metadata: keys must be scalars"))?;
+        fields.insert(key, proto_value(v)?);
+    }
+    Ok(Struct { fields })
 }
 
 impl Reader<'_> {
-    /// A `rate_limit` block, with the rule's label and shadow flag.
-    fn rate_limit(&self, n: &Yaml<'_>, path: &str, shadow: bool) -> Result<Rule, String> {
+    /// A `rate_limit` block, with the rule's label and the descriptor's flags.
+    fn rate_limit(&self, n: &Yaml<'_>, path: &str, flags: Flags) -> Result<Rule, String> {
         const KEYS: [&str; 6] = [
             "unit",
             "requests_per_unit",
@@ -208,7 +251,8 @@ impl Reader<'_> {
         ];
         let (mut unit, mut rpu, mut unlimited, mut name, mut window) =
             (None, None, false, String::new(), None);
-        for (k, v) in mapping(n, "rate_limit", &KEYS[..5])? {
+        let mut replaces: Vec<(String, &Yaml<'_>)> = Vec::new();
+        for (k, v) in mapping(n, "rate_limit", &KEYS)? {
             match k.as_str() {
                 "unit" => unit = Some((unit_of(&string(v, "unit")?).map_err(|e| at(v, e))?, v)),
                 "requests_per_unit" => match &v.data {
@@ -222,6 +266,17 @@ impl Reader<'_> {
                 },
                 "unlimited" => unlimited = boolean(v, "unlimited")?,
                 "name" => name = string(v, "name")?,
+                "replaces" => {
+                    for r in sequence(v, "replaces")? {
+                        let fields = mapping(r, "a replaces entry", &["name"])?;
+                        let named = fields
+                            .first()
+                            .and_then(|(_, v)| text(v))
+                            .filter(|t| !t.is_empty())
+                            .ok_or_else(|| at(r, "a replaces entry needs a name"))?;
+                        replaces.push((named, r));
+                    }
+                }
                 _ => {
                     window = Some((
                         parse_window(&string(v, "window")?).map_err(|e| at(v, e))?,
@@ -229,6 +284,9 @@ impl Reader<'_> {
                     ))
                 }
             }
+        }
+        if let Some((_, r)) = replaces.iter().find(|(r, _)| *r == name) {
+            return Err(at(r, format!("a rule cannot replace itself ({name:?})")));
         }
         let quota = match (unlimited, unit, window) {
             (true, None, None) => Quota::Unlimited,
@@ -239,8 +297,8 @@ impl Reader<'_> {
                 return Err(at(w, "unit and window together: give one"));
             }
             (false, None, None) => return Err(at(n, "rate_limit needs a unit or a window")),
-            (false, Some((u, v)), None) => self.limited(u.window(), u, rpu, n, v)?,
-            (false, None, Some((w, v))) => self.limited(Some(w), Unit::of_window(w), rpu, n, v)?,
+            (false, Some((u, v)), None) => self.limited(u.window(), u, rpu, v)?,
+            (false, None, Some((w, v))) => self.limited(Some(w), Unit::of_window(w), rpu, v)?,
         };
         let label: Arc<str> = if name.is_empty() {
             path.into()
@@ -249,19 +307,24 @@ impl Reader<'_> {
         };
         Ok(Rule {
             quota,
-            shadow,
+            shadow: flags.shadow,
             counters: self.metrics.rule(&self.domain, &label),
             label,
             name: name.into(),
+            path: path.into(),
+            quota_mode: flags.quota_mode,
+            replaces: replaces.into_iter().map(|(r, _)| r.into()).collect(),
+            detailed_metric: flags.detailed_metric,
+            metadata: flags.metadata,
         })
     }
 
+    /// A limit of `rpu` (absent: 0, every request over it, as the reference reads it).
     fn limited(
         &self,
         window: Option<Duration>,
         unit: Unit,
         rpu: Option<u32>,
-        block: &Yaml<'_>,
         at_window: &Yaml<'_>,
     ) -> Result<Quota, String> {
         let window = window.unwrap_or(Duration::ZERO);
@@ -277,10 +340,8 @@ impl Reader<'_> {
                 ),
             ));
         }
-        let requests_per_unit =
-            rpu.ok_or_else(|| at(block, "rate_limit needs requests_per_unit"))?;
         Ok(Quota::Limited(Limit {
-            requests_per_unit,
+            requests_per_unit: rpu.unwrap_or(0),
             window,
             unit,
         }))
@@ -310,13 +371,17 @@ impl Reader<'_> {
         parent: &str,
         depth: usize,
     ) -> Result<(), String> {
-        const KEYS: [&str; 6] = [
+        const KEYS: [&str; 10] = [
             "key",
             "value",
             "rate_limit",
             "descriptors",
             "shadow_mode",
             "detailed_metric",
+            "value_to_metric",
+            "share_threshold",
+            "quota_mode",
+            "metadata",
         ];
         let fields = mapping(d, "a descriptor", &KEYS)?;
         let get = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
@@ -326,12 +391,32 @@ impl Reader<'_> {
             _ => return Err(at(d, "a descriptor needs a key")),
         };
         let value = get("value").and_then(text).filter(|v| !v.is_empty());
-        let shadow = get("shadow_mode")
-            .map(|v| boolean(v, "shadow_mode"))
-            .transpose()?
-            .unwrap_or(false);
-        if let Some(v) = get("detailed_metric") {
-            boolean(v, "detailed_metric")?;
+        let flag = |name: &str| {
+            get(name)
+                .map(|v| boolean(v, name))
+                .transpose()
+                .map(|b| b.unwrap_or(false))
+        };
+        let share_threshold = flag("share_threshold")?;
+        if share_threshold && !value.as_deref().is_some_and(|v| v.contains('*')) {
+            return Err(at(
+                get("share_threshold").unwrap_or(d),
+                "share_threshold needs a wildcard value (with a *)",
+            ));
+        }
+        let metadata = match get("metadata") {
+            Some(m) if matches!(m.data, YamlData::Value(Scalar::Null)) => None,
+            Some(m) => Some(proto_struct(m)?).filter(|s| !s.fields.is_empty()),
+            None => None,
+        };
+        let flags = Flags {
+            shadow: flag("shadow_mode")?,
+            quota_mode: flag("quota_mode")?,
+            detailed_metric: flag("detailed_metric")?,
+            metadata,
+        };
+        if flags.metadata.is_some() {
+            self.has_metadata.set(true);
         }
         let step = match &value {
             Some(v) => format!("{key}_{v}"),
@@ -342,10 +427,13 @@ impl Reader<'_> {
         } else {
             format!("{parent}.{step}")
         };
+        let value_to_metric = flag("value_to_metric")?;
         let mut node = Node {
             rule: get("rate_limit")
-                .map(|r| self.rate_limit(r, &path, shadow))
+                .map(|r| self.rate_limit(r, &path, flags))
                 .transpose()?,
+            share_threshold,
+            value_to_metric,
             children: Level::default(),
         };
         if let Some(children) = get("descriptors") {
@@ -391,6 +479,7 @@ pub fn parse(text: &str, bounds: Bounds, metrics: &RlsMetrics) -> Result<Domain,
         bounds,
         metrics,
         domain: domain.as_str().into(),
+        has_metadata: std::cell::Cell::new(false),
     };
     let mut root = Level::default();
     if let Some(d) = get("descriptors") {
@@ -398,6 +487,8 @@ pub fn parse(text: &str, bounds: Bounds, metrics: &RlsMetrics) -> Result<Domain,
     }
     Ok(Domain {
         override_counters: metrics.rule(&reader.domain, &"(override)".into()),
+        series: metrics.series(),
+        has_metadata: reader.has_metadata.get(),
         name: reader.domain,
         root,
     })
@@ -527,17 +618,30 @@ descriptors:
         assert!(e.starts_with("line 11:"), "{e}");
         let e = err(&FILE.replace("shadow_mode", "shadow"));
         assert!(e.starts_with("line 9:") && e.contains("unknown key"), "{e}");
-        let e = err(&FILE.replace("      name: login\n", "      replaces: [{name: x}]\n"));
+        let e = err(&FILE.replace(
+            "      name: login\n",
+            "      name: x\n      replaces: [{name: x}]\n",
+        ));
+        assert!(e.starts_with("line 14:") && e.contains("itself"), "{e}");
+        let e = err(&FILE.replace("      name: login\n", "      replaces:\n        - name:\n"));
         assert!(
-            e.starts_with("line 13:") && e.contains("not supported"),
+            e.starts_with("line 14:") && e.contains("needs a name"),
             "{e}"
         );
+        let e = err(&FILE.replace("    shadow_mode: true\n", "    share_threshold: true\n"));
+        assert!(e.starts_with("line 9:") && e.contains("wildcard"), "{e}");
         let e = err(&FILE.replace("value: gold", "value: free*"));
         assert!(e.contains("duplicate") && e.starts_with("line 25:"), "{e}");
-        let e = err("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n");
-        assert!(
-            e.starts_with("line 4:") && e.contains("requests_per_unit"),
-            "{e}"
+        // no requests_per_unit: 0, as the reference reads it (every request over)
+        let d = parse(
+            "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n",
+            Bounds::default(),
+            &RlsMetrics::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            limit(&d, &[super::tests::e("k", "v")]).map(|l| l.0),
+            Some(0)
         );
         let e = err(
             "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n",

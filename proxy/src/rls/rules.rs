@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::google::protobuf::Struct;
 
-use super::metrics::RuleCounters;
+use super::metrics::{RuleCounters, Series};
 
 /// The time unit of a limit, as the proto's `RateLimitResponse.RateLimit.Unit` names it
 /// (`current_limit.unit` in a status).
@@ -107,8 +108,21 @@ pub struct Rule {
     pub label: Arc<str>,
     /// `rate_limit.name` as written ("" when absent): `current_limit.name`.
     pub name: Arc<str>,
+    /// The key path (`key_value.key2`, wildcards as written).
+    pub path: Arc<str>,
     /// This rule's counters (shared by the rules of one domain with the same label).
     pub counters: Arc<RuleCounters>,
+    /// `quota_mode: true`: over its limit, its status is `OVER_LIMIT` but the call is
+    /// only when every quota descriptor of it is over.
+    pub quota_mode: bool,
+    /// `rate_limit.replaces`: the `name`s of the rules this one replaces in a call it
+    /// matches.
+    pub replaces: Vec<Arc<str>>,
+    /// `detailed_metric: true`: counted under the request's key path, values included.
+    pub detailed_metric: bool,
+    /// `metadata`: merged into the answer's `dynamic_metadata` when the descriptor
+    /// passes.
+    pub metadata: Option<Struct>,
 }
 
 /// One descriptor entry of the configuration, and what lies under it.
@@ -116,6 +130,10 @@ pub struct Rule {
 pub struct Node {
     /// Its `rate_limit` block, if any.
     pub rule: Option<Rule>,
+    /// `share_threshold: true` (a wildcard value): every value it matches is one bucket.
+    pub share_threshold: bool,
+    /// `value_to_metric: true`: the request's value goes into the metrics label.
+    pub value_to_metric: bool,
     /// The nested `descriptors`.
     pub children: Level,
 }
@@ -192,22 +210,47 @@ impl Level {
     /// The node an entry reaches at this level: its value's rule, else the first
     /// matching wildcard rule (file order), else the key-only rule.
     pub fn get(&self, entry: &Entry) -> Option<&Node> {
+        self.reach(entry).map(|(n, _)| n)
+    }
+
+    /// [`Level::get`], and how the node was reached.
+    fn reach(&self, entry: &Entry) -> Option<(&Node, Via<'_>)> {
         let k = self.keys.get(&entry.key)?;
-        k.by_value
-            .get(&entry.value)
-            .or_else(|| {
-                k.wildcards
-                    .iter()
-                    .find(|(w, _)| w.matches(&entry.value))
-                    .map(|(_, n)| n)
-            })
-            .or(k.any.as_ref())
+        if let Some(n) = k.by_value.get(&entry.value) {
+            return Some((n, Via::Value));
+        }
+        if let Some((w, n)) = k.wildcards.iter().find(|(w, _)| w.matches(&entry.value)) {
+            return Some((n, Via::Wildcard(w.pattern())));
+        }
+        k.any.as_ref().map(|n| (n, Via::Key))
     }
 
     /// No rule at all.
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
     }
+}
+
+/// How an entry reached its node.
+#[derive(Clone, Copy)]
+enum Via<'a> {
+    Value,
+    Wildcard(&'a str),
+    Key,
+}
+
+/// The rule a request descriptor reaches ([`Domain::find`]).
+#[derive(Debug)]
+pub struct Found<'a> {
+    /// The rule.
+    pub rule: &'a Rule,
+    /// `(entry index, pattern)` of the entries matched by a `share_threshold` wildcard:
+    /// in the bucket, the pattern stands for the value.
+    pub shared: Vec<(usize, &'a str)>,
+    /// The metrics label as envoyproxy/ratelimit forms the statistic's key under
+    /// `detailed_metric` or `value_to_metric` (without the domain), when it differs
+    /// from the rule's own.
+    pub metric: Option<String>,
 }
 
 /// One domain's configuration.
@@ -220,6 +263,11 @@ pub struct Domain {
     /// The counters of limits that a request's override (`RateLimitOverride`) sets on a
     /// descriptor no rule matches.
     pub override_counters: Arc<RuleCounters>,
+    /// The registry of counters, for the labels calls make (`detailed_metric`,
+    /// `value_to_metric`).
+    pub series: Series,
+    /// Some rule has `metadata`: answers carry `dynamic_metadata`.
+    pub has_metadata: bool,
 }
 
 impl Domain {
@@ -229,10 +277,45 @@ impl Domain {
     /// reaches nothing, or a node with no nested descriptors while entries remain, ends
     /// the walk without a rule.
     pub fn find(&self, entries: &[Entry]) -> Option<&Rule> {
+        self.lookup(entries).map(|f| f.rule)
+    }
+
+    /// [`Domain::find`], with the entries a `share_threshold` wildcard matched and the
+    /// metrics label of `detailed_metric` and `value_to_metric`.
+    pub fn lookup(&self, entries: &[Entry]) -> Option<Found<'_>> {
         let mut level = &self.root;
         let mut found = None;
+        let mut shared = Vec::new();
+        // the statistic's key of value_to_metric, and whether any node asked for it
+        let (mut valued, mut any_valued) = (String::new(), false);
         for (i, e) in entries.iter().enumerate() {
-            let Some(node) = level.get(e) else { break };
+            let Some((node, via)) = level.reach(e) else {
+                break;
+            };
+            let share = match via {
+                Via::Wildcard(p) if node.share_threshold => {
+                    shared.push((i, p));
+                    Some(p)
+                }
+                _ => None,
+            };
+            any_valued |= node.value_to_metric;
+            let value = match via {
+                Via::Wildcard(p) => {
+                    share.unwrap_or(if node.value_to_metric { &e.value } else { p })
+                }
+                Via::Value => &e.value,
+                Via::Key if node.value_to_metric => &e.value,
+                Via::Key => "",
+            };
+            if i > 0 {
+                valued.push('.');
+            }
+            valued.push_str(&e.key);
+            if !value.is_empty() {
+                valued.push('_');
+                valued.push_str(value);
+            }
             if i + 1 == entries.len() {
                 found = node.rule.as_ref();
             }
@@ -241,7 +324,35 @@ impl Domain {
             }
             level = &node.children;
         }
-        found
+        let rule = found?;
+        let metric = if rule.detailed_metric {
+            let mut key = String::new();
+            for (i, e) in entries.iter().enumerate() {
+                if i > 0 {
+                    key.push('.');
+                }
+                key.push_str(&e.key);
+                match shared.iter().find(|(j, _)| *j == i) {
+                    Some((_, p)) => {
+                        key.push('_');
+                        key.push_str(p);
+                    }
+                    None if shared.is_empty() || !e.value.is_empty() => {
+                        key.push('_');
+                        key.push_str(&e.value);
+                    }
+                    None => {}
+                }
+            }
+            Some(key)
+        } else {
+            (any_valued && valued != *rule.path).then_some(valued)
+        };
+        Some(Found {
+            rule,
+            shared,
+            metric,
+        })
     }
 }
 
