@@ -71,8 +71,9 @@ pub fn load(paths: &[PathBuf], bounds: Bounds, metrics: &RlsMetrics) -> Result<R
             parse(&text, bounds, metrics).map_err(|e| format!("{}: {e}", path.display()))?;
         if let Some((_, other)) = seen.iter().find(|(d, _)| **d == *domain.name) {
             return Err(format!(
-                "{}: domain {:?} is also configured by {}",
+                "{}: line {}: domain {:?} is also configured by {}",
                 path.display(),
+                domain.line,
                 &*domain.name,
                 other.display()
             ));
@@ -124,7 +125,14 @@ fn mapping<'n, 'a>(
     };
     let mut out = Vec::with_capacity(m.len());
     for (k, v) in m.iter() {
-        let key = text(k).ok_or_else(|| at(k, format!("{what}: keys must be strings")))?;
+        let key = match &k.data {
+            YamlData::Value(Scalar::String(_)) | YamlData::Representation(..) => text(k),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            let shown = text(k).map(|t| format!(", not {t}")).unwrap_or_default();
+            at(k, format!("{what}: keys must be strings{shown}"))
+        })?;
         if !allowed.contains(&key.as_str()) {
             return Err(at(
                 k,
@@ -469,6 +477,7 @@ pub fn parse(text: &str, bounds: Bounds, metrics: &RlsMetrics) -> Result<Domain,
     };
     let fields = mapping(doc, "the file", &["domain", "descriptors"])?;
     let get = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+    let line = get("domain").map_or(1, |v| v.span.start.line());
     let domain = match get("domain").map(|v| string(v, "domain")) {
         Some(Ok(d)) if !d.is_empty() => d,
         Some(Err(e)) => return Err(e),
@@ -489,6 +498,7 @@ pub fn parse(text: &str, bounds: Bounds, metrics: &RlsMetrics) -> Result<Domain,
         override_counters: metrics.rule(&reader.domain, &"(override)".into()),
         series: metrics.series(),
         has_metadata: reader.has_metadata.get(),
+        line,
         name: reader.domain,
         root,
     })
@@ -691,6 +701,107 @@ descriptors:
         assert_eq!(rpu("a-b-c"), Some(2), "file order: a*b*c before a*");
         assert_eq!(rpu("a-c"), Some(3));
         assert_eq!(rpu("b"), None);
+    }
+
+    /// What the reference's own test files exercise, in files of ours: what it loads
+    /// loads; what it refuses is refused naming the file, the line and the problem.
+    #[test]
+    fn the_reference_test_files_cases() {
+        let dir = std::env::temp_dir().join(format!("rls-ref-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let load = |paths: &[PathBuf]| load(paths, Bounds::default(), &RlsMetrics::default());
+        let loads = [
+            // nested levels, key-only and value rules, a value without a limit, names,
+            // unlimited, detailed_metric, shadow_mode, quota_mode
+            "domain: d\ndescriptors:\n  - key: a\n    value: b\n    descriptors:\n      - key: c\n        rate_limit: {unit: second, requests_per_unit: 5}\n      - key: c\n        value: e\n        shadow_mode: true\n        rate_limit: {unit: second, requests_per_unit: 10}\n  - key: f\n    value: g\n  - key: h\n    detailed_metric: true\n    quota_mode: true\n    rate_limit: {name: hh, unit: day, requests_per_unit: 1}\n  - key: i\n    rate_limit: {unlimited: true}\n",
+            // wildcards: trailing, in the middle, several, nested
+            "domain: d\ndescriptors:\n  - key: w\n    value: x*\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: m\n    value: y*z\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: n\n    value: p*q*r\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: o\n    value: v\n    descriptors:\n      - key: w\n        value: s*\n        rate_limit: {unit: minute, requests_per_unit: 1}\n",
+            // share_threshold at several levels, with value_to_metric and detailed_metric
+            "domain: d\ndescriptors:\n  - key: f\n    value: top/*\n    share_threshold: true\n    value_to_metric: true\n    descriptors:\n      - key: f\n        value: in/*\n        share_threshold: true\n        detailed_metric: true\n        rate_limit: {unit: minute, requests_per_unit: 3}\n",
+            // metadata: nested mappings, lists, numbers
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    metadata:\n      svc: {name: a, weights: [1, 2.5, true, null]}\n",
+            // replaces naming another rule
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1\n      name: mine\n      replaces:\n        - name: other\n",
+        ];
+        for (i, text) in loads.iter().enumerate() {
+            let p = file(&format!("ok{i}.yaml"), text);
+            if let Err(e) = load(std::slice::from_ref(&p)) {
+                panic!("file {i} should load: {e}");
+            }
+        }
+        let refused: [(&str, &str, &str); 12] = [
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+                "line 4",
+                "unit",
+            ),
+            ("domain: d\ndescriptors:\n  - key: \"k\n", "line ", ""),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n",
+                "line 5",
+                "duplicate",
+            ),
+            ("domain: \"\"\ndescriptors: []\n", "line 1", "domain"),
+            ("domain: d\ndescriptors:\n  - value: v\n", "line 3", "key"),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    ratelimit: {unit: day}\n",
+                "line 4",
+                "unknown key \"ratelimit\"",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requestsperunit: 5}\n",
+                "line 4",
+                "unknown key \"requestsperunit\"",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - a\n  - b\n",
+                "line 3",
+                "mapping",
+            ),
+            (
+                "0.25: d\ndescriptors: []\n",
+                "line 1",
+                "keys must be strings, not 0.25",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: me\n      unit: day\n      replaces:\n        - name:\n",
+                "line 8",
+                "needs a name",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: me\n      unit: day\n      replaces:\n        - name: me\n",
+                "line 8",
+                "itself",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: day}\n",
+                "line 4",
+                "unlimited",
+            ),
+        ];
+        for (i, (text, line, problem)) in refused.iter().enumerate() {
+            let p = file(&format!("bad{i}.yaml"), text);
+            let e = load(std::slice::from_ref(&p)).unwrap_err();
+            let named = format!("{}: {line}", p.display());
+            assert!(e.starts_with(&named) && e.contains(problem), "{i}: {e}");
+        }
+        // a domain twice, across files
+        let (a, b) = (
+            file("one.yaml", "domain: d\n"),
+            file("two.yaml", "domain: d\n"),
+        );
+        let e = load(&[a, b.clone()]).unwrap_err();
+        let named = format!(
+            "{}: line 1: domain \"d\" is also configured by",
+            b.display()
+        );
+        assert!(e.starts_with(&named), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

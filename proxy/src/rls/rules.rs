@@ -268,6 +268,8 @@ pub struct Domain {
     pub series: Series,
     /// Some rule has `metadata`: answers carry `dynamic_metadata`.
     pub has_metadata: bool,
+    /// The line of `domain:` in its file.
+    pub line: usize,
 }
 
 impl Domain {
