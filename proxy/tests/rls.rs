@@ -514,6 +514,68 @@ async fn the_configuration_language() {
     r.stop();
 }
 
+/// `--config DIR` as a Kubernetes ConfigMap volume lays it out (`DIR/x.yaml ->
+/// ..data/x.yaml`, `..data -> ..TIMESTAMP`), one domain a file; an update re-points
+/// `..data` and SIGHUP reads it; `GET /healthcheck` is 200 OK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configmap_directory_and_healthcheck() {
+    use std::os::unix::fs::symlink;
+    let _s = SERIAL.lock().await;
+    let dir = std::env::temp_dir().join(format!("rl-proxy-{}-configmap", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let version = |name: &str, limit: u32| {
+        let v = dir.join(name);
+        std::fs::create_dir_all(&v).unwrap();
+        for d in ["one", "two"] {
+            let text = format!(
+                "domain: {d}\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: minute, requests_per_unit: {limit} }}\n"
+            );
+            std::fs::write(v.join(format!("{d}.yaml")), text).unwrap();
+        }
+        // the kubelet's swap: a new link renamed over ..data
+        let tmp = dir.join("..data_tmp");
+        symlink(name, &tmp).unwrap();
+        std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    };
+    version("..2026_12_07_10_00_00.1", 1);
+    for d in ["one", "two"] {
+        symlink(format!("..data/{d}.yaml"), dir.join(format!("{d}.yaml"))).unwrap();
+    }
+    std::fs::write(dir.join("README.txt"), "not a rule file").unwrap();
+
+    let r = responder(608);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+        .args(["--mode", "rls", "--config", dir.to_str().unwrap()])
+        .args(["--endpoint", &endpoint(&r)])
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]);
+    let p = start(cmd).await;
+    let mut c = client(&p).await;
+    for d in ["one", "two"] {
+        let a = call(&mut c, req(d, &[&[("k", "v")]])).await;
+        assert_eq!(st(&a.statuses[0]).1, Some(1), "{d}");
+    }
+    let h = get(p.admin(), "/healthcheck").await;
+    assert_eq!(h.status(), 200);
+    assert_eq!(&h.body()[..], b"OK\n");
+
+    version("..2026_12_07_10_05_00.2", 7);
+    p.hangup();
+    let mut reloaded = false;
+    for _ in 0..50 {
+        let a = call(&mut c, req("two", &[&[("k", "w")]])).await;
+        if st(&a.statuses[0]).1 == Some(7) {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reloaded, "the new version applies");
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+    r.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// No decision (the service is gone): `--on-failure closed` is OVER_LIMIT, `open` is OK,
 /// neither is gRPC UNAVAILABLE.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,15 +56,52 @@ pub struct Bounds {
     pub window_max: Option<Duration>,
 }
 
-/// Reads and checks `paths` (one domain each). Errors start with the file's path and
-/// name the line.
+/// The files `paths` name: a file is itself; a directory is every `*.yaml` in it, by
+/// name, symbolic links followed, names starting with `.` skipped: a Kubernetes
+/// ConfigMap volume (`DIR/x.yaml -> ..data/x.yaml`, `..data -> ..2026_12_07_...`), read
+/// again whole on a reload. A directory without one is refused.
+pub fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut out = Vec::with_capacity(paths.len());
+    for path in paths {
+        if !path.is_dir() {
+            out.push(path.clone());
+            continue;
+        }
+        let entries =
+            std::fs::read_dir(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let mut found = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            // metadata follows links: the file a ConfigMap's link resolves to
+            if name.starts_with('.') || !name.ends_with(".yaml") || !entry.path().is_file() {
+                continue;
+            }
+            found.push(entry.path());
+        }
+        if found.is_empty() {
+            return Err(format!(
+                "{}: no *.yaml file in the directory",
+                path.display()
+            ));
+        }
+        found.sort();
+        out.extend(found);
+    }
+    Ok(out)
+}
+
+/// Reads and checks `paths` (one domain each; a directory: its `*.yaml` files,
+/// [`files`]). Errors start with the file's path and name the line.
 pub fn load(paths: &[PathBuf], bounds: Bounds, metrics: &RlsMetrics) -> Result<Rules, String> {
     let mut rules = Rules {
         window_max: bounds.window_max,
         ..Rules::default()
     };
+    let paths = files(paths)?;
     let mut seen: Vec<(String, &PathBuf)> = Vec::new();
-    for path in paths {
+    for path in &paths {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let domain =
