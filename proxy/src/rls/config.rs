@@ -842,6 +842,40 @@ descriptors:
     }
 
     #[test]
+    fn metric_labels_and_shared_entries_as_the_reference_forms_them() {
+        let d = parse(
+            "domain: m\ndescriptors:\n  - key: route\n    value: api/*\n    share_threshold: true\n    value_to_metric: true\n    descriptors:\n      - key: method\n        rate_limit: {unit: minute, requests_per_unit: 60}\n  - key: svc\n    value: s*\n    share_threshold: true\n    descriptors:\n      - key: ep\n        detailed_metric: true\n        rate_limit: {unit: minute, requests_per_unit: 80}\n  - key: path\n    value: p*\n    value_to_metric: true\n    descriptors:\n      - key: verb\n        value_to_metric: true\n        rate_limit: {unit: minute, requests_per_unit: 5}\n  - key: plain\n    value: x*\n    rate_limit: {unit: minute, requests_per_unit: 5}\n  - key: user\n    detailed_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 5}\n",
+            Bounds::default(),
+            &RlsMetrics::default(),
+        )
+        .unwrap();
+        let found = |entries: &[Entry]| {
+            let f = d.lookup(entries).expect("a rule");
+            (f.shared.clone(), f.metric.clone())
+        };
+        // share_threshold with value_to_metric: the pattern, not the value (the rule's
+        // own key path, so its own label)
+        assert_eq!(
+            found(&[e("route", "api/v1"), e("method", "GET")]),
+            (vec![(0, "api/*")], None)
+        );
+        // share_threshold with detailed_metric: the pattern, then key_value
+        assert_eq!(
+            found(&[e("svc", "s1"), e("ep", "/x")]),
+            (vec![(0, "s*")], Some("svc_s*.ep_/x".into()))
+        );
+        // value_to_metric on each level: the request's values
+        assert_eq!(
+            found(&[e("path", "p/a"), e("verb", "GET")]),
+            (vec![], Some("path_p/a.verb_GET".into()))
+        );
+        // no flag: the rule's own label
+        assert_eq!(found(&[e("plain", "x1")]), (vec![], None));
+        // detailed_metric on a key-only rule: key_value
+        assert_eq!(found(&[e("user", "u7")]), (vec![], Some("user_u7".into())));
+    }
+
+    #[test]
     fn windows() {
         assert_eq!(parse_window("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_window("10s"), Ok(Duration::from_secs(10)));

@@ -288,36 +288,18 @@ impl Domain {
         let mut level = &self.root;
         let mut found = None;
         let mut shared = Vec::new();
-        // the statistic's key of value_to_metric, and whether any node asked for it
-        let (mut valued, mut any_valued) = (String::new(), false);
+        // whether a node asks for value_to_metric (its key is made only then)
+        let mut any_valued = false;
         for (i, e) in entries.iter().enumerate() {
             let Some((node, via)) = level.reach(e) else {
                 break;
             };
-            let share = match via {
-                Via::Wildcard(p) if node.share_threshold => {
-                    shared.push((i, p));
-                    Some(p)
-                }
-                _ => None,
-            };
+            if let Via::Wildcard(p) = via
+                && node.share_threshold
+            {
+                shared.push((i, p));
+            }
             any_valued |= node.value_to_metric;
-            let value = match via {
-                Via::Wildcard(p) => {
-                    share.unwrap_or(if node.value_to_metric { &e.value } else { p })
-                }
-                Via::Value => &e.value,
-                Via::Key if node.value_to_metric => &e.value,
-                Via::Key => "",
-            };
-            if i > 0 {
-                valued.push('.');
-            }
-            valued.push_str(&e.key);
-            if !value.is_empty() {
-                valued.push('_');
-                valued.push_str(value);
-            }
             if i + 1 == entries.len() {
                 found = node.rule.as_ref();
             }
@@ -348,13 +330,53 @@ impl Domain {
             }
             Some(key)
         } else {
-            (any_valued && valued != *rule.path).then_some(valued)
+            let valued = any_valued.then(|| self.valued_key(entries, &shared));
+            valued.filter(|v| *v != *rule.path)
         };
         Some(Found {
             rule,
             shared,
             metric,
         })
+    }
+}
+
+impl Domain {
+    /// The statistic's key under `value_to_metric`, as the reference forms it: per entry
+    /// its key, and the value the rule matched with (the request's where the node has
+    /// `value_to_metric` or the rule names the value, the pattern of a wildcard or of a
+    /// `share_threshold`, none for a key-only rule).
+    fn valued_key(&self, entries: &[Entry], shared: &[(usize, &str)]) -> String {
+        let mut key = String::new();
+        let mut level = &self.root;
+        for (i, e) in entries.iter().enumerate() {
+            let Some((node, via)) = level.reach(e) else {
+                break;
+            };
+            let value = match via {
+                Via::Wildcard(p) => match shared.iter().find(|(j, _)| *j == i) {
+                    Some((_, pattern)) => pattern,
+                    None if node.value_to_metric => e.value.as_str(),
+                    None => p,
+                },
+                Via::Value => &e.value,
+                Via::Key if node.value_to_metric => &e.value,
+                Via::Key => "",
+            };
+            if i > 0 {
+                key.push('.');
+            }
+            key.push_str(&e.key);
+            if !value.is_empty() {
+                key.push('_');
+                key.push_str(value);
+            }
+            if node.children.is_empty() {
+                break;
+            }
+            level = &node.children;
+        }
+        key
     }
 }
 
