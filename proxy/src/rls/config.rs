@@ -251,18 +251,24 @@ struct Flags {
 }
 
 /// A YAML value as a protobuf `Value` (`metadata`): mappings are structs (keys as
-/// text), sequences lists, numbers doubles.
-fn proto_value(n: &Yaml<'_>) -> Result<Value, String> {
+/// text), sequences lists, numbers doubles; nested at most [`MAX_DEPTH`] deep.
+fn proto_value(n: &Yaml<'_>, depth: usize) -> Result<Value, String> {
+    if depth > MAX_DEPTH {
+        return Err(at(n, format!("metadata nested deeper than {MAX_DEPTH}")));
+    }
     let kind = match &n.data {
-        YamlData::Mapping(_) => Kind::StructValue(proto_struct(n)?),
+        YamlData::Mapping(_) => Kind::StructValue(proto_struct(n, depth + 1)?),
         YamlData::Sequence(items) => Kind::ListValue(ListValue {
-            values: items.iter().map(proto_value).collect::<Result<_, _>>()?,
+            values: items
+                .iter()
+                .map(|v| proto_value(v, depth + 1))
+                .collect::<Result<_, _>>()?,
         }),
         YamlData::Value(Scalar::Null) => Kind::NullValue(0),
         YamlData::Value(Scalar::Boolean(b)) => Kind::BoolValue(*b),
         YamlData::Value(Scalar::Integer(i)) => Kind::NumberValue(*i as f64),
         YamlData::Value(Scalar::FloatingPoint(f)) => Kind::NumberValue(**f),
-        YamlData::Tagged(_, inner) => return proto_value(inner),
+        YamlData::Tagged(_, inner) => return proto_value(inner, depth + 1),
         _ => match text(n) {
             Some(t) => Kind::StringValue(t),
             None => return Err(at(n, "metadata: a value that is no YAML data")),
@@ -271,14 +277,14 @@ fn proto_value(n: &Yaml<'_>) -> Result<Value, String> {
     Ok(Value { kind: Some(kind) })
 }
 
-fn proto_struct(n: &Yaml<'_>) -> Result<Struct, String> {
+fn proto_struct(n: &Yaml<'_>, depth: usize) -> Result<Struct, String> {
     let YamlData::Mapping(m) = &n.data else {
         return Err(at(n, "metadata must be a mapping"));
     };
     let mut fields = std::collections::HashMap::with_capacity(m.len());
     for (k, v) in m.iter() {
         let key = text(k).ok_or_else(|| at(k, "metadata: keys must be scalars"))?;
-        fields.insert(key, proto_value(v)?);
+        fields.insert(key, proto_value(v, depth)?);
     }
     Ok(Struct { fields })
 }
@@ -451,7 +457,7 @@ impl Reader<'_> {
         }
         let metadata = match get("metadata") {
             Some(m) if matches!(m.data, YamlData::Value(Scalar::Null)) => None,
-            Some(m) => Some(proto_struct(m)?).filter(|s| !s.fields.is_empty()),
+            Some(m) => Some(proto_struct(m, 0)?).filter(|s| !s.fields.is_empty()),
             None => None,
         };
         let flags = Flags {
@@ -827,6 +833,15 @@ descriptors:
             let named = format!("{}: {line}", p.display());
             assert!(e.starts_with(&named) && e.contains(problem), "{i}: {e}");
         }
+        // metadata nested without end
+        let deep = format!(
+            "domain: d\ndescriptors:\n  - key: k\n    metadata: {{a: {}1{}}}\n",
+            "[".repeat(100),
+            "]".repeat(100)
+        );
+        let p = file("deep.yaml", &deep);
+        let e = load(std::slice::from_ref(&p)).unwrap_err();
+        assert!(e.contains("line 4") && e.contains("deeper"), "{e}");
         // a domain twice, across files
         let (a, b) = (
             file("one.yaml", "domain: d\n"),
