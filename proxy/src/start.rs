@@ -1,5 +1,5 @@
 //! What every mode does to start: the runtime, the API key, the engine, the listeners
-//! and the readiness line, the shutdown signals ([`Shutdown`]), and why a start failed
+//! and the readiness line, the shutdown signals (`Shutdown`), and why a start failed
 //! ([`StartError`]).
 //!
 //! Owns: key loading (environment or `--key-file`, never the command line, never

@@ -3,7 +3,7 @@
 //! ([`routes`]), the service behind the admission layer ([`upstream`]: forwarding, or
 //! the forward-auth grant), the official client as a backend ([`official`]), the
 //! per-route series ([`route_metrics`]), and their
-//! start ([`run`]: the backend, the layers, the admin page, serving until a signal).
+//! start ([`run()`]: the backend, the layers, the admin page, serving until a signal).
 //!
 //! Owns: nothing of its own (docs and re-exports). Must not touch: the rate limit
 //! service of `--mode rls`.

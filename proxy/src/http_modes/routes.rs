@@ -2,7 +2,7 @@
 //! service (straight to the upstream, or through the layer with the route's failure
 //! policy), and the SIGHUP reload that replaces the table.
 //!
-//! Owns: [`Router`], [`RouteClassify`], the reload. Must not touch: the file format
+//! Owns: `Router`, `RouteClassify`, the reload. Must not touch: the file format
 //! (`config`), listeners.
 
 use std::convert::Infallible;

@@ -2,7 +2,7 @@
 //! header and idle timeouts, the client address and the original request of each
 //! request.
 //!
-//! Owns: [`serve`], [`ConnLimits`]. Must not touch: admission (the
+//! Owns: `serve`, `ConnLimits`. Must not touch: admission (the
 //! service it is given), forwarding.
 
 use std::convert::Infallible;
