@@ -890,6 +890,23 @@ descriptors:
         assert_eq!(found(&[e("user", "u7")]), (vec![], Some("user_u7".into())));
     }
 
+    proptest::proptest! {
+        /// Files made of the format's own pieces, shuffled: parsed or refused, never a
+        /// panic.
+        #[test]
+        fn any_arrangement_never_panics(pieces in proptest::collection::vec(0usize..16, 0..24)) {
+            const PIECES: [&str; 16] = [
+                "domain: d\n", "descriptors:\n", "  - key: k\n", "    value: a*b*\n",
+                "    share_threshold: true\n", "    rate_limit:\n", "      unit: minute\n",
+                "      replaces:\n", "        - name: x\n", "    metadata: {a: [1, {b: c}]}\n",
+                "    descriptors:\n", "      - key: j\n", "      name: x\n",
+                "    quota_mode: yes\n", "  - *\n", "    value_to_metric: true\n",
+            ];
+            let text: String = pieces.iter().map(|&i| PIECES[i]).collect();
+            let _ = parse(&text, Bounds::default(), &RlsMetrics::default());
+        }
+    }
+
     #[test]
     fn windows() {
         assert_eq!(parse_window("500ms"), Ok(Duration::from_millis(500)));
