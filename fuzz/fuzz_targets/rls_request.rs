@@ -1,6 +1,6 @@
 //! Fuzz target: arbitrary bytes as a `ShouldRateLimit` request message (protobuf), through
 //! rl-proxy's request check (`Call::check`), the plan under a fixed rule set
-//! (`Plan::new`: matching, buckets, the one-request bounds) and an answer without a
+//! (`Plan::new`: matching, buckets, the requests) and an answer without a
 //! decision (`Plan::answer` under each failure policy). Must never panic; a checked call
 //! never has more descriptors than the bound.
 #![no_main]
@@ -48,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
     assert!(call.descriptors.len() <= MAX_DESCRIPTORS);
     if let Ok(plan) = Plan::new(rules(), &call) {
         for on_failure in [None, Some(OnFailure::Open), Some(OnFailure::Closed)] {
-            let _ = plan.answer(None, None, on_failure);
+            let _ = plan.answer(&[], on_failure);
         }
     }
 });

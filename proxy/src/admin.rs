@@ -1,5 +1,6 @@
 //! The admin listener: `GET /metrics` (Prometheus text format), `GET /healthz` (liveness:
-//! `200 ok` while the process serves) and `GET /readyz` (readiness: `200 ready` while
+//! `200 ok` while the process serves; `GET /healthcheck`, envoyproxy/ratelimit's path,
+//! the same with `OK`) and `GET /readyz` (readiness: `200 ready` while
 //! decisions can be made, `503` with a one-line reason while none can: the diagnosis's
 //! state, `crate::health`). Each answers from state and never waits on the service.
 //!
@@ -97,6 +98,8 @@ async fn route(req: Request<Incoming>, page: Arc<Page>) -> Response<Full<Bytes>>
             }
         }
         (&Method::GET, "/healthz") => text(StatusCode::OK, PLAIN, "ok\n"),
+        // envoyproxy/ratelimit's liveness path, for health checks written for it
+        (&Method::GET, "/healthcheck") => text(StatusCode::OK, PLAIN, "OK\n"),
         (&Method::GET, "/readyz") => match page.health.ready() {
             Ok(()) => text(StatusCode::OK, PLAIN, "ready\n"),
             Err(why) => text(

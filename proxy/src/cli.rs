@@ -98,7 +98,8 @@ pub struct Cli {
     pub deny_status: u16,
     /// Routes from a TOML file (upstream, limit, key_by, on_failure, route tables);
     /// conflicts with --upstream, --limit, --key-by and --on-failure. With --mode rls:
-    /// envoyproxy/ratelimit YAML files, one domain each (repeatable). SIGHUP reloads.
+    /// envoyproxy/ratelimit YAML files, one domain each (repeatable; a directory: its
+    /// *.yaml files, as a Kubernetes ConfigMap volume has them). SIGHUP reloads.
     #[arg(long, conflicts_with_all = ["limit", "key_by"])]
     pub config: Vec<PathBuf>,
     /// With --config: check the files and exit 0, or 2 with a message naming the line.

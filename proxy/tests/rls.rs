@@ -168,11 +168,12 @@ async fn the_black_box_list() {
     let _s = SERIAL.lock().await;
     let (r, _rules, p, mut c) = service(601, "rls-bb.yaml").await;
 
-    // per-descriptor limit: remaining counts down, the window is the reset
-    for left in [2, 1, 0] {
+    // per-descriptor limit: remaining counts down; the reset is 0 while another
+    // request fits, then the window
+    for (left, reset) in [(2, 0), (1, 0), (0, 60)] {
         let a = call(&mut c, req("bb", &[&[("user", "u1")]])).await;
         assert_eq!(a.overall_code, OK);
-        assert_eq!(st(&a.statuses[0]), (OK, Some(3), MINUTE, left, Some(60)));
+        assert_eq!(st(&a.statuses[0]), (OK, Some(3), MINUTE, left, Some(reset)));
         assert_eq!(header(&a, "RateLimit-Policy"), Some("\"user\";q=3;w=60"));
         assert_eq!(
             header(&a, "RateLimit"),
@@ -205,6 +206,8 @@ async fn the_black_box_list() {
     let a = call(&mut c, req("bb", &[&[("path", "/login")]])).await;
     let l = a.statuses[0].current_limit.as_ref().unwrap();
     assert_eq!((l.requests_per_unit, l.name.as_str()), (2, "login"));
+    assert_eq!(a.statuses[0].duration_until_reset.unwrap().seconds, 0);
+    let a = call(&mut c, req("bb", &[&[("path", "/login")]])).await;
     assert_eq!(a.statuses[0].duration_until_reset.unwrap().seconds, 10);
     let a = call(&mut c, req("bb", &[&[("path", "/other")]])).await;
     assert_eq!(st(&a.statuses[0]).1, Some(100));
@@ -272,11 +275,11 @@ async fn the_black_box_list() {
     assert_eq!(d("probe", "granted"), 1.0);
     assert_eq!(d("b", "over_limit"), 1.0);
     assert_eq!(d("a", "not_consumed"), 1.0);
-    assert_eq!(d("login", "granted"), 1.0);
+    assert_eq!(d("login", "granted"), 2.0);
     assert!(v("rl_proxy_rls_calls_total{answer=\"over_limit\"}") >= 4.0);
     assert_eq!(
         v("ratelimitly_decision_latency_seconds_count"),
-        18.0,
+        19.0,
         "one per call with limits"
     );
     assert_eq!(get(p.admin(), "/healthz").await.status(), 200);
@@ -334,6 +337,243 @@ async fn bad_input_is_invalid_argument() {
     );
     assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
     r.stop();
+}
+
+/// The configuration language as the reference reads it, our own file: wildcards
+/// anywhere, `share_threshold`, `replaces`, `quota_mode`, `metadata` (the answer's
+/// `dynamic_metadata`), `value_to_metric` and `detailed_metric` (the metrics' labels), a
+/// `rate_limit` without `requests_per_unit`, and a call with more distinct limits than
+/// one Ratelimitly request carries.
+const LANGUAGE: &str = "\
+domain: lang
+descriptors:
+  - key: img
+    value: /img/*.png
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+  - key: cat
+    value: read
+    rate_limit: { unit: minute, requests_per_unit: 1, name: read }
+  - key: endpoint
+    value: /special
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+      replaces:
+        - name: read
+  - key: svc
+    value: one
+    quota_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+    metadata:
+      route: { cluster: one }
+  - key: svc
+    value: two
+    quota_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+    metadata:
+      route: { cluster: two }
+  - key: method
+    value_to_metric: true
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+  - key: client
+    detailed_metric: true
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+  - key: closed
+    rate_limit: { unit: minute }
+  - key: many
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_configuration_language() {
+    let _s = SERIAL.lock().await;
+    let r = responder(607);
+    let rules = TempFile::new("rls-lang.yaml", LANGUAGE);
+    let p = start(rls_cmd(
+        &[&rules],
+        &endpoint(&r),
+        &["--on-failure", "closed"],
+    ))
+    .await;
+    let mut c = client(&p).await;
+
+    // a wildcard in the middle
+    let a = call(&mut c, req("lang", &[&[("img", "/img/cat.png")]])).await;
+    assert_eq!(st(&a.statuses[0]).1, Some(1));
+    let a = call(&mut c, req("lang", &[&[("img", "/img/cat.jpg")]])).await;
+    assert_eq!(st(&a.statuses[0]).1, None, "no match");
+
+    // share_threshold: every value matching files/* draws on one bucket
+    assert_eq!(
+        call(&mut c, req("lang", &[&[("files", "files/a")]]))
+            .await
+            .overall_code,
+        OK
+    );
+    assert_eq!(
+        call(&mut c, req("lang", &[&[("files", "files/b")]]))
+            .await
+            .overall_code,
+        OK
+    );
+    let a = call(&mut c, req("lang", &[&[("files", "files/c")]])).await;
+    assert_eq!(a.overall_code, OVER, "shared");
+
+    // replaces: with endpoint /special matched, the rule named read is not applied
+    let both: &[&[(&str, &str)]] = &[&[("cat", "read")], &[("endpoint", "/special")]];
+    for _ in 0..3 {
+        let a = call(&mut c, req("lang", both)).await;
+        assert_eq!(a.overall_code, OK);
+        assert_eq!(st(&a.statuses[0]), (OK, None, None, 0, None), "replaced");
+    }
+    assert_eq!(
+        call(&mut c, req("lang", &[&[("cat", "read")]]))
+            .await
+            .overall_code,
+        OK
+    );
+    assert_eq!(
+        call(&mut c, req("lang", &[&[("cat", "read")]]))
+            .await
+            .overall_code,
+        OVER
+    );
+
+    // quota_mode: over only when every quota descriptor is; the metadata of those that
+    // passed routes
+    let quota: &[&[(&str, &str)]] = &[&[("svc", "one")], &[("svc", "two")]];
+    let routes = |a: &RateLimitResponse| {
+        use envoy_types::pb::google::protobuf::value::Kind;
+        let m = a.dynamic_metadata.as_ref().expect("dynamic_metadata");
+        assert!(matches!(&m.fields["domain"].kind, Some(Kind::StringValue(d)) if d == "lang"));
+        let Some(Kind::StructValue(passed)) = m.fields.get("metadata").and_then(|v| v.kind.clone())
+        else {
+            return String::new();
+        };
+        let Some(Kind::StructValue(route)) = &passed.fields["route"].kind else {
+            panic!("{passed:?}")
+        };
+        match &route.fields["cluster"].kind {
+            Some(Kind::StringValue(c)) => c.clone(),
+            k => panic!("{k:?}"),
+        }
+    };
+    let a = call(&mut c, req("lang", quota)).await;
+    assert_eq!(
+        (a.overall_code, routes(&a)),
+        (OK, "one".to_owned()),
+        "both passed: the first wins"
+    );
+    let a = call(&mut c, req("lang", quota)).await;
+    assert_eq!(a.overall_code, OK, "two still has quota");
+    assert_eq!((st(&a.statuses[0]).0, st(&a.statuses[0]).3), (OVER, 0));
+    assert_eq!(routes(&a), "two");
+    let a = call(&mut c, req("lang", quota)).await;
+    assert_eq!(a.overall_code, OVER, "every quota descriptor over");
+    assert_eq!(routes(&a), "");
+
+    // value_to_metric and detailed_metric label by the request's values
+    call(&mut c, req("lang", &[&[("method", "GET")]])).await;
+    call(&mut c, req("lang", &[&[("client", "c7")]])).await;
+
+    // no requests_per_unit: 0, every call over
+    let a = call(&mut c, req("lang", &[&[("closed", "x")]])).await;
+    assert_eq!(a.overall_code, OVER);
+    assert_eq!(st(&a.statuses[0]), (OVER, Some(0), MINUTE, 0, Some(60)));
+
+    // 40 distinct limits: more than one request carries, split, all answered
+    let names: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();
+    let many: Vec<Vec<(&str, &str)>> = names.iter().map(|n| vec![("many", n.as_str())]).collect();
+    let many: Vec<&[(&str, &str)]> = many.iter().map(|v| v.as_slice()).collect();
+    let a = call(&mut c, req("lang", &many)).await;
+    assert_eq!(a.overall_code, OK);
+    assert_eq!(a.statuses.len(), 40);
+    assert!(
+        a.statuses
+            .iter()
+            .all(|s| s.code == OK && s.limit_remaining == 0)
+    );
+    let a = call(&mut c, req("lang", &many)).await;
+    assert_eq!(a.overall_code, OVER);
+    assert!(a.statuses.iter().all(|s| s.code == OVER));
+
+    let m = parse_prometheus(&metrics_text(&p).await);
+    let series = |rule: &str| {
+        m[&format!(
+            "rl_proxy_rls_descriptors_total{{domain=\"lang\",rule=\"{rule}\",outcome=\"granted\"}}"
+        )]
+    };
+    assert_eq!(series("method_GET"), 1.0);
+    assert_eq!(series("client_c7"), 1.0);
+    assert_eq!(series("img_/img/*.png"), 1.0);
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+    r.stop();
+}
+
+/// `--config DIR` as a Kubernetes ConfigMap volume lays it out (`DIR/x.yaml ->
+/// ..data/x.yaml`, `..data -> ..TIMESTAMP`), one domain a file; an update re-points
+/// `..data` and SIGHUP reads it; `GET /healthcheck` is 200 OK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configmap_directory_and_healthcheck() {
+    use std::os::unix::fs::symlink;
+    let _s = SERIAL.lock().await;
+    let dir = std::env::temp_dir().join(format!("rl-proxy-{}-configmap", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let version = |name: &str, limit: u32| {
+        let v = dir.join(name);
+        std::fs::create_dir_all(&v).unwrap();
+        for d in ["one", "two"] {
+            let text = format!(
+                "domain: {d}\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: minute, requests_per_unit: {limit} }}\n"
+            );
+            std::fs::write(v.join(format!("{d}.yaml")), text).unwrap();
+        }
+        // the kubelet's swap: a new link renamed over ..data
+        let tmp = dir.join("..data_tmp");
+        symlink(name, &tmp).unwrap();
+        std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    };
+    version("..2026_12_07_10_00_00.1", 1);
+    for d in ["one", "two"] {
+        symlink(format!("..data/{d}.yaml"), dir.join(format!("{d}.yaml"))).unwrap();
+    }
+    std::fs::write(dir.join("README.txt"), "not a rule file").unwrap();
+
+    let r = responder(608);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+        .args(["--mode", "rls", "--config", dir.to_str().unwrap()])
+        .args(["--endpoint", &endpoint(&r)])
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]);
+    let p = start(cmd).await;
+    let mut c = client(&p).await;
+    for d in ["one", "two"] {
+        let a = call(&mut c, req(d, &[&[("k", "v")]])).await;
+        assert_eq!(st(&a.statuses[0]).1, Some(1), "{d}");
+    }
+    let h = get(p.admin(), "/healthcheck").await;
+    assert_eq!(h.status(), 200);
+    assert_eq!(&h.body()[..], b"OK\n");
+
+    version("..2026_12_07_10_05_00.2", 7);
+    p.hangup();
+    let mut reloaded = false;
+    for _ in 0..50 {
+        let a = call(&mut c, req("two", &[&[("k", "w")]])).await;
+        if st(&a.statuses[0]).1 == Some(7) {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reloaded, "the new version applies");
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+    r.stop();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// No decision (the service is gone): `--on-failure closed` is OVER_LIMIT, `open` is OK,

@@ -9,8 +9,11 @@
 //! `rule` is the rule's `rate_limit.name`, else its key path (`key_value.key2`), or
 //! `(override)` for a request's `RateLimitOverride` on a descriptor no rule matches. The
 //! series are made when a configuration is loaded, one set per rule: their number is
-//! bounded by the configurations loaded, never by the values clients send (a reload
-//! keeps the counters of the labels it still has, and the old ones stay).
+//! bounded by the configurations loaded (a reload keeps the counters of the labels it
+//! still has, and the old ones stay). A rule with `detailed_metric` or `value_to_metric`
+//! is counted under the key envoyproxy/ratelimit forms for its statistics (without the
+//! domain, e.g. `path_/a/b.method_GET`): those labels hold the values clients send, so
+//! calls make at most [`MAX_CALL_LABELS`] of them; past that, under the rule's label.
 //!
 //! Owns: the counters and their text. Must not touch: decisions, the engine.
 
@@ -80,11 +83,41 @@ pub const CALL_ANSWERS: [&str; 4] = ["ok", "over_limit", "invalid_argument", "un
 /// (domain, rule label) → the rule's counters.
 type RuleRegistry = BTreeMap<(Arc<str>, Arc<str>), Arc<RuleCounters>>;
 
+/// Labels made by calls (`detailed_metric`, `value_to_metric`) at most, all domains
+/// together: past it, such a descriptor is counted under its rule's own label.
+pub const MAX_CALL_LABELS: usize = 10_000;
+
 /// The service's counters: per call, and a registry of per-rule counters.
 #[derive(Debug, Default)]
 pub struct RlsMetrics {
     calls: [AtomicU64; 4],
-    rules: Mutex<RuleRegistry>,
+    rules: Series,
+}
+
+/// The registry of per-rule counters, shared by the rules that label by the request's
+/// values ([`Series::by_call`]).
+#[derive(Clone, Debug, Default)]
+pub struct Series {
+    rules: Arc<Mutex<RuleRegistry>>,
+    /// Labels made by calls so far.
+    made: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Series {
+    /// The counters of `rule` in `domain`, made by a call: `None` once
+    /// [`MAX_CALL_LABELS`] such labels exist and this one is not among the registered.
+    pub fn by_call(&self, domain: &Arc<str>, rule: &str) -> Option<Arc<RuleCounters>> {
+        let mut m = self.rules.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (domain.clone(), Arc::<str>::from(rule));
+        if let Some(c) = m.get(&key) {
+            return Some(c.clone());
+        }
+        if self.made.load(Relaxed) >= MAX_CALL_LABELS {
+            return None;
+        }
+        self.made.fetch_add(1, Relaxed);
+        Some(m.entry(key).or_default().clone())
+    }
 }
 
 /// `s` as a Prometheus label value (`\`, `"` and newlines escaped).
@@ -118,8 +151,13 @@ impl RlsMetrics {
     /// The counters of rule `rule` of `domain` (made on first use; configuration
     /// loading only).
     pub fn rule(&self, domain: &Arc<str>, rule: &Arc<str>) -> Arc<RuleCounters> {
-        let mut m = self.rules.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = self.rules.rules.lock().unwrap_or_else(|e| e.into_inner());
         m.entry((domain.clone(), rule.clone())).or_default().clone()
+    }
+
+    /// The registry, for labels made by calls.
+    pub fn series(&self) -> Series {
+        self.rules.clone()
     }
 
     /// Appends the series in the Prometheus text format (before a trailing `# EOF`,
@@ -144,7 +182,7 @@ impl RlsMetrics {
             "# HELP rl_proxy_rls_descriptors_total Descriptors with a limit, by configured rule and outcome.\n\
              # TYPE rl_proxy_rls_descriptors_total counter\n",
         );
-        let rules = self.rules.lock().unwrap_or_else(|e| e.into_inner());
+        let rules = self.rules.rules.lock().unwrap_or_else(|e| e.into_inner());
         for ((domain, rule), c) in rules.iter() {
             for (i, o) in DESCRIPTOR_OUTCOMES.iter().enumerate() {
                 out.push_str("rl_proxy_rls_descriptors_total{domain=\"");

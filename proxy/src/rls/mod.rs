@@ -4,10 +4,12 @@
 //!
 //! - Configuration: envoyproxy/ratelimit's YAML, one domain per file ([`config`]), with
 //!   one extension, `window:` (any window, e.g. `window: 10s`); matched like the
-//!   reference server ([`rules`]).
+//!   reference server, wildcards, `replaces`, `quota_mode`, `share_threshold` and
+//!   `metadata` included ([`rules`]).
 //! - A call: checked ([`request`]; bad input is `INVALID_ARGUMENT` with the reason),
-//!   planned and answered ([`decide`]): every descriptor with a limit in **one**
-//!   Ratelimitly request, decided atomically; served by [`service`].
+//!   planned and answered ([`decide`]): every descriptor with an enforced limit in
+//!   **one** Ratelimitly request, decided atomically (split, each part atomic, past the
+//!   32 resources one request carries); served by [`service`].
 //! - Failures: `--on-failure open` answers OK, `closed` `OVER_LIMIT`; without the flag
 //!   a call without a decision is gRPC `UNAVAILABLE`, and Envoy's `failure_mode_deny`
 //!   decides.

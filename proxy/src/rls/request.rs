@@ -13,8 +13,8 @@
 //! - hits (`hits_addend`, the request's or a descriptor's; 0 means 1): at most 65535, the
 //!   protocol's tokens per resource; `is_negative_hits` is refused (Ratelimitly never
 //!   gives tokens back);
-//! - distinct limited buckets of one call: at most [`MAX_BUCKETS`] (one Ratelimitly
-//!   request; checked when the call is planned);
+//! - distinct limited buckets of one call: as many as descriptors (a call with more than
+//!   one request carries is split, `decide`);
 //! - a `RateLimitOverride`'s unit: second, minute, hour or day (`UNKNOWN`, month, year
 //!   and values outside the enum are refused).
 //!
@@ -42,9 +42,6 @@ pub const MAX_ENTRIES: usize = 32;
 pub const MAX_TEXT: usize = 64 << 10;
 /// Hits of one descriptor at most (tokens of one resource in the protocol).
 pub const MAX_HITS: u64 = 65_535;
-/// Distinct buckets (enforced, or shadow) of one call at most: one Ratelimitly request
-/// datagram (1200 bytes) carries 39 resources in the cookie mode, the largest framing.
-pub const MAX_BUCKETS: usize = 32;
 
 /// Why a request is refused (`INVALID_ARGUMENT`, with this text).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,8 +66,6 @@ pub enum Invalid {
     BadOverrideUnit(usize, i32),
     /// Descriptor `.0`'s override sets a window of `.1` ms, over the API key's `.2` ms.
     OverrideTooLong(usize, u128, u128),
-    /// More distinct buckets in one call than one request carries (`.0` or more).
-    TooManyBuckets(usize),
 }
 
 impl fmt::Display for Invalid {
@@ -109,11 +104,6 @@ impl fmt::Display for Invalid {
                 f,
                 "descriptor {d}: limit override window of {w} ms, over the API key's {max} ms"
             ),
-            Invalid::TooManyBuckets(n) => write!(
-                f,
-                "{n} or more distinct limits in one call, at most {} (one Ratelimitly request)",
-                MAX_BUCKETS
-            ),
         }
     }
 }
@@ -129,6 +119,11 @@ pub struct Descriptor<'a> {
     pub hits: u16,
     /// Its `RateLimitOverride`, if any.
     pub limit: Option<Limit>,
+    /// The override as sent (`requests_per_unit`, the unit's enum value), for the
+    /// answer's `dynamic_metadata`.
+    pub sent_limit: Option<(u32, i32)>,
+    /// Its own `hits_addend` as sent, if any.
+    pub sent_hits: Option<u64>,
 }
 
 /// A request, checked.
@@ -138,6 +133,8 @@ pub struct Call<'a> {
     pub domain: &'a str,
     /// The descriptors, in request order.
     pub descriptors: Vec<Descriptor<'a>>,
+    /// The request's `hits_addend` as sent.
+    pub hits_addend: u32,
 }
 
 fn override_limit(i: usize, d: &RateLimitDescriptor) -> Result<Option<Limit>, Invalid> {
@@ -203,11 +200,14 @@ impl<'a> Call<'a> {
                 entries: &d.entries,
                 hits: hits as u16,
                 limit: override_limit(i, d)?,
+                sent_limit: d.limit.as_ref().map(|o| (o.requests_per_unit, o.unit)),
+                sent_hits: d.hits_addend.as_ref().map(|h| h.value),
             });
         }
         Ok(Call {
             domain: &req.domain,
             descriptors,
+            hits_addend: req.hits_addend,
         })
     }
 }

@@ -26,9 +26,10 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     if cli.check {
         let rules =
             rls::load(&cli.config, Bounds::default(), &metrics).map_err(StartError::Usage)?;
+        let files = rls::config::files(&cli.config).map_err(StartError::Usage)?;
         eprintln!(
             "rl-proxy: {} file(s) ok ({} domains, {} rules)",
-            cli.config.len(),
+            files.len(),
             rules.domains.len(),
             rules.rule_count()
         );

@@ -80,7 +80,7 @@ impl RateLimiter {
     }
 
     /// Sends `resources` as one request (none: no request), unless the open breaker
-    /// answers it at once.
+    /// answers it at once. The request is sent on the call; the future only awaits it.
     fn ask(&self, resources: &[(Resource, u32)]) -> Option<impl Future<Output = Verdict> + use<>> {
         if resources.is_empty() {
             return None;
@@ -130,19 +130,17 @@ impl RateLimiter {
                 return Err(Status::invalid_argument(e.to_string()));
             }
         };
-        // both requests are sent before either is awaited
-        let enforced = self.ask(&plan.enforced);
-        let shadow = self.ask(&plan.shadow);
-        let (enforced, shadow) = match (enforced, shadow) {
-            (Some(e), Some(s)) => {
-                let (e, s) = tokio::join!(e, s);
-                (Some(e), Some(s))
-            }
-            (Some(e), None) => (Some(e.await), None),
-            (None, Some(s)) => (None, Some(s.await)),
-            (None, None) => (None, None),
-        };
-        match plan.answer(enforced.as_ref(), shadow.as_ref(), self.on_failure) {
+        // every request is sent before any is awaited
+        let asked: Vec<_> = plan.parts.iter().map(|p| self.ask(&p.resources)).collect();
+        let mut verdicts = Vec::with_capacity(asked.len());
+        for a in asked {
+            // a part is never empty: every one is asked
+            verdicts.push(match a {
+                Some(f) => f.await,
+                None => Verdict::Granted,
+            });
+        }
+        match plan.answer(&verdicts, self.on_failure) {
             Ok(a) => {
                 self.metrics
                     .record_call(if a.overall_code == Code::OverLimit as i32 {
