@@ -52,17 +52,24 @@ pub const DEV_KEY: &str = "rl-none1qyyqwps9qspsyq2sk8e0sfdp3ys";
 pub fn dev(keys_file: Option<&Path>) -> Result<Vec<ApiKey>, KeysError> {
     let mut keys: Vec<ApiKey> = vec![DEV_KEY.parse().expect("the development key is valid")];
     if let Some(path) = keys_file {
-        let text = std::fs::read_to_string(path).map_err(|source| KeysError::ReadFile {
-            path: path.to_owned(),
-            source,
-        })?;
-        for k in parse_keys_text(&text, path)? {
-            if !keys.iter().any(|e| e.key_id() == k.key_id()) {
-                keys.push(k);
-            }
-        }
+        add_keys_file(&mut keys, path)?;
     }
     Ok(keys)
+}
+
+/// Appends the keys of the file at `path` to `keys`; duplicates (same key id) keep the
+/// first.
+fn add_keys_file(keys: &mut Vec<ApiKey>, path: &Path) -> Result<(), KeysError> {
+    let text = std::fs::read_to_string(path).map_err(|source| KeysError::ReadFile {
+        path: path.to_owned(),
+        source,
+    })?;
+    for k in parse_keys_text(&text, path)? {
+        if !keys.iter().any(|e| e.key_id() == k.key_id()) {
+            keys.push(k);
+        }
+    }
+    Ok(())
 }
 
 /// Parses a keys file's text (one key per line, `#` comments).
@@ -90,17 +97,8 @@ pub fn load(key_file: Option<&Path>, keys_file: Option<&Path>) -> Result<Vec<Api
     if let Some(k) = key_source::load_optional_key(key_file).map_err(KeysError::Primary)? {
         keys.push(k);
     }
-    let file = keys_file;
-    if let Some(path) = file {
-        let text = std::fs::read_to_string(path).map_err(|source| KeysError::ReadFile {
-            path: path.to_owned(),
-            source,
-        })?;
-        for k in parse_keys_text(&text, path)? {
-            if !keys.iter().any(|e| e.key_id() == k.key_id()) {
-                keys.push(k);
-            }
-        }
+    if let Some(path) = keys_file {
+        add_keys_file(&mut keys, path)?;
     }
     if keys.is_empty() {
         return Err(KeysError::NoKey);
