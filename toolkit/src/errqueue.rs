@@ -12,6 +12,8 @@ use std::mem::{MaybeUninit, size_of};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
 
+use ratelimitly_engine::udp::set_int_option;
+
 /// What an ICMP error says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum IcmpKind {
@@ -54,22 +56,7 @@ pub fn enable(sock: &UdpSocket) -> io::Result<()> {
     } else {
         (libc::IPPROTO_IP, libc::IP_RECVERR)
     };
-    let one: libc::c_int = 1;
-    // SAFETY: a valid socket fd, a pointer to a live c_int and its exact size.
-    let r = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            level,
-            name,
-            (&one as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_int_option(sock, level, name, 1)
 }
 
 /// Takes the next error from the queue of `sock` without blocking; `Ok(None)` when it is
