@@ -287,7 +287,8 @@ impl Sockets {
         let left = until.saturating_duration_since(Instant::now());
         // round up, so the deadline has passed when poll returns on its timeout
         let ms = left.as_micros().div_ceil(1000).min(60_000) as libc::c_int;
-        // SAFETY: fds is a live array of fds.len() pollfd structs.
+        // SAFETY: fds is a live, initialised Vec of fds.len() pollfd structs that poll only
+        // reads and writes `revents` of; the fds are the request's open sockets.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
     }
 }
