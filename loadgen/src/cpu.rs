@@ -35,7 +35,7 @@ pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
 
 /// The kernel's `USER_HZ`, the unit of `/proc` CPU times.
 fn clock_ticks_per_s() -> u64 {
-    // SAFETY: sysconf has no preconditions.
+    // SAFETY: sysconf takes an integer name and no pointers; it has no preconditions.
     unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64
 }
 
@@ -74,7 +74,7 @@ pub fn cpu_delta(before: &HashMap<u32, u64>, after: &HashMap<u32, u64>) -> u64 {
 /// This thread's kernel id.
 #[cfg(test)]
 pub fn gettid() -> u32 {
-    // SAFETY: gettid has no preconditions.
+    // SAFETY: gettid takes no arguments and cannot fail; it has no preconditions.
     unsafe { libc::gettid() as u32 }
 }
 
@@ -88,8 +88,9 @@ pub fn pin_thread(tid: u32, core: usize) -> bool {
     if core >= libc::CPU_SETSIZE as usize {
         return false;
     }
-    // SAFETY: cpu_set_t is plain old data; CPU_SET stays within its size (checked above);
-    // sched_setaffinity reads exactly size_of::<cpu_set_t>() bytes.
+    // SAFETY: cpu_set_t is plain old data (all-zero bytes: the empty set); CPU_SET writes
+    // the bit of `core` < CPU_SETSIZE (checked above), inside the set; sched_setaffinity
+    // reads exactly size_of::<cpu_set_t>() bytes of this live local set.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(core, &mut set);

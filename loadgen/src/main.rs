@@ -12,6 +12,10 @@
 //! cores, the phases in order, ratios, the output files and the exit status (its tests
 //! are `smoke.rs`). The API key string is never printed.
 
+// Every `unsafe` block states why it is sound (a `// SAFETY:` comment); CI's clippy run
+// (`-D warnings`) enforces it, as in the engine crate.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod chaos;
 mod cli;
 mod clients;

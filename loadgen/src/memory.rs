@@ -41,7 +41,8 @@ fn keep_freed_memory() {
 /// added responder allocates fresh state (a dedup table of several MiB) while the one it
 /// replaces frees its own; kept for reuse, the freed state would read as growth.
 pub fn purge_freed_memory() {
-    // SAFETY: as in `keep_freed_memory`.
+    // SAFETY: sets a process-wide allocator option, which mimalloc allows at any time
+    // (as in `keep_freed_memory`); no pointer is passed.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 10) };
 }
 
@@ -61,7 +62,8 @@ pub fn release_freed_memory() {
 /// then faults 4 KiB pages even where mimalloc asked for huge ones). A kernel that
 /// refuses it (before 3.15) leaves loadgen as it was.
 fn no_huge_pages() {
-    // SAFETY: prctl with PR_SET_THP_DISABLE takes plain integers.
+    // SAFETY: prctl with PR_SET_THP_DISABLE takes plain integers and no pointer; it
+    // changes only this process's transparent huge page setting.
     unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1 as libc::c_ulong, 0, 0, 0) };
 }
 
@@ -72,10 +74,10 @@ mod tests {
     #[test]
     fn freed_memory_is_kept_and_huge_pages_are_off() {
         settle();
-        // SAFETY: reads a process-wide allocator option.
+        // SAFETY: reads a process-wide allocator option (any time, any thread); no pointer.
         let delay = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
         assert_eq!(delay, -1);
-        // SAFETY: PR_GET_THP_DISABLE takes no arguments.
+        // SAFETY: PR_GET_THP_DISABLE takes no pointer (its other arguments must be 0).
         let off = unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
         assert_eq!(off, 1);
     }

@@ -12,6 +12,10 @@
 //! engine's `udp` layer, and the embedded API), [`dns`] (discovery records for tests), [`keys`] (key loading for the
 //! binary).
 
+// Every `unsafe` block states why it is sound (a `// SAFETY:` comment); CI's clippy run
+// (`-D warnings`) enforces it, as in the engine crate.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod buckets;
 pub mod decide;
 pub mod dedup;

@@ -5,6 +5,10 @@
 //! one-line JSON readiness report, and stopping on SIGINT/SIGTERM.
 //! Must not touch: decision logic or sockets directly (it uses the embedded API).
 
+// Every `unsafe` block states why it is sound (a `// SAFETY:` comment); CI's clippy run
+// (`-D warnings`) enforces it, as in the engine crate.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -129,7 +133,9 @@ fn probability(text: &str) -> Result<f64, String> {
 }
 
 fn block_signals() -> libc::sigset_t {
-    // SAFETY: plain libc signal-mask calls on a local set.
+    // SAFETY: sigset_t is plain old data (all-zero bytes are a valid value, and
+    // sigemptyset initialises it anyway); every call gets a pointer to this live local
+    // set, and pthread_sigmask's old-set pointer may be null.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
@@ -142,7 +148,8 @@ fn block_signals() -> libc::sigset_t {
 
 fn wait_signal(set: &libc::sigset_t) {
     let mut sig = 0;
-    // SAFETY: set is initialised; sig is a valid out pointer.
+    // SAFETY: `set` is an initialised sigset_t (from `block_signals`) borrowed for the
+    // call, and `sig` is a live local c_int that sigwait writes the signal number to.
     unsafe {
         libc::sigwait(set, &mut sig);
     }

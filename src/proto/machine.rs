@@ -1,7 +1,8 @@
 //! The request state machine: delivery and selection of one non-empty logical request
 //! (docs/protocol.md §11–§12), sans-IO.
 //!
-//! Owns: [`Delivery`], [`Plan`], [`Endpoint`], [`Snapshot`], [`Transmit`]; the rules for
+//! Owns: [`Delivery`], [`Plan`], [`Endpoint`], [`Snapshot`], [`Transmit`], the one
+//! assembly of a decision's outcome from the kept response ([`kept_outcome`]); the rules for
 //! rounds, replays, the final phase, round-0 oldest-server preference, completion
 //! delivery, send failures and response validity at the level of server ids. The engine's
 //! core state (`engine::core::CoreState`) runs one [`Delivery`] per request in flight, and
@@ -39,14 +40,13 @@
 //!   failed ([`Delivery::transmit_failed`]), once per failed send: the engine carries
 //!   both in the send's tag.
 
+use std::borrow::BorrowMut;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::proto::error::{ConfigError, DiscoveryError};
-#[cfg(doc)]
-use crate::proto::outcome::Response;
-use crate::proto::outcome::{CommError, Failure, Phase};
+use crate::proto::outcome::{CommError, Failure, Phase, Response};
 use crate::proto::policy::{PolicyError, RequestPolicy, Schedule};
 use crate::proto::wire::DropReason;
 
@@ -197,6 +197,30 @@ pub struct Sends {
     pub sends: u32,
     /// Of `sends`, the completion deliveries.
     pub completion_sends: u32,
+}
+
+/// A request's outcome from how its machine ended ([`Delivery::poll_outcome`]) and the
+/// response its driver kept, owned or in place (`R`: `Response` or `&mut Response`): a
+/// decision is that response with the machine's send counts written into it; a failure
+/// is itself, and what was kept goes with `kept`. `None` for a decision with no kept
+/// response, which a driver that keeps what each [`Verdict`] tells it never sees (each
+/// driver says what it means there). The one assembly of the engine's core state,
+/// rl-toolkit's traced request and the test suites' driver.
+#[inline]
+pub fn kept_outcome<R: BorrowMut<Response>>(
+    ended: Result<Sends, Failure>,
+    kept: Option<R>,
+) -> Option<Result<R, Failure>> {
+    match ended {
+        Ok(n) => {
+            let mut kept = kept?;
+            let r = kept.borrow_mut();
+            r.sends = n.sends;
+            r.completion_sends = n.completion_sends;
+            Some(Ok(kept))
+        }
+        Err(f) => Some(Err(f)),
+    }
 }
 
 /// One logical request: emits transmits, reports its next deadline, takes responses, and

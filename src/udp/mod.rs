@@ -88,7 +88,7 @@ pub use config::{
 };
 pub use gso::SendQueue;
 pub use io::{IoEvent, UdpIo};
-pub use socket::{BindOptions, STEER_PORT_FIRST, STEER_PORT_LAST};
+pub use socket::{BindOptions, STEER_PORT_FIRST, STEER_PORT_LAST, set_int_option};
 pub use stats::{HIST_BUCKETS, IoStats, SendErrors};
 pub use table::SocketId;
 pub use wake::Waker;

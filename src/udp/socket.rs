@@ -1,6 +1,6 @@
 //! Socket creation for the UDP driver (socket2): non-blocking, close-on-exec, IPv4 or
 //! dual-stack IPv6, buffer sizes, `SO_REUSEPORT` on request, `UDP_GRO`, steering-range
-//! rebinds; and the conversions between `SocketAddr` and the C socket addresses the
+//! rebinds, other `int` socket options ([`set_int_option`]); and the conversions between `SocketAddr` and the C socket addresses the
 //! backends hand to the kernel.
 //!
 //! Owns: these system calls only. Must not touch: sending, receiving, waiting.
@@ -8,7 +8,7 @@
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -70,14 +70,27 @@ pub(crate) fn open(addr: SocketAddr, cfg: &IoConfig, opts: BindOptions) -> io::R
 
 /// Turns `UDP_GRO` on.
 fn set_gro(sock: &Socket) -> io::Result<()> {
-    let one: libc::c_int = 1;
-    // SAFETY: setsockopt with a valid int option value on our socket.
+    set_int_option(sock, libc::SOL_UDP, libc::UDP_GRO, 1)
+}
+
+/// Sets the `int`-valued socket option `name` at `level` on `sock` to `value`
+/// (`setsockopt(2)`); the error is the call's errno. The one `setsockopt` of the I/O layer
+/// and of the tools beside it (rl-toolkit's ICMP error queue) for options that socket2
+/// does not name.
+pub fn set_int_option(
+    sock: &impl AsFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: the fd is open for the borrow's duration (`AsFd`), and the option value
+    // points to a live `c_int` whose exact size is passed, so the kernel reads only it.
     let r = unsafe {
         libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_GRO,
-            (&one as *const libc::c_int).cast(),
+            sock.as_fd().as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
             size_of::<libc::c_int>() as libc::socklen_t,
         )
     };

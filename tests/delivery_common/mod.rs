@@ -7,7 +7,9 @@
 
 use std::time::Instant;
 
-use ratelimitly_engine::proto::machine::{Accepted, Delivery, Ignored, Plan, Snapshot, Transmit};
+use ratelimitly_engine::proto::machine::{
+    Accepted, Delivery, Ignored, Plan, Snapshot, Transmit, kept_outcome,
+};
 use ratelimitly_engine::proto::outcome::{Failure, GuardResult, Outcome, ResourceResult, Response};
 use ratelimitly_engine::proto::policy::RequestPolicy;
 
@@ -80,18 +82,8 @@ impl Req {
 
     /// The outcome, exactly once, after the queued transmits were drained.
     pub fn poll_outcome(&mut self) -> Option<Outcome> {
-        match self.d.poll_outcome(&self.plan)? {
-            Ok(s) => {
-                let mut r = self.held.take().expect("a decision holds its response");
-                r.sends = s.sends;
-                r.completion_sends = s.completion_sends;
-                Some(Ok(r))
-            }
-            Err(f) => {
-                self.held = None;
-                Some(Err(f))
-            }
-        }
+        let ended = self.d.poll_outcome(&self.plan)?;
+        Some(kept_outcome(ended, self.held.take()).expect("a decision holds its response"))
     }
 
     pub fn is_done(&self) -> bool {

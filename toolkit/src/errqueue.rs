@@ -12,6 +12,8 @@ use std::mem::{MaybeUninit, size_of};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
 
+use ratelimitly_engine::udp::set_int_option;
+
 /// What an ICMP error says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum IcmpKind {
@@ -54,22 +56,7 @@ pub fn enable(sock: &UdpSocket) -> io::Result<()> {
     } else {
         (libc::IPPROTO_IP, libc::IP_RECVERR)
     };
-    let one: libc::c_int = 1;
-    // SAFETY: a valid socket fd, a pointer to a live c_int and its exact size.
-    let r = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            level,
-            name,
-            (&one as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_int_option(sock, level, name, 1)
 }
 
 /// Takes the next error from the queue of `sock` without blocking; `Ok(None)` when it is
@@ -82,7 +69,8 @@ pub fn take(sock: &UdpSocket) -> io::Result<Option<IcmpError>> {
         iov_base: data.as_mut_ptr().cast(),
         iov_len: data.len(),
     };
-    // SAFETY: msghdr is plain old data; every pointer below refers to a live local buffer
+    // SAFETY: msghdr is plain old data (integers and raw pointers), for which all zero
+    // bytes are a valid value; every pointer set below refers to a live local buffer
     // whose length is the one given.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_name = name.as_mut_ptr().cast();
@@ -91,7 +79,8 @@ pub fn take(sock: &UdpSocket) -> io::Result<Option<IcmpError>> {
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
     msg.msg_controllen = size_of::<[u64; 64]>() as _;
-    // SAFETY: msg describes the buffers above, which outlive the call.
+    // SAFETY: msg points only to the local name, data and control buffers above, with
+    // their exact lengths, and they outlive the call; the kernel writes within them.
     let n = unsafe {
         libc::recvmsg(
             sock.as_raw_fd(),
@@ -106,19 +95,26 @@ pub fn take(sock: &UdpSocket) -> io::Result<Option<IcmpError>> {
             _ => Err(e),
         };
     }
-    // SAFETY: the kernel wrote msg_namelen bytes of a socket address into `name`.
+    // SAFETY: `name` is a zeroed (so initialised) sockaddr_storage that the kernel wrote
+    // the source address into; `sockaddr` reads at most a sockaddr_in6 of it (checked
+    // against msg_namelen), well within its 128 bytes.
     let dest = unsafe { sockaddr(name.as_ptr(), msg.msg_namelen) };
-    // SAFETY: msg's control buffer was filled by the kernel; the CMSG macros walk it
-    // within msg_controllen.
+    // SAFETY: msg's control pointer and msg_controllen describe the live, u64-aligned
+    // `control` buffer the kernel filled; CMSG_FIRSTHDR returns its first header or null
+    // when msg_controllen cannot hold one.
     let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
     while !cmsg.is_null() {
-        // SAFETY: cmsg points at a complete header inside the control buffer.
+        // SAFETY: cmsg is non-null and came from CMSG_FIRSTHDR or CMSG_NXTHDR on this msg,
+        // which hand out only aligned headers that lie wholly inside the control buffer.
         let (level, kind) = unsafe { ((*cmsg).cmsg_level, (*cmsg).cmsg_type) };
         let ours = (level == libc::SOL_IP && kind == libc::IP_RECVERR)
             || (level == libc::SOL_IPV6 && kind == libc::IPV6_RECVERR);
         if ours {
-            // SAFETY: an IP(V6)_RECVERR message carries a sock_extended_err followed by
-            // the offender's address (SO_EE_OFFENDER); read unaligned, as copies.
+            // SAFETY: the kernel writes an IP(V6)_RECVERR message as one sock_extended_err
+            // followed by the offender's address (SO_EE_OFFENDER: a sockaddr_in, or a
+            // sockaddr_in6 for IPV6_RECVERR), 44 bytes at most, and the 512-byte control
+            // buffer holds the whole message; `sockaddr` reads only the struct of the
+            // family it finds there. Every read is an unaligned copy out of the buffer.
             let ee = unsafe {
                 let p = libc::CMSG_DATA(cmsg);
                 let ee = std::ptr::read_unaligned(p.cast::<libc::sock_extended_err>());
@@ -132,7 +128,8 @@ pub fn take(sock: &UdpSocket) -> io::Result<Option<IcmpError>> {
                 reporter: ee.1.filter(|ip| !ip.is_unspecified()),
             }));
         }
-        // SAFETY: as above.
+        // SAFETY: cmsg is a header of this msg's control buffer (see CMSG_FIRSTHDR
+        // above); CMSG_NXTHDR returns the next one inside msg_controllen, or null.
         cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
     }
     Ok(None)

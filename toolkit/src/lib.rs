@@ -13,6 +13,10 @@
 //! Must not touch: the wire format, request policy or selection rules (the engine
 //! crate's `proto`), output formats of the tools (theirs). The API key is never printed.
 
+// Every `unsafe` block states why it is sound (a `// SAFETY:` comment); CI's clippy run
+// (`-D warnings`) enforces it, as in the engine crate.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod build_info;
 pub mod errqueue;
 pub mod probe;

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ratelimitly_engine::proto::endpoint::Endpoint;
 use ratelimitly_engine::proto::key::ApiKey;
-use ratelimitly_engine::proto::machine::{Delivery, Plan, TransmitKind};
+use ratelimitly_engine::proto::machine::{Delivery, Plan, TransmitKind, kept_outcome};
 use ratelimitly_engine::proto::outcome::{Failure, Outcome, Response};
 use ratelimitly_engine::proto::policy::RequestPolicy;
 use ratelimitly_engine::proto::wire::{
@@ -287,7 +287,8 @@ impl Sockets {
         let left = until.saturating_duration_since(Instant::now());
         // round up, so the deadline has passed when poll returns on its timeout
         let ms = left.as_micros().div_ceil(1000).min(60_000) as libc::c_int;
-        // SAFETY: fds is a live array of fds.len() pollfd structs.
+        // SAFETY: fds is a live, initialised Vec of fds.len() pollfd structs that poll only
+        // reads and writes `revents` of; the fds are the request's open sockets.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
     }
 }
@@ -423,18 +424,8 @@ impl<F: FnMut(&Event)> Run<'_, F> {
     /// The outcome, once, after the queued transmits were drained: a decision is the
     /// held response with the machine's send counts.
     fn poll_outcome(&mut self) -> Option<Outcome> {
-        match self.machine.poll_outcome(&self.plan)? {
-            Ok(sends) => {
-                let mut r = self.held.take()?;
-                r.sends = sends.sends;
-                r.completion_sends = sends.completion_sends;
-                Some(Ok(r))
-            }
-            Err(f) => {
-                self.held = None;
-                Some(Err(f))
-            }
-        }
+        let ended = self.machine.poll_outcome(&self.plan)?;
+        kept_outcome(ended, self.held.take())
     }
 }
 

@@ -32,10 +32,32 @@ use crate::metrics::LayerMetrics;
 pub struct Consumption {
     /// Inline up to two, so a request's consumption needs no allocation.
     resources: SmallVec<[(Resource, u32); 2]>,
+    extras: Extras,
+    failure: Option<FailureKind>,
+}
+
+/// What a request carries besides its resources (guards, a metrics label, counters it is
+/// also counted in): a [`Consumption`]'s own, and what a [`Keyed`] gives every request's.
+/// Their builders (`guard`, `label`, `also_count_in`) set it through these methods.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Extras {
     guards: Vec<(LatencyTracker, Duration)>,
     label: Cow<'static, str>,
-    failure: Option<FailureKind>,
     also: AlsoCounted,
+}
+
+impl Extras {
+    fn guard(&mut self, tracker: LatencyTracker, threshold: Duration) {
+        self.guards.push((tracker, threshold));
+    }
+
+    fn label(&mut self, label: Cow<'static, str>) {
+        self.label = label;
+    }
+
+    fn also_count_in(&mut self, metrics: Arc<LayerMetrics>) {
+        self.also = AlsoCounted(Some(metrics));
+    }
 }
 
 /// The counters a consumption's verdict is also counted in (besides the layer's own):
@@ -84,26 +106,26 @@ impl Consumption {
     /// below `threshold`. After a forwarded request the layer reports the inner service's
     /// observed latency to every guarded tracker.
     pub fn guard(mut self, tracker: LatencyTracker, threshold: Duration) -> Self {
-        self.guards.push((tracker, threshold));
+        self.extras.guard(tracker, threshold);
         self
     }
 
     /// A metrics label (groups the service's own metrics; not a key).
     pub fn label(mut self, label: impl Into<Cow<'static, str>>) -> Self {
-        self.label = label.into();
+        self.extras.label(label.into());
         self
     }
 
     /// Also counts this request's verdict and decision latency in `metrics` (e.g. one
     /// route's counters, beside the layer's).
     pub fn also_count_in(mut self, metrics: Arc<LayerMetrics>) -> Self {
-        self.also = AlsoCounted(Some(metrics));
+        self.extras.also_count_in(metrics);
         self
     }
 
     /// The counters set by [`Consumption::also_count_in`].
     pub fn counted_in(&self) -> Option<&Arc<LayerMetrics>> {
-        self.also.0.as_ref()
+        self.extras.also.0.as_ref()
     }
 
     /// The resources and their token counts.
@@ -113,17 +135,17 @@ impl Consumption {
 
     /// The guards and their thresholds.
     pub fn guards(&self) -> &[(LatencyTracker, Duration)] {
-        &self.guards
+        &self.extras.guards
     }
 
     /// The metrics label ("" = none).
     pub fn metrics_label(&self) -> &str {
-        &self.label
+        &self.extras.label
     }
 
     /// No resource and no guard.
     pub fn is_empty(&self) -> bool {
-        self.resources.is_empty() && self.guards.is_empty()
+        self.resources.is_empty() && self.extras.guards.is_empty()
     }
 }
 
@@ -291,13 +313,12 @@ pub struct Keyed {
     limit: Limit,
     key_by: KeyBy,
     prefix: Cow<'static, str>,
-    guards: Vec<(LatencyTracker, Duration)>,
-    label: Cow<'static, str>,
+    /// Given to every request's consumption.
+    extras: Extras,
     client_rule: Arc<ClientIpRule>,
     unvouched: Arc<UnvouchedLog>,
     buckets: Arc<Mutex<Buckets>>,
     warned_no_addr: Arc<AtomicBool>,
-    also: Option<Arc<LayerMetrics>>,
 }
 
 /// The cached buckets: by key text, and for [`KeyBy::ClientIp`] by address, so a
@@ -327,13 +348,11 @@ pub fn keyed(limit: Limit, key_by: KeyBy) -> Keyed {
         limit,
         key_by,
         prefix: Cow::Borrowed("http"),
-        guards: Vec::new(),
-        label: Cow::Borrowed(""),
+        extras: Extras::default(),
         client_rule: Arc::default(),
         unvouched: Arc::default(),
         buckets: Arc::default(),
         warned_no_addr: Arc::default(),
-        also: None,
     }
 }
 
@@ -366,19 +385,19 @@ impl Keyed {
 
     /// Adds a guard to every request.
     pub fn guard(mut self, tracker: LatencyTracker, threshold: Duration) -> Self {
-        self.guards.push((tracker, threshold));
+        self.extras.guard(tracker, threshold);
         self
     }
 
     /// A metrics label for every request.
     pub fn label(mut self, label: impl Into<Cow<'static, str>>) -> Self {
-        self.label = label.into();
+        self.extras.label(label.into());
         self
     }
 
     /// Also counts every request's verdict in `metrics` ([`Consumption::also_count_in`]).
     pub fn also_count_in(mut self, metrics: Arc<LayerMetrics>) -> Self {
-        self.also = Some(metrics);
+        self.extras.also_count_in(metrics);
         self
     }
 
@@ -500,35 +519,31 @@ impl IpText {
 
 impl<B> Classify<B> for Keyed {
     fn classify(&self, request: &http::Request<B>) -> Consumption {
-        let mut c = Consumption::new().label(self.label.clone());
         // A name or limit the engine refuses shows up as an invalid request (500), not
         // as a panic: Resource::new only fails on limits Limit::new already refused.
         let bucket = match self.key_by {
             KeyBy::ClientIp => self.client_addr(request).map(|a| self.bucket_of_ip(a)),
             _ => self.with_key(request, &mut IpText::default(), |key| self.bucket(key)),
         };
-        match bucket {
-            Some(Some(r)) => c = c.consume(r, 1),
-            Some(None) => {}
-            None => {
-                if !self.warned_no_addr.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        "KeyBy::ClientIp found no client address on a request (no axum ConnectInfo<SocketAddr>, \
-                         ClientAddr or SocketAddr extension; with axum serve with \
-                         into_make_service_with_connect_info::<SocketAddr>()): such requests get the failure \
-                         policy (no_client_addr) instead of a bucket"
-                    );
-                }
-                return Consumption::failed(FailureKind::NoClientAddr);
+        let Some(bucket) = bucket else {
+            if !self.warned_no_addr.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "KeyBy::ClientIp found no client address on a request (no axum ConnectInfo<SocketAddr>, \
+                     ClientAddr or SocketAddr extension; with axum serve with \
+                     into_make_service_with_connect_info::<SocketAddr>()): such requests get the failure \
+                     policy (no_client_addr) instead of a bucket"
+                );
             }
+            return Consumption::failed(FailureKind::NoClientAddr);
+        };
+        let c = Consumption {
+            extras: self.extras.clone(),
+            ..Consumption::default()
+        };
+        match bucket {
+            Some(r) => c.consume(r, 1),
+            None => c,
         }
-        for (t, th) in &self.guards {
-            c = c.guard(t.clone(), *th);
-        }
-        if let Some(m) = &self.also {
-            c = c.also_count_in(m.clone());
-        }
-        c
     }
 }
 

@@ -66,7 +66,8 @@ fn pace<C: AsyncClient>(
             if let Some(c) = core {
                 crate::cpu::pin(c);
             }
-            // SAFETY: prctl with PR_SET_TIMERSLACK takes a plain integer (nanoseconds).
+            // SAFETY: prctl with PR_SET_TIMERSLACK takes a plain integer (nanoseconds) and
+            // no pointer; it changes only this thread's timer slack.
             unsafe {
                 libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0);
             }

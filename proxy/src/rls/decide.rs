@@ -1,4 +1,5 @@
-//! One call's decision, sans IO: which descriptors have a limit ([`Plan::new`]), the
+//! One call's decision, with no network and no engine handle (it counts into the rules'
+//! shared atomic counters): which descriptors have a limit ([`Plan::new`]), the
 //! Ratelimitly requests they make ([`Plan::parts`]), and the answer from those requests'
 //! verdicts ([`Plan::answer`]).
 //!

@@ -40,7 +40,7 @@ use super::sockets::{SocketOp, SocketTable};
 use super::stats::Stats;
 use super::wheel::{TimerHandle, TimerWheel};
 use crate::proto::error::RequestError;
-use crate::proto::machine::{Delivery, Ignored, Sends, Snapshot, TransmitKind};
+use crate::proto::machine::{Delivery, Ignored, Sends, Snapshot, TransmitKind, kept_outcome};
 use crate::proto::outcome::{CommError, Failure, Response};
 use crate::proto::wire::{self, DropReason, ReportEntry, RngError, TenantView};
 use crate::udp::SocketId;
@@ -498,16 +498,14 @@ impl CoreState {
             );
         }
         // a decision's response stays in its cell until it is taken (moved once)
-        let result = match (res, self.outcomes.get_mut(e.held)) {
-            (Ok(n), Some(r)) => {
-                r.sends = n.sends;
-                r.completion_sends = n.completion_sends;
+        let result = match kept_outcome(res, self.outcomes.get_mut(e.held)) {
+            Some(Ok(r)) => {
                 s.count_decision(r, e.req.snapshot());
                 Ok(std::mem::replace(&mut e.held, Held::NONE))
             }
             // a decision always holds its response: only a guard
-            (Ok(_), None) => Err(Failure::Shutdown),
-            (Err(f), _) => {
+            None => Err(Failure::Shutdown),
+            Some(Err(f)) => {
                 drop(self.outcomes.take(&mut e.held));
                 s.count_failure(&f);
                 Err(f)

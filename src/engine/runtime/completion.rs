@@ -11,7 +11,10 @@
 //!
 //! Must not touch: request state, sockets, clocks other than the callers' wake
 //! measurement. A core completes a slot exactly once; a caller that gives up (drops its
-//! future) abandons the slot and the core frees it.
+//! future) abandons the slot and the core frees it. The pool's memory is freed where its
+//! last reference goes, except on an async runtime's thread: there `SlotPool`'s `Drop`
+//! hands the slots to that runtime's blocking pool, so that no worker stalls on freeing
+//! tens of MiB.
 
 use std::fmt;
 use std::future::Future;

@@ -36,10 +36,12 @@
 //!    engine shut down and every request completed.
 //!
 //! **The wake order**, the same under both schedulers: callers are woken at step 6
-//! only, after the turn's sends. A decision reached by a datagram is delivered by the
-//! next turn's `handle_timeout` (step 1) with its held completion resends, which leave
-//! in that turn's I/O pass before the caller is woken. A submitter wakes an idle core
-//! with at most one `write(2)` or task wake (see `udp::Waker`).
+//! only, after the turn's sends. A decision reached by a datagram that queued no
+//! completion resends is delivered at step 6 of the turn that received it; one that
+//! queued some is held until the next turn's `handle_timeout` (step 1) sends them and
+//! hands it out, so they leave in that turn's I/O pass before the caller is woken.
+//! A submitter wakes an idle core with at most one `write(2)` or task wake (see
+//! `udp::Waker`).
 //!
 //! # Faults
 //!

@@ -3,12 +3,15 @@
 //! rule over result blocks.
 //!
 //! Owns: the guard block layout (36 bytes, identical in both directions) and its values
-//! ([`GuardSpec`]), the offsets of
-//! the resource block fields both directions share (bucket id, window), [`GuardView`],
-//! and the one statement of the grant rule ([`guard_passes`], [`grants`]). Must not touch:
-//! PDU framing and counts (request.rs, response.rs), anything above the wire.
+//! ([`GuardSpec`]), the resource block layout both directions share (28 bytes: bucket id,
+//! window, a rate at +20, a token count at +24; request.rs and response.rs name the last
+//! two) with its one reader and writer, [`GuardView`], and the one statement of the grant
+//! rule ([`guard_passes`], [`grants`]). Must not touch: PDU framing and counts
+//! (request.rs, response.rs), anything above the wire.
 
-use super::{get_id, get_u32, put_u32};
+use std::fmt;
+
+use super::{get_id, get_u16, get_u32, put_u16, put_u32};
 
 /// Guard block offsets (request and response).
 pub(crate) mod guard {
@@ -20,11 +23,71 @@ pub(crate) mod guard {
     pub const CURRENT: usize = 32;
 }
 
-/// Resource block offsets shared by the request and the response block (the response
-/// puts its results from +20 on; see response.rs).
+/// Resource block offsets, the same in the request and the response block.
 pub(crate) mod resource {
     pub const BUCKET_ID: usize = 0;
     pub const WINDOW: usize = 16;
+    /// Request: the rate limit; response: the actual rate.
+    pub const RATE: usize = 20;
+    /// Request: the tokens asked for; response: the deficit.
+    pub const TOKENS: usize = 24;
+    pub const RESERVED: usize = 26;
+}
+
+/// Writes one resource block into `out[..28]` (the caller checked the length): `rate` and
+/// `tokens` are the request's rate limit and tokens, or the response's actual rate and
+/// deficit.
+pub(crate) fn put_resource(
+    out: &mut [u8],
+    bucket_id: &[u8; 16],
+    window_ms: u32,
+    rate: u32,
+    tokens: u16,
+) {
+    out[resource::BUCKET_ID..resource::WINDOW].copy_from_slice(bucket_id);
+    put_u32(out, resource::WINDOW, window_ms);
+    put_u32(out, resource::RATE, rate);
+    put_u16(out, resource::TOKENS, tokens);
+    put_u16(out, resource::RESERVED, 0);
+}
+
+/// One resource block (request or response), read by both directions' views. Only made
+/// from a 28-byte chunk of a validated PDU, so no accessor can read out of bounds. Its
+/// `Debug` is the bytes', as the views showed before they shared it.
+#[derive(Clone, Copy)]
+pub(crate) struct ResourceBlock<'a>(&'a [u8]);
+
+impl<'a> ResourceBlock<'a> {
+    /// `b` must be exactly one block (`chunks_exact(RESOURCE_BLOCK_LEN)`).
+    #[inline]
+    pub(crate) fn new(b: &'a [u8]) -> ResourceBlock<'a> {
+        debug_assert_eq!(b.len(), super::RESOURCE_BLOCK_LEN);
+        ResourceBlock(b)
+    }
+    #[inline]
+    pub(crate) fn bucket_id(self) -> [u8; 16] {
+        get_id(self.0, resource::BUCKET_ID)
+    }
+    #[inline]
+    pub(crate) fn window_ms(self) -> u32 {
+        get_u32(self.0, resource::WINDOW)
+    }
+    /// Request: the rate limit; response: the actual rate.
+    #[inline]
+    pub(crate) fn rate(self) -> u32 {
+        get_u32(self.0, resource::RATE)
+    }
+    /// Request: the tokens asked for; response: the deficit.
+    #[inline]
+    pub(crate) fn tokens(self) -> u16 {
+        get_u16(self.0, resource::TOKENS)
+    }
+}
+
+impl fmt::Debug for ResourceBlock<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.0, f)
+    }
 }
 
 /// A guard block's values (request: current_latency_ms = 0; response: filled in).

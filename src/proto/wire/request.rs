@@ -2,12 +2,11 @@
 //! blocks (36) · R resource blocks (28) · optional metrics-label TLV ending the body.
 //! Owns the request layout, its encoder and its view.
 
-use super::blocks::{self, GuardSpec, GuardView, put_guard};
+use super::blocks::{GuardSpec, GuardView, ResourceBlock, put_guard, put_resource};
 use super::{Auth, label};
 use super::{
     DropReason, EncodeError, GUARD_BLOCK_LEN, Opened, PDU_HEADER_LEN, RESOURCE_BLOCK_LEN,
-    TenantFields, check_room, count_u16, get_id, get_u16, get_u32, parse_pdu, put_pdu_header,
-    put_u16, put_u32, types,
+    TenantFields, check_room, count_u16, get_u16, parse_pdu, put_pdu_header, put_u16, types,
 };
 
 /// Body offsets: counts.
@@ -15,14 +14,6 @@ pub(crate) mod body {
     pub const GUARDS: usize = 0;
     pub const RESOURCES: usize = 2;
     pub const BLOCKS: usize = 4;
-}
-
-/// Request resource block offsets (id and window are shared with the response block).
-mod resource {
-    pub(super) use super::blocks::resource::{BUCKET_ID, WINDOW};
-    pub const RATE_LIMIT: usize = 20;
-    pub const TOKENS: usize = 24;
-    pub const RESERVED: usize = 26;
 }
 
 /// A request resource block's values.
@@ -78,12 +69,13 @@ pub fn encode_rate_request_pdu(
         at += GUARD_BLOCK_LEN;
     }
     for spec in resources {
-        let b = &mut out[at..at + RESOURCE_BLOCK_LEN];
-        b[resource::BUCKET_ID..resource::WINDOW].copy_from_slice(&spec.bucket_id);
-        put_u32(b, resource::WINDOW, spec.window_ms);
-        put_u32(b, resource::RATE_LIMIT, spec.rate_limit);
-        put_u16(b, resource::TOKENS, spec.tokens);
-        put_u16(b, resource::RESERVED, 0);
+        put_resource(
+            &mut out[at..at + RESOURCE_BLOCK_LEN],
+            &spec.bucket_id,
+            spec.window_ms,
+            spec.rate_limit,
+            spec.tokens,
+        );
         at += RESOURCE_BLOCK_LEN;
     }
     at += label::encode_label_tlv(&mut out[at..size], label)?;
@@ -141,28 +133,28 @@ pub(crate) fn shift(e: EncodeError, p: usize) -> EncodeError {
     }
 }
 
-/// A request resource block.
+/// A request resource block (its bytes read by the block reader the response shares).
 #[derive(Clone, Copy, Debug)]
 pub struct ResourceView<'a> {
-    b: &'a [u8],
+    b: ResourceBlock<'a>,
 }
 
 impl<'a> ResourceView<'a> {
     /// Bucket id.
     pub fn bucket_id(&self) -> [u8; 16] {
-        get_id(self.b, resource::BUCKET_ID)
+        self.b.bucket_id()
     }
     /// Window in ms.
     pub fn window_ms(&self) -> u32 {
-        get_u32(self.b, resource::WINDOW)
+        self.b.window_ms()
     }
     /// Tokens per window.
     pub fn rate_limit(&self) -> u32 {
-        get_u32(self.b, resource::RATE_LIMIT)
+        self.b.rate()
     }
     /// Tokens requested.
     pub fn tokens(&self) -> u16 {
-        get_u16(self.b, resource::TOKENS)
+        self.b.tokens()
     }
     /// The values, copied out.
     pub fn spec(&self) -> ResourceSpec {
@@ -240,7 +232,9 @@ impl<'a> RateRequestView<'a> {
     pub fn resources(&self) -> impl ExactSizeIterator<Item = ResourceView<'a>> + Clone + 'a {
         self.resources
             .chunks_exact(RESOURCE_BLOCK_LEN)
-            .map(|b| ResourceView { b })
+            .map(|b| ResourceView {
+                b: ResourceBlock::new(b),
+            })
     }
     /// The label bytes, if a label TLV is present (always valid UTF-8).
     pub fn label(&self) -> Option<&'a [u8]> {

@@ -3,19 +3,11 @@
 //! Bytes after the declared blocks are ignored. Owns the response layout, its encoder and
 //! its view; the grant rule itself is stated once, in blocks.rs.
 
-use super::blocks::{GuardSpec, GuardView, grants, put_guard, resource};
+use super::blocks::{GuardSpec, GuardView, ResourceBlock, grants, put_guard, put_resource};
 use super::{
     Auth, DropReason, EncodeError, GUARD_BLOCK_LEN, Opened, PDU_HEADER_LEN, RESOURCE_BLOCK_LEN,
-    TenantView, check_room, count_u16, get_id, get_u16, get_u32, open, parse_pdu, put_pdu_header,
-    put_u16, put_u32, types,
+    TenantView, check_room, count_u16, get_u16, open, parse_pdu, put_pdu_header, put_u16, types,
 };
-
-/// Resource result block offsets (after id and window, shared with the request).
-mod result {
-    pub const ACTUAL_RATE: usize = 20;
-    pub const DEFICIT: usize = 24;
-    pub const RESERVED: usize = 26;
-}
 
 /// Body offsets: counts, then blocks.
 const OFF_G: usize = 0;
@@ -59,39 +51,40 @@ pub fn encode_rate_response_pdu(
         at += GUARD_BLOCK_LEN;
     }
     for spec in resources {
-        let b = &mut out[at..at + RESOURCE_BLOCK_LEN];
-        b[resource::BUCKET_ID..resource::WINDOW].copy_from_slice(&spec.bucket_id);
-        put_u32(b, resource::WINDOW, spec.window_ms);
-        put_u32(b, result::ACTUAL_RATE, spec.actual_rate);
-        put_u16(b, result::DEFICIT, spec.deficit);
-        put_u16(b, result::RESERVED, 0);
+        put_resource(
+            &mut out[at..at + RESOURCE_BLOCK_LEN],
+            &spec.bucket_id,
+            spec.window_ms,
+            spec.actual_rate,
+            spec.deficit,
+        );
         at += RESOURCE_BLOCK_LEN;
     }
     Ok(size)
 }
 
-/// A resource result block.
+/// A resource result block (its bytes read by the block reader the request shares).
 #[derive(Clone, Copy, Debug)]
 pub struct ResourceResultView<'a> {
-    b: &'a [u8],
+    b: ResourceBlock<'a>,
 }
 
 impl<'a> ResourceResultView<'a> {
     /// Bucket id.
     pub fn bucket_id(&self) -> [u8; 16] {
-        get_id(self.b, resource::BUCKET_ID)
+        self.b.bucket_id()
     }
     /// Window echo.
     pub fn window_ms(&self) -> u32 {
-        get_u32(self.b, resource::WINDOW)
+        self.b.window_ms()
     }
     /// Tokens already consumed in the window.
     pub fn actual_rate(&self) -> u32 {
-        get_u32(self.b, result::ACTUAL_RATE)
+        self.b.rate()
     }
     /// Shortfall (0 = available).
     pub fn deficit(&self) -> u16 {
-        get_u16(self.b, result::DEFICIT)
+        self.b.tokens()
     }
     /// The values, copied out.
     pub fn spec(&self) -> ResourceResultSpec {
@@ -165,7 +158,9 @@ impl<'a> RateResponseView<'a> {
     pub fn resources(&self) -> impl ExactSizeIterator<Item = ResourceResultView<'a>> + Clone + 'a {
         self.resources
             .chunks_exact(RESOURCE_BLOCK_LEN)
-            .map(|b| ResourceResultView { b })
+            .map(|b| ResourceResultView {
+                b: ResourceBlock::new(b),
+            })
     }
     /// Grant exactly when every guard passed (current < threshold) and every deficit is 0.
     /// Zero entries = grant.
