@@ -780,3 +780,110 @@ async fn breaker_opens_answers_at_once_and_closes() {
     assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
     r.stop();
 }
+
+/// The files are watched, without a signal: envoyproxy/ratelimit's layout (no
+/// `--config`: `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config`) as a ConfigMap volume; a
+/// `..data` swap applies within 5 s, a broken file is refused (logged with its file and
+/// line, counted, the running rules kept), a new file applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_directory_is_watched() {
+    use std::os::unix::fs::symlink;
+    let _s = SERIAL.lock().await;
+    let root = std::env::temp_dir().join(format!("rl-proxy-{}-watched", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let dir = root.join("ratelimit").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let rule = |limit: u32| {
+        format!(
+            "domain: w\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: minute, requests_per_unit: {limit} }}\n"
+        )
+    };
+    let version = |name: &str, text: &str| {
+        let v = dir.join(name);
+        std::fs::create_dir_all(&v).unwrap();
+        std::fs::write(v.join("w.yaml"), text).unwrap();
+        let tmp = dir.join("..data_tmp");
+        symlink(name, &tmp).unwrap();
+        std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    };
+    version("..1", &rule(1));
+    symlink("..data/w.yaml", dir.join("w.yaml")).unwrap();
+
+    let r = responder(611);
+    let log = TempFile::new("rls-watched.log", "");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+        .env("RUNTIME_ROOT", &root)
+        .env("RUNTIME_SUBDIRECTORY", "ratelimit")
+        .args(["--mode", "rls", "--endpoint", &endpoint(&r)])
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]);
+    let p = start_with_stderr(cmd, Stdio::from(std::fs::File::create(&log.0).unwrap())).await;
+    let mut c = client(&p).await;
+    let limit_of = |a: &RateLimitResponse| st(&a.statuses[0]).1;
+    assert_eq!(
+        limit_of(&call(&mut c, req("w", &[&[("k", "v")]])).await),
+        Some(1)
+    );
+
+    // applied within 5 s of the swap (polled every 100 ms, 60 times at most)
+    async fn until(mut f: impl AsyncFnMut() -> bool) -> bool {
+        for _ in 0..60 {
+            if f().await {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+    version("..2", &rule(7));
+    let t = std::time::Instant::now();
+    let ok =
+        until(async || limit_of(&call(&mut c, req("w", &[&[("k", "v")]])).await) == Some(7)).await;
+    assert!(
+        ok && t.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        t.elapsed()
+    );
+
+    // a broken version: refused, logged with file and line, counted; the rules kept
+    version(
+        "..3",
+        "domain: w\ndescriptors:\n  - key: k\n    rate_limit: { unit: year }\n",
+    );
+    let ok = until(async || {
+        metrics_of(&p).await["rl_proxy_rls_config_reloads_total{result=\"refused\"}"] >= 1.0
+    })
+    .await;
+    assert!(ok, "the refusal is counted");
+    let logged = std::fs::read_to_string(&log.0).unwrap();
+    assert!(
+        logged.contains("WARN") && logged.contains("w.yaml: line 4:"),
+        "{logged}"
+    );
+    assert_eq!(
+        limit_of(&call(&mut c, req("w", &[&[("k", "v")]])).await),
+        Some(7)
+    );
+
+    // fixed, and a new file with a new domain
+    version("..4", &rule(9));
+    std::fs::write(
+        dir.join("n.yaml"),
+        "domain: n\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 4 }\n",
+    )
+    .unwrap();
+    let ok = until(async || {
+        let a = call(&mut c, req("n", &[&[("k", "v")]])).await;
+        limit_of(&a) == Some(4)
+    })
+    .await;
+    assert!(ok, "the new file applies");
+    assert_eq!(
+        limit_of(&call(&mut c, req("w", &[&[("k", "v")]])).await),
+        Some(9)
+    );
+    assert!(metrics_of(&p).await["rl_proxy_rls_config_reloads_total{result=\"ok\"}"] >= 2.0);
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+    r.stop();
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -4,6 +4,7 @@
 //! ```text
 //! rl_proxy_rls_descriptors_total{domain="D",rule="R",outcome="granted|over_limit|not_consumed|shadow_over_limit|failed"}
 //! rl_proxy_rls_calls_total{answer="ok|over_limit|invalid_argument|unavailable"}
+//! rl_proxy_rls_config_reloads_total{result="ok|refused"}
 //! ```
 //!
 //! `rule` is the rule's `rate_limit.name`, else its key path (`key_value.key2`), or
@@ -91,6 +92,8 @@ pub const MAX_CALL_LABELS: usize = 10_000;
 #[derive(Debug, Default)]
 pub struct RlsMetrics {
     calls: [AtomicU64; 4],
+    /// Reloads (SIGHUP or a change of the files): applied, refused.
+    reloads: [AtomicU64; 2],
     rules: Series,
 }
 
@@ -148,6 +151,16 @@ impl RlsMetrics {
         self.calls[a as usize].load(Relaxed)
     }
 
+    /// Counts one reload: applied (`ok`) or refused.
+    pub fn record_reload(&self, ok: bool) {
+        self.reloads[usize::from(!ok)].fetch_add(1, Relaxed);
+    }
+
+    /// Reloads applied (`ok`) or refused.
+    pub fn reloads(&self, ok: bool) -> u64 {
+        self.reloads[usize::from(!ok)].load(Relaxed)
+    }
+
     /// The counters of rule `rule` of `domain` (made on first use; configuration
     /// loading only).
     pub fn rule(&self, domain: &Arc<str>, rule: &Arc<str>) -> Arc<RuleCounters> {
@@ -176,6 +189,17 @@ impl RlsMetrics {
                 out,
                 "rl_proxy_rls_calls_total{{answer=\"{a}\"}} {}",
                 self.calls[i].load(Relaxed)
+            );
+        }
+        out.push_str(
+            "# HELP rl_proxy_rls_config_reloads_total Configuration reloads (SIGHUP or a change of the files), by result.\n\
+             # TYPE rl_proxy_rls_config_reloads_total counter\n",
+        );
+        for (i, r) in ["ok", "refused"].iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "rl_proxy_rls_config_reloads_total{{result=\"{r}\"}} {}",
+                self.reloads[i].load(Relaxed)
             );
         }
         out.push_str(

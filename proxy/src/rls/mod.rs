@@ -31,6 +31,7 @@ pub mod request;
 pub mod rules;
 mod run;
 pub mod service;
+pub mod watch;
 
 pub use config::{Bounds, load, parse_window};
 pub use metrics::{CallAnswer, DescriptorOutcome, RlsMetrics, RuleCounters};

@@ -1,6 +1,6 @@
 //! `--mode rls`: Envoy's rate limit service, started from the flags: the YAML files
-//! checked against the API key, the engine, the gRPC listener, the admin page, SIGHUP
-//! reloads, the readiness line, shutdown.
+//! checked against the API key, the engine, the gRPC listener, the admin page, reloads
+//! (SIGHUP, and the files watched), the readiness line, shutdown.
 //!
 //! Owns: the mode's flags and its start. Must not touch: the service's semantics
 //! (the other modules of `rls`).
@@ -20,7 +20,10 @@ use crate::start::Shutdown;
 use crate::start::{self, StartError};
 
 /// Runs `--mode rls` until SIGINT or SIGTERM (or, with `--check`, checks the files).
-pub fn run(cli: Cli) -> Result<(), StartError> {
+pub fn run(mut cli: Cli) -> Result<(), StartError> {
+    if cli.config.is_empty() {
+        cli.config.extend(runtime_dir());
+    }
     check_flags(&cli)?;
     let metrics = RlsMetrics::new();
     if cli.check {
@@ -56,12 +59,26 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     result
 }
 
+/// envoyproxy/ratelimit's layout, without `--config`: the YAML files in
+/// `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY` (`config` when unset),
+/// when `RUNTIME_ROOT` is set (its default there, `/srv/runtime_data/current`, is not
+/// assumed: without either, `--config` is asked for).
+fn runtime_dir() -> Option<std::path::PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    let mut dir = std::path::PathBuf::from(var("RUNTIME_ROOT")?);
+    if let Some(sub) = var("RUNTIME_SUBDIRECTORY") {
+        dir.push(sub);
+    }
+    dir.push(var("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".into()));
+    Some(dir)
+}
+
 /// The flags `--mode rls` refuses, and the one it needs.
 fn check_flags(cli: &Cli) -> Result<(), StartError> {
     let refuse = |m: &str| Err(StartError::Usage(m.into()));
     if cli.config.is_empty() {
         return refuse(
-            "--mode rls needs --config FILE.yaml (envoyproxy/ratelimit's format, one domain per file; repeatable)",
+            "--mode rls needs --config FILE.yaml (envoyproxy/ratelimit's format, one domain per file; repeatable) or RUNTIME_ROOT (the files in $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY)",
         );
     }
     if cli.upstream.is_some() {
@@ -87,12 +104,13 @@ async fn serve_rls(
     // registered before the readiness line: a SIGHUP from then on reloads
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .map_err(|e| StartError::Runtime(format!("signal handler: {e}")))?;
-    let reload = Reload {
+    let reload = Arc::new(Reload {
         paths: cli.config.clone(),
         bounds,
         rules: rules.clone(),
         metrics: metrics.clone(),
-    };
+    });
+    let watcher = rls::watch::watch(reload.clone()).map_err(StartError::Usage)?;
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
             reload.reload();
@@ -141,5 +159,6 @@ async fn serve_rls(
     }
     admin_task.abort();
     monitor.abort();
+    watcher.abort();
     Ok(())
 }

@@ -200,7 +200,7 @@ pub struct Reload {
 }
 
 impl Reload {
-    /// Reads the files again: new calls get the new rules; files that do not check leave
+    /// Reads the files again (SIGHUP, or a change seen by [`super::watch`]): new calls get the new rules; files that do not check leave
     /// the running rules in place. A refusal is logged at `warn` (why, and which file and
     /// line), a reload at `info`.
     pub fn reload(&self) -> bool {
@@ -212,12 +212,14 @@ impl Reload {
                     "rate limit configuration reloaded"
                 );
                 self.rules.store(Arc::new(r));
+                self.metrics.record_reload(true);
                 true
             }
             Err(e) => {
                 tracing::warn!(
                     "rate limit configuration reload refused, the running configuration is kept: {e}"
                 );
+                self.metrics.record_reload(false);
                 false
             }
         }
