@@ -887,3 +887,140 @@ async fn the_directory_is_watched() {
     r.stop();
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// POST `body` to `path`: the whole answer.
+async fn post(
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: Vec<u8>,
+) -> http::Response<bytes::Bytes> {
+    use http_body_util::{BodyExt, Full};
+    let c = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build(hyper_util::client::legacy::connect::HttpConnector::new());
+    let req = http::Request::post(format!("http://{addr}{path}"))
+        .body(Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), c.request(req))
+        .await
+        .expect("answer within 10 s")
+        .expect("HTTP exchange");
+    let (parts, body) = resp.into_parts();
+    http::Response::from_parts(parts, body.collect().await.unwrap().to_bytes())
+}
+
+/// `grpc.health.v1.Health` on the gRPC listener: `SERVING` with Ratelimitly answering,
+/// `NOT_SERVING` while no decision can be made (a closed port).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_health_follows_readiness() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    let _s = SERIAL.lock().await;
+    let rules = TempFile::new("rls-health.yaml", RULES);
+    let status = async |p: &Proc, service: &str| {
+        let channel = Channel::from_shared(format!("http://{}", p.addr()))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut h = HealthClient::new(channel);
+        h.check(HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .map(|r| r.into_inner().status)
+    };
+    let r = responder(612);
+    let p = start(rls_cmd(&[&rules], &endpoint(&r), &[])).await;
+    for service in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+        assert_eq!(
+            status(&p, service).await.unwrap(),
+            ServingStatus::Serving as i32,
+            "{service:?}"
+        );
+    }
+    let unknown = status(&p, "no.such.Service").await.unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+    // ShouldRateLimit still answers on the same listener
+    let mut c = client(&p).await;
+    assert_eq!(
+        call(&mut c, req("bb", &[&[("user", "h")]]))
+            .await
+            .overall_code,
+        OK
+    );
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+    r.stop();
+
+    let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let ep = format!("9@127.0.0.1:{}", closed.local_addr().unwrap().port());
+    drop(closed);
+    let p = start(rls_cmd(&[&rules], &ep, &[])).await;
+    let mut seen = None;
+    for _ in 0..50 {
+        seen = Some(status(&p, "").await.unwrap());
+        if seen == Some(ServingStatus::NotServing as i32) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen, Some(ServingStatus::NotServing as i32));
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+}
+
+/// The admin listener's `POST /json` (the reference's JSON form of ShouldRateLimit:
+/// 200 OK, 429 OVER_LIMIT, 400 on a bad body, 413 past 1 MiB) and `GET /rlconfig` (the
+/// rules in force, one line each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_and_rlconfig() {
+    let _s = SERIAL.lock().await;
+    let (r, _rules, p, _c) = service(613, "rls-json.yaml").await;
+    let body = br#"{"domain": "bb", "descriptors": [{"entries": [{"key": "tenant", "value": "acme"}, {"key": "user", "value": "j"}]}]}"#;
+    let a = post(p.admin(), "/json", body.to_vec()).await;
+    assert_eq!(a.status(), 200);
+    assert_eq!(a.headers()["content-type"], "application/json");
+    let v: serde_json::Value = serde_json::from_slice(a.body()).unwrap();
+    assert_eq!(v["overallCode"], "OK", "{v}");
+    assert_eq!(v["statuses"][0]["code"], "OK");
+    assert_eq!(v["statuses"][0]["currentLimit"]["requestsPerUnit"], 1);
+    assert_eq!(v["statuses"][0]["currentLimit"]["unit"], "MINUTE");
+    let a = post(p.admin(), "/json", body.to_vec()).await;
+    assert_eq!(a.status(), 429);
+    let v: serde_json::Value = serde_json::from_slice(a.body()).unwrap();
+    assert_eq!(v["overallCode"], "OVER_LIMIT", "{v}");
+    assert!(
+        v["statuses"][0]["durationUntilReset"]
+            .as_str()
+            .unwrap()
+            .ends_with('s')
+    );
+    for bad in [
+        &b"{"[..],
+        b"{\"domain\": 5}",
+        b"{\"domain\": \"bb\", \"nope\": 1}",
+        b"",
+        b"{}",
+    ] {
+        let a = post(p.admin(), "/json", bad.to_vec()).await;
+        assert_eq!(a.status(), 400, "{}", String::from_utf8_lossy(bad));
+    }
+    let a = post(p.admin(), "/json", vec![b' '; (1 << 20) + 1]).await;
+    assert_eq!(a.status(), 413);
+    // GET /json is not a route
+    assert_eq!(get(p.admin(), "/json").await.status(), 404);
+
+    let a = get(p.admin(), "/rlconfig").await;
+    assert_eq!(a.status(), 200);
+    let text = String::from_utf8(a.body().to_vec()).unwrap();
+    for line in [
+        "bb.user: unit=MINUTE requests_per_unit=3, shadow_mode: false",
+        "bb.tenant_acme.user: unit=MINUTE requests_per_unit=1, shadow_mode: false",
+        "bb.probe: unit=MINUTE requests_per_unit=1, shadow_mode: true",
+        "bb.free: unlimited, shadow_mode: false",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
+    }
+    assert_eq!(text.lines().count(), 8, "{text}");
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+    r.stop();
+}

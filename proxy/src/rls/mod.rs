@@ -26,6 +26,7 @@
 
 pub mod config;
 pub mod decide;
+pub mod json;
 pub mod metrics;
 pub mod request;
 pub mod rules;
@@ -40,4 +41,4 @@ pub use ratelimitly_tower::OnFailure;
 pub use request::{Call, Invalid};
 pub use rules::Rules;
 pub use run::run;
-pub use service::{RateLimiter, Reload, serve};
+pub use service::{RateLimiter, Reload, report_health, serve};

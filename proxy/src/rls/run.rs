@@ -124,11 +124,21 @@ async fn serve_rls(
         metrics.clone(),
         layer.clone(),
     );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut server = tokio::spawn(rls::serve(listener, service, async move {
-        let _ = stopped.await;
-    }));
     let health = Health::new();
+    let reporter = tonic_health::server::HealthReporter::new();
+    let ready = health.clone();
+    let reporting = tokio::spawn(rls::report_health(reporter.clone(), move || {
+        ready.ready().is_ok()
+    }));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut server = tokio::spawn(rls::serve(
+        listener,
+        service.clone(),
+        Some(reporter),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
     let monitor = health::start(Watch {
         layers: vec![layer.clone()],
         engine: engine.clone(),
@@ -142,6 +152,7 @@ async fn serve_rls(
             exporters: vec![Exporter::new(layer).with_engine(engine)],
             own: Arc::new(move |out: &mut String| metrics.encode(out)),
             health,
+            extra: Some(Arc::new(rls::service::AdminRoutes(service))),
         },
     ));
     let shutdown =
@@ -160,5 +171,6 @@ async fn serve_rls(
     admin_task.abort();
     monitor.abort();
     watcher.abort();
+    reporting.abort();
     Ok(())
 }
