@@ -1024,3 +1024,85 @@ async fn json_and_rlconfig() {
     assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
     r.stop();
 }
+
+/// envoyproxy/ratelimit's environment variables: GRPC_HOST/GRPC_PORT, HOST/PORT,
+/// LOG_FORMAT, SHADOW_MODE, LIMIT_RESPONSE_HEADERS_ENABLED; a flag given wins; the
+/// reference's variables without effect are logged at warn; a bad value is exit 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_references_environment_variables() {
+    let _s = SERIAL.lock().await;
+    let rules = TempFile::new("rls-env.yaml", RULES);
+    let r = responder(614);
+    let (gp, hp) = (free_port(), free_port());
+    let cmd = |extra: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+        cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+            .env_remove("RUST_LOG")
+            .env("GRPC_HOST", "127.0.0.1")
+            .env("GRPC_PORT", gp.to_string())
+            .env("HOST", "127.0.0.1")
+            .env("PORT", hp.to_string())
+            .env("LOG_FORMAT", "json")
+            .env("LOG_LEVEL", "warn")
+            .env("SHADOW_MODE", "true")
+            .env("LIMIT_RESPONSE_HEADERS_ENABLED", "false")
+            .env("REDIS_URL", "redis:6379")
+            .env("USE_STATSD", "false")
+            .args(["--mode", "rls", "--config", rules.path()])
+            .args(["--endpoint", &endpoint(&r)])
+            .args(extra);
+        cmd
+    };
+    let log = TempFile::new("rls-env.log", "");
+    let p = start_with_stderr(
+        cmd(&[]),
+        Stdio::from(std::fs::File::create(&log.0).unwrap()),
+    )
+    .await;
+    assert_eq!((p.addr().port(), p.admin().port()), (gp, hp));
+    let mut c = client(&p).await;
+    let user = || req("bb", &[&[("user", "env")]]);
+    for _ in 0..3 {
+        assert_eq!(call(&mut c, user()).await.overall_code, OK);
+    }
+    // over the limit: the status says so, the call is OK (SHADOW_MODE), no headers
+    let a = call(&mut c, user()).await;
+    assert_eq!((a.overall_code, a.statuses[0].code), (OK, OVER));
+    assert!(a.response_headers_to_add.is_empty(), "{a:?}");
+    let m = metrics_of(&p).await;
+    assert_eq!(m["rl_proxy_rls_global_shadow_mode_total"], 1.0);
+    let logged = std::fs::read_to_string(&log.0).unwrap();
+    for var in ["REDIS_URL", "USE_STATSD"] {
+        let line = logged
+            .lines()
+            .find(|l| l.contains(&format!("{var} is set")))
+            .unwrap_or_else(|| panic!("{var} in {logged}"));
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        assert_eq!(v["level"], "WARN", "{line}");
+    }
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+
+    // the flags given win over the variables
+    let log = TempFile::new("rls-env-flags.log", "");
+    let p = start_with_stderr(
+        cmd(&["--listen", "127.0.0.1:0", "--log-format", "text"]),
+        Stdio::from(std::fs::File::create(&log.0).unwrap()),
+    )
+    .await;
+    assert_ne!(p.addr().port(), gp);
+    assert_eq!(p.admin().port(), hp);
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+    let logged = std::fs::read_to_string(&log.0).unwrap();
+    assert!(
+        logged.contains("WARN") && logged.contains("REDIS_URL is set") && !logged.starts_with('{'),
+        "{logged}"
+    );
+
+    // a value that does not parse: exit 2, naming the variable
+    let mut bad = cmd(&[]);
+    bad.env("GRPC_PORT", "eighty");
+    let (code, err) = run_to_exit(bad).await;
+    assert_eq!(code, Some(2));
+    assert!(err.contains("GRPC_PORT=\"eighty\""), "{err}");
+    r.stop();
+}

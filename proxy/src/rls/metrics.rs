@@ -5,6 +5,7 @@
 //! rl_proxy_rls_descriptors_total{domain="D",rule="R",outcome="granted|over_limit|not_consumed|shadow_over_limit|failed"}
 //! rl_proxy_rls_calls_total{answer="ok|over_limit|invalid_argument|unavailable"}
 //! rl_proxy_rls_config_reloads_total{result="ok|refused"}
+//! rl_proxy_rls_global_shadow_mode_total
 //! ```
 //!
 //! `rule` is the rule's `rate_limit.name`, else its key path (`key_value.key2`), or
@@ -94,6 +95,8 @@ pub struct RlsMetrics {
     calls: [AtomicU64; 4],
     /// Reloads (SIGHUP or a change of the files): applied, refused.
     reloads: [AtomicU64; 2],
+    /// Calls over a limit answered OK by `SHADOW_MODE=true`.
+    global_shadow: AtomicU64,
     rules: Series,
 }
 
@@ -156,6 +159,11 @@ impl RlsMetrics {
         self.reloads[usize::from(!ok)].fetch_add(1, Relaxed);
     }
 
+    /// Counts a call answered OK by `SHADOW_MODE=true` while over a limit.
+    pub fn record_global_shadow(&self) {
+        self.global_shadow.fetch_add(1, Relaxed);
+    }
+
     /// Reloads applied (`ok`) or refused.
     pub fn reloads(&self, ok: bool) -> u64 {
         self.reloads[usize::from(!ok)].load(Relaxed)
@@ -202,6 +210,13 @@ impl RlsMetrics {
                 self.reloads[i].load(Relaxed)
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP rl_proxy_rls_global_shadow_mode_total Calls over a limit answered OK by SHADOW_MODE=true.\n\
+             # TYPE rl_proxy_rls_global_shadow_mode_total counter\n\
+             rl_proxy_rls_global_shadow_mode_total {}",
+            self.global_shadow.load(Relaxed)
+        );
         out.push_str(
             "# HELP rl_proxy_rls_descriptors_total Descriptors with a limit, by configured rule and outcome.\n\
              # TYPE rl_proxy_rls_descriptors_total counter\n",

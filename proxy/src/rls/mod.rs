@@ -26,6 +26,7 @@
 
 pub mod config;
 pub mod decide;
+pub mod env;
 pub mod json;
 pub mod metrics;
 pub mod request;
@@ -40,5 +41,5 @@ pub use metrics::{CallAnswer, DescriptorOutcome, RlsMetrics, RuleCounters};
 pub use ratelimitly_tower::OnFailure;
 pub use request::{Call, Invalid};
 pub use rules::Rules;
-pub use run::run;
+pub use run::{run, run_with};
 pub use service::{RateLimiter, Reload, report_health, serve};

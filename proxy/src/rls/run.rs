@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::rls::env::Settings;
 use crate::rls::{self, Bounds, RateLimiter, Reload, RlsMetrics, Rules};
 use arc_swap::ArcSwap;
 use ratelimitly_engine::{ApiKey, EngineHandle};
@@ -20,7 +21,13 @@ use crate::start::Shutdown;
 use crate::start::{self, StartError};
 
 /// Runs `--mode rls` until SIGINT or SIGTERM (or, with `--check`, checks the files).
-pub fn run(mut cli: Cli) -> Result<(), StartError> {
+pub fn run(cli: Cli) -> Result<(), StartError> {
+    run_with(cli, Settings::default())
+}
+
+/// [`run`], with the settings of envoyproxy/ratelimit's environment variables
+/// ([`rls::env::apply`]).
+pub fn run_with(mut cli: Cli, settings: Settings) -> Result<(), StartError> {
     if cli.config.is_empty() {
         cli.config.extend(runtime_dir());
     }
@@ -54,6 +61,7 @@ pub fn run(mut cli: Cli) -> Result<(), StartError> {
         rules,
         bounds,
         metrics,
+        settings,
     ));
     start::stop(rt, Some(engine));
     result
@@ -97,6 +105,7 @@ async fn serve_rls(
     rules: Rules,
     bounds: Bounds,
     metrics: Arc<RlsMetrics>,
+    settings: Settings,
 ) -> Result<(), StartError> {
     let (listener, local) = start::bind(cli.listen).await?;
     let (admin, admin_addr) = start::bind(cli.admin_listen).await?;
@@ -123,7 +132,8 @@ async fn serve_rls(
         cli.on_failure,
         metrics.clone(),
         layer.clone(),
-    );
+    )
+    .with_env(&settings);
     let health = Health::new();
     let reporter = tonic_health::server::HealthReporter::new();
     let ready = health.clone();

@@ -45,6 +45,10 @@ pub struct RateLimiter {
     metrics: Arc<RlsMetrics>,
     layer: Arc<LayerMetrics>,
     breaker: Arc<Breaker>,
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED=false`: answers without RateLimit headers.
+    no_headers: bool,
+    /// `SHADOW_MODE=true`: never `OVER_LIMIT` overall.
+    shadow: bool,
 }
 
 impl std::fmt::Debug for RateLimiter {
@@ -79,7 +83,19 @@ impl RateLimiter {
             metrics,
             layer,
             breaker: Arc::new(Breaker::new(CircuitBreaker::default())),
+            no_headers: false,
+            shadow: false,
         }
+    }
+
+    /// With envoyproxy/ratelimit's settings: `LIMIT_RESPONSE_HEADERS_ENABLED=false`
+    /// (answers without `response_headers_to_add`'s RateLimit headers) and
+    /// `SHADOW_MODE=true` (a call over a limit is answered `OK` overall, its statuses
+    /// unchanged, and counted in `rl_proxy_rls_global_shadow_mode_total`).
+    pub fn with_env(mut self, s: &super::env::Settings) -> Self {
+        self.no_headers = s.no_headers;
+        self.shadow = s.shadow;
+        self
     }
 
     /// Sends `resources` as one request (none: no request), unless the open breaker
@@ -144,7 +160,14 @@ impl RateLimiter {
             });
         }
         match plan.answer(&verdicts, self.on_failure) {
-            Ok(a) => {
+            Ok(mut a) => {
+                if self.no_headers {
+                    a.response_headers_to_add.clear();
+                }
+                if self.shadow && a.overall_code == Code::OverLimit as i32 {
+                    a.overall_code = Code::Ok as i32;
+                    self.metrics.record_global_shadow();
+                }
                 self.metrics
                     .record_call(if a.overall_code == Code::OverLimit as i32 {
                         CallAnswer::OverLimit
