@@ -53,6 +53,7 @@ Environment:
                          without --config: the YAML files in
                          $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY
   LIMIT_RESPONSE_HEADERS_ENABLED=false  no RateLimit headers in the answers
+  NEAR_LIMIT_RATIO       near_limit in rl_proxy_rls_descriptor_hits_total (0.8)
   SHADOW_MODE=true       never OVER_LIMIT overall (counted)
   The reference's other variables (REDIS_*, USE_STATSD, BACKEND_TYPE, ...) have no
   effect; each one set is logged at warn at the start.

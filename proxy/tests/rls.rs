@@ -1026,7 +1026,8 @@ async fn json_and_rlconfig() {
 }
 
 /// envoyproxy/ratelimit's environment variables: GRPC_HOST/GRPC_PORT, HOST/PORT,
-/// LOG_FORMAT, SHADOW_MODE, LIMIT_RESPONSE_HEADERS_ENABLED; a flag given wins; the
+/// LOG_FORMAT, SHADOW_MODE, NEAR_LIMIT_RATIO (the per-key hit counters),
+/// LIMIT_RESPONSE_HEADERS_ENABLED; a flag given wins; the
 /// reference's variables without effect are logged at warn; a bad value is exit 2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_references_environment_variables() {
@@ -1045,6 +1046,7 @@ async fn the_references_environment_variables() {
             .env("LOG_FORMAT", "json")
             .env("LOG_LEVEL", "warn")
             .env("SHADOW_MODE", "true")
+            .env("NEAR_LIMIT_RATIO", "0.5")
             .env("LIMIT_RESPONSE_HEADERS_ENABLED", "false")
             .env("REDIS_URL", "redis:6379")
             .env("USE_STATSD", "false")
@@ -1071,6 +1073,20 @@ async fn the_references_environment_variables() {
     assert!(a.response_headers_to_add.is_empty(), "{a:?}");
     let m = metrics_of(&p).await;
     assert_eq!(m["rl_proxy_rls_global_shadow_mode_total"], 1.0);
+    // the reference's per-key statistics: 3 of 3 within (the 2nd and 3rd above half of
+    // the limit: near), the 4th over
+    for (kind, n) in [
+        ("total_hits", 4.0),
+        ("within_limit", 3.0),
+        ("near_limit", 2.0),
+        ("over_limit", 1.0),
+        ("shadow_mode", 0.0),
+    ] {
+        let k = format!(
+            "rl_proxy_rls_descriptor_hits_total{{domain=\"bb\",rule=\"user\",kind=\"{kind}\"}}"
+        );
+        assert_eq!(m[&k], n, "{k}");
+    }
     let logged = std::fs::read_to_string(&log.0).unwrap();
     for var in ["REDIS_URL", "USE_STATSD"] {
         let line = logged

@@ -10,6 +10,7 @@
 //! | `RUNTIME_ROOT`, `RUNTIME_SUBDIRECTORY`, `RUNTIME_APPDIRECTORY` | the directory read without `--config` (`run`) |
 //! | `RUNTIME_IGNOREDOTFILES`, `RUNTIME_WATCH_ROOT` | accepted: dot files are always ignored, the directory always watched |
 //! | `LIMIT_RESPONSE_HEADERS_ENABLED` | `false`: no `RateLimit-Policy`/`RateLimit` headers in `response_headers_to_add` (unset: they are added) |
+//! | `NEAR_LIMIT_RATIO` | the share of a limit above which hits count as `near_limit` in `rl_proxy_rls_descriptor_hits_total` (default 0.8) |
 //! | `SHADOW_MODE` | `true`: never `OVER_LIMIT` overall (counted in `rl_proxy_rls_global_shadow_mode_total`) |
 //!
 //! Every other variable of the reference that is set ([`UNSUPPORTED`]: Redis, Memcache,
@@ -54,7 +55,6 @@ pub const UNSUPPORTED: &[&str] = &[
     "PROMETHEUS_MAPPER_YAML",
     "EXPIRATION_JITTER_MAX_SECONDS",
     "LOCAL_CACHE_SIZE_IN_BYTES",
-    "NEAR_LIMIT_RATIO",
     "CACHE_KEY_PREFIX",
     "BACKEND_TYPE",
     "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
@@ -155,6 +155,15 @@ pub fn apply(
     }
     if let Some(v) = var("LIMIT_RESPONSE_HEADERS_ENABLED") {
         s.no_headers = !boolean("LIMIT_RESPONSE_HEADERS_ENABLED", v.trim())?;
+    }
+    if let Some(v) = var("NEAR_LIMIT_RATIO") {
+        let r: f32 = v
+            .trim()
+            .parse()
+            .ok()
+            .filter(|r: &f32| (0.0..=1.0).contains(r))
+            .ok_or_else(|| format!("NEAR_LIMIT_RATIO={v:?} is not a number from 0 to 1"))?;
+        super::metrics::set_near_limit_ratio(r);
     }
     if let Some(v) = var("SHADOW_MODE") {
         s.shadow = boolean("SHADOW_MODE", v.trim())?;

@@ -48,16 +48,81 @@ pub const DESCRIPTOR_OUTCOMES: [&str; 5] = [
     "failed",
 ];
 
+/// The `kind` label values of `rl_proxy_rls_descriptor_hits_total`: envoyproxy/ratelimit's
+/// per-key statistics (`ratelimit.service.rate_limit.DOMAIN.KEY.total_hits`, ...).
+pub const HIT_KINDS: [&str; 5] = [
+    "total_hits",
+    "over_limit",
+    "near_limit",
+    "within_limit",
+    "shadow_mode",
+];
+
+/// `NEAR_LIMIT_RATIO` (the reference's default 0.8) as `f32` bits: one per process, set
+/// at the start ([`set_near_limit_ratio`]).
+static NEAR_LIMIT_RATIO: std::sync::atomic::AtomicU32 =
+    std::sync::atomic::AtomicU32::new(0x3f4c_cccd);
+
+/// Sets the share of a limit above which hits count as `near_limit` (`NEAR_LIMIT_RATIO`).
+pub fn set_near_limit_ratio(r: f32) {
+    NEAR_LIMIT_RATIO.store(r.to_bits(), Relaxed);
+}
+
+/// The share of a limit above which hits count as `near_limit`.
+pub fn near_limit_ratio() -> f32 {
+    f32::from_bits(NEAR_LIMIT_RATIO.load(Relaxed))
+}
+
 /// One rule's counters.
 #[derive(Debug, Default)]
 pub struct RuleCounters {
     outcomes: [AtomicU64; 5],
+    /// Hits by [`HIT_KINDS`].
+    hits: [AtomicU64; 5],
 }
 
 impl RuleCounters {
     /// Counts one descriptor.
     pub fn record(&self, o: DescriptorOutcome) {
         self.outcomes[o as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Counts `hits` of a descriptor with outcome `o` as envoyproxy/ratelimit counts them:
+    /// all in `total_hits`; over its limit (the engine consumes all of a request or
+    /// nothing, so all of them): `over_limit`, and `shadow_mode` for a shadow rule;
+    /// otherwise `within_limit`, and those of them above the near-limit share of `limit`
+    /// (`used`: the tokens used after the call) also `near_limit`. No decision: only
+    /// `total_hits`.
+    pub fn record_hits(&self, o: DescriptorOutcome, hits: u64, used: Option<u32>, limit: u32) {
+        use DescriptorOutcome as O;
+        let add = |k: usize, n: u64| {
+            self.hits[k].fetch_add(n, Relaxed);
+        };
+        add(0, hits);
+        match o {
+            O::OverLimit => add(1, hits),
+            O::ShadowOverLimit => {
+                add(1, hits);
+                add(4, hits);
+            }
+            O::Granted | O::NotConsumed => {
+                add(3, hits);
+                if let Some(used) = used {
+                    let threshold =
+                        (f64::from(near_limit_ratio()) * f64::from(limit)).floor() as u64;
+                    let used = u64::from(used);
+                    if used > threshold {
+                        add(2, hits.min(used - threshold));
+                    }
+                }
+            }
+            O::Failed => {}
+        }
+    }
+
+    /// The hits counted as `HIT_KINDS[kind]`.
+    pub fn hits(&self, kind: usize) -> u64 {
+        self.hits[kind].load(Relaxed)
     }
 
     /// The count of `o`.
@@ -231,6 +296,19 @@ impl RlsMetrics {
                 let _ = writeln!(out, "\",outcome=\"{o}\"}} {}", c.outcomes[i].load(Relaxed));
             }
         }
+        out.push_str(
+            "# HELP rl_proxy_rls_descriptor_hits_total Hits of descriptors with a limit, by configured rule, as envoyproxy/ratelimit's per-key statistics.\n\
+             # TYPE rl_proxy_rls_descriptor_hits_total counter\n",
+        );
+        for ((domain, rule), c) in rules.iter() {
+            for (i, k) in HIT_KINDS.iter().enumerate() {
+                out.push_str("rl_proxy_rls_descriptor_hits_total{domain=\"");
+                label(out, domain);
+                out.push_str("\",rule=\"");
+                label(out, rule);
+                let _ = writeln!(out, "\",kind=\"{k}\"}} {}", c.hits[i].load(Relaxed));
+            }
+        }
         if eof {
             out.push_str("# EOF\n");
         }
@@ -257,5 +335,23 @@ mod tests {
         ));
         assert!(page.contains("rl_proxy_rls_calls_total{answer=\"over_limit\"} 1\n"));
         assert_eq!(page.matches("rl_proxy_rls_descriptors_total{").count(), 5);
+        assert_eq!(
+            page.matches("rl_proxy_rls_descriptor_hits_total{").count(),
+            5
+        );
+    }
+
+    #[test]
+    fn hits_as_the_reference_counts_them() {
+        let c = RuleCounters::default();
+        // limit 10, near from 8 used: 7 -> 9 used by 2 hits: 1 near
+        c.record_hits(DescriptorOutcome::Granted, 2, Some(9), 10);
+        c.record_hits(DescriptorOutcome::OverLimit, 3, Some(10), 10);
+        c.record_hits(DescriptorOutcome::ShadowOverLimit, 1, Some(10), 10);
+        c.record_hits(DescriptorOutcome::Failed, 4, None, 10);
+        assert_eq!(
+            (0..5).map(|k| c.hits(k)).collect::<Vec<_>>(),
+            [10, 4, 1, 2, 1]
+        );
     }
 }
