@@ -3,7 +3,7 @@
 //! the same with `OK`) and `GET /readyz` (readiness: `200 ready` while
 //! decisions can be made, `503` with a one-line reason while none can: the diagnosis's
 //! state, `crate::health`). Each answers from state and never waits on the service.
-//! A mode may add routes of its own ([`Extra`]: `--mode rls`'s `POST /json` and
+//! A mode may add routes of its own (`Extra`: `--mode rls`'s `POST /json` and
 //! `GET /rlconfig`).
 //!
 //! Owns: the admin routes. Must not touch: proxied traffic, admission.
