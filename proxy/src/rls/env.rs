@@ -19,7 +19,7 @@
 //!
 //! Owns: reading the variables. Must not touch: what the settings do.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 
 use crate::cli::Cli;
 use crate::logging::LogFormat;
@@ -99,28 +99,38 @@ pub fn apply(
     var: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Settings, String> {
     let var = |k: &str| var(k).filter(|v| !v.trim().is_empty());
-    let addr =
-        |host: &str, port: &str, default: SocketAddr| -> Result<Option<SocketAddr>, String> {
-            let (h, p) = (var(host), var(port));
-            if h.is_none() && p.is_none() {
-                return Ok(None);
-            }
-            let ip = match h {
-                Some(h) => h
-                    .trim()
-                    .parse::<IpAddr>()
-                    .map_err(|_| format!("{host}={h:?} is not an IP address"))?,
-                None => default.ip(),
-            };
-            let port = match p {
-                Some(p) => p
-                    .trim()
-                    .parse::<u16>()
-                    .map_err(|_| format!("{port}={p:?} is not a port"))?,
-                None => default.port(),
-            };
-            Ok(Some(SocketAddr::new(ip, port)))
+    let addr = |host: &str,
+                port: &str,
+                default: SocketAddr|
+     -> Result<Option<SocketAddr>, String> {
+        let (h, p) = (var(host), var(port));
+        if h.is_none() && p.is_none() {
+            return Ok(None);
+        }
+        let port = match p {
+            Some(p) => p
+                .trim()
+                .parse::<u16>()
+                .map_err(|_| format!("{port}={p:?} is not a port"))?,
+            None => default.port(),
         };
+        let ip = match h.as_deref().map(str::trim) {
+            None => default.ip(),
+            Some(h) => match h.parse::<IpAddr>() {
+                Ok(ip) => ip,
+                // a name, as the reference's listen resolves it (`localhost`)
+                Err(_) => (h, port)
+                    .to_socket_addrs()
+                    .ok()
+                    .and_then(|mut a| a.next())
+                    .map(|a| a.ip())
+                    .ok_or_else(|| {
+                        format!("{host}={h:?} is neither an IP address nor a name that resolves")
+                    })?,
+            },
+        };
+        Ok(Some(SocketAddr::new(ip, port)))
+    };
     let any: SocketAddr = "0.0.0.0:0".parse().expect("an address");
     if !explicit("listen")
         && let Some(a) = addr("GRPC_HOST", "GRPC_PORT", SocketAddr::new(any.ip(), 8081))?
@@ -185,4 +195,66 @@ pub fn apply(
     }
     s.warnings.sort();
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn cli() -> Cli {
+        Cli::parse_from(["rl-proxy", "--mode", "rls"])
+    }
+
+    fn vars(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn variables_flags_and_refusals() {
+        let mut c = cli();
+        let s = apply(
+            &mut c,
+            &|_| false,
+            &vars(&[
+                ("GRPC_PORT", "9001"),
+                ("HOST", "localhost"),
+                ("LOG_LEVEL", "Debug"),
+                ("SHADOW_MODE", "1"),
+                ("LIMIT_RESPONSE_HEADERS_ENABLED", "false"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.listen, "0.0.0.0:9001".parse().unwrap());
+        assert!(c.admin_listen.ip().is_loopback() && c.admin_listen.port() == 8080);
+        assert_eq!(s.log_level.as_deref(), Some("debug"));
+        assert!(s.shadow && s.no_headers);
+        // a flag given wins
+        let mut c = cli();
+        let before = c.listen;
+        apply(
+            &mut c,
+            &|id| id == "listen",
+            &vars(&[("GRPC_PORT", "9001")]),
+        )
+        .unwrap();
+        assert_eq!(c.listen, before);
+        let bad: [&'static [(&'static str, &'static str)]; 6] = [
+            &[("GRPC_PORT", "x")],
+            &[("GRPC_HOST", "no such host.invalid")],
+            &[("LOG_FORMAT", "xml")],
+            &[("LOG_LEVEL", "loud")],
+            &[("SHADOW_MODE", "yes")],
+            &[("NEAR_LIMIT_RATIO", "1.5")],
+        ];
+        for b in bad {
+            let e = apply(&mut cli(), &|_| false, &vars(b)).unwrap_err();
+            assert!(e.contains(b[0].0), "{e}");
+        }
+    }
 }
