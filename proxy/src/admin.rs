@@ -3,6 +3,8 @@
 //! the same with `OK`) and `GET /readyz` (readiness: `200 ready` while
 //! decisions can be made, `503` with a one-line reason while none can: the diagnosis's
 //! state, `crate::health`). Each answers from state and never waits on the service.
+//! A mode may add routes of its own (`Extra`: `--mode rls`'s `POST /json` and
+//! `GET /rlconfig`).
 //!
 //! Owns: the admin routes. Must not touch: proxied traffic, admission.
 
@@ -23,6 +25,26 @@ use crate::health::Health;
 /// Appends a mode's own series to the page (before its `# EOF`).
 pub(crate) type AppendSeries = Arc<dyn Fn(&mut String) + Send + Sync>;
 
+/// The answer to a request of the admin listener.
+pub(crate) type Answer = Response<Full<Bytes>>;
+
+/// Bodies read by [`Extra`] routes at most (larger: `413`).
+pub(crate) const MAX_BODY: usize = 1 << 20;
+
+/// A mode's own admin routes.
+pub(crate) trait Extra: Send + Sync {
+    /// Whether `method path` is one of them (its body is then read, at most
+    /// [`MAX_BODY`] bytes).
+    fn serves(&self, method: &Method, path: &str) -> bool;
+    /// The answer to `method path` with `body`.
+    fn answer(
+        &self,
+        method: Method,
+        path: String,
+        body: Bytes,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Answer> + Send>>;
+}
+
 /// What the admin routes answer from.
 pub(crate) struct Page {
     /// The layers' exporters: the metrics page is the first one's, with the values of
@@ -32,6 +54,8 @@ pub(crate) struct Page {
     pub(crate) own: AppendSeries,
     /// Readiness and the diagnosis's series.
     pub(crate) health: Arc<Health>,
+    /// The mode's own routes, if any.
+    pub(crate) extra: Option<Arc<dyn Extra>>,
 }
 
 /// Serves the admin routes on `listener` until the task is aborted.
@@ -55,7 +79,7 @@ pub(crate) async fn serve(listener: TcpListener, page: Page) {
     }
 }
 
-fn text(
+pub(crate) fn text(
     status: StatusCode,
     content_type: &'static str,
     body: impl Into<Bytes>,
@@ -69,9 +93,29 @@ fn text(
     r
 }
 
-const PLAIN: &str = "text/plain; charset=utf-8";
+pub(crate) const PLAIN: &str = "text/plain; charset=utf-8";
 
 async fn route(req: Request<Incoming>, page: Arc<Page>) -> Response<Full<Bytes>> {
+    if let Some(extra) = &page.extra
+        && extra.serves(req.method(), req.uri().path())
+    {
+        use http_body_util::BodyExt;
+        let (parts, body) = req.into_parts();
+        let body = match http_body_util::Limited::new(body, MAX_BODY).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return text(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    PLAIN,
+                    format!("the body is larger than {MAX_BODY} bytes\n"),
+                );
+            }
+            Err(e) => return text(StatusCode::BAD_REQUEST, PLAIN, format!("{e}\n")),
+        };
+        return extra
+            .answer(parts.method, parts.uri.path().to_owned(), body)
+            .await;
+    }
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
             // Reading the engine's statistics may block briefly: off the async workers.

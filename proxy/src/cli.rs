@@ -44,6 +44,19 @@ Environment:
   RATELIMITLY_API_KEY  the API key (or --key-file); never on the command line
   RUST_LOG             what is logged on standard error, as directives
                        (rl_proxy=debug,ratelimitly_engine=info; default warn)
+  --mode rls also reads envoyproxy/ratelimit's variables (a flag given wins):
+  GRPC_HOST, GRPC_PORT   --listen
+  HOST, PORT             --admin-listen (/json, /healthcheck, /metrics, /rlconfig)
+  LOG_LEVEL              the log level when RUST_LOG is unset
+  LOG_FORMAT             --log-format (text, json)
+  RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY
+                         without --config: the YAML files in
+                         $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY
+  LIMIT_RESPONSE_HEADERS_ENABLED=false  no RateLimit headers in the answers
+  NEAR_LIMIT_RATIO       near_limit in rl_proxy_rls_descriptor_hits_total (0.8)
+  SHADOW_MODE=true       never OVER_LIMIT overall (counted)
+  The reference's other variables (REDIS_*, USE_STATSD, BACKEND_TYPE, ...) have no
+  effect; each one set is logged at warn at the start.
 ";
 
 /// Where the engine's core runs (`--engine-core`).

@@ -44,7 +44,16 @@ pub fn filter(directives: Option<&str>) -> Result<EnvFilter, String> {
 /// Installs the subscriber: `RUST_LOG`'s directives, lines in `format` on standard
 /// error. A bad `RUST_LOG` is a usage error (exit 2).
 pub fn init(format: LogFormat) -> Result<(), StartError> {
-    let directives = std::env::var(LOG_ENV).ok();
+    init_with(format, None)
+}
+
+/// [`init`], with `fallback` as the directives when `RUST_LOG` is unset or blank
+/// (`--mode rls`: envoyproxy/ratelimit's `LOG_LEVEL`).
+pub fn init_with(format: LogFormat, fallback: Option<&str>) -> Result<(), StartError> {
+    let directives = std::env::var(LOG_ENV)
+        .ok()
+        .filter(|d| !d.trim().is_empty())
+        .or_else(|| fallback.map(str::to_owned));
     let filter = filter(directives.as_deref()).map_err(StartError::Usage)?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

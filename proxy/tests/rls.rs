@@ -780,3 +780,345 @@ async fn breaker_opens_answers_at_once_and_closes() {
     assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
     r.stop();
 }
+
+/// The files are watched, without a signal: envoyproxy/ratelimit's layout (no
+/// `--config`: `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config`) as a ConfigMap volume; a
+/// `..data` swap applies within 5 s, a broken file is refused (logged with its file and
+/// line, counted, the running rules kept), a new file applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_directory_is_watched() {
+    use std::os::unix::fs::symlink;
+    let _s = SERIAL.lock().await;
+    let root = std::env::temp_dir().join(format!("rl-proxy-{}-watched", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let dir = root.join("ratelimit").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let rule = |limit: u32| {
+        format!(
+            "domain: w\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: minute, requests_per_unit: {limit} }}\n"
+        )
+    };
+    let version = |name: &str, text: &str| {
+        let v = dir.join(name);
+        std::fs::create_dir_all(&v).unwrap();
+        std::fs::write(v.join("w.yaml"), text).unwrap();
+        let tmp = dir.join("..data_tmp");
+        symlink(name, &tmp).unwrap();
+        std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    };
+    version("..1", &rule(1));
+    symlink("..data/w.yaml", dir.join("w.yaml")).unwrap();
+
+    let r = responder(611);
+    let log = TempFile::new("rls-watched.log", "");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+    cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+        .env("RUNTIME_ROOT", &root)
+        .env("RUNTIME_SUBDIRECTORY", "ratelimit")
+        .args(["--mode", "rls", "--endpoint", &endpoint(&r)])
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]);
+    let p = start_with_stderr(cmd, Stdio::from(std::fs::File::create(&log.0).unwrap())).await;
+    let mut c = client(&p).await;
+    let limit_of = |a: &RateLimitResponse| st(&a.statuses[0]).1;
+    assert_eq!(
+        limit_of(&call(&mut c, req("w", &[&[("k", "v")]])).await),
+        Some(1)
+    );
+
+    // applied within 5 s of the swap (polled every 100 ms, 60 times at most)
+    async fn until(mut f: impl AsyncFnMut() -> bool) -> bool {
+        for _ in 0..60 {
+            if f().await {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+    version("..2", &rule(7));
+    let t = std::time::Instant::now();
+    let ok =
+        until(async || limit_of(&call(&mut c, req("w", &[&[("k", "v")]])).await) == Some(7)).await;
+    assert!(
+        ok && t.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        t.elapsed()
+    );
+
+    // a broken version: refused, logged with file and line, counted; the rules kept
+    version(
+        "..3",
+        "domain: w\ndescriptors:\n  - key: k\n    rate_limit: { unit: year }\n",
+    );
+    let ok = until(async || {
+        metrics_of(&p).await["rl_proxy_rls_config_reloads_total{result=\"refused\"}"] >= 1.0
+    })
+    .await;
+    assert!(ok, "the refusal is counted");
+    let logged = std::fs::read_to_string(&log.0).unwrap();
+    assert!(
+        logged.contains("WARN") && logged.contains("w.yaml: line 4:"),
+        "{logged}"
+    );
+    assert_eq!(
+        limit_of(&call(&mut c, req("w", &[&[("k", "v")]])).await),
+        Some(7)
+    );
+
+    // fixed, and a new file with a new domain
+    version("..4", &rule(9));
+    std::fs::write(
+        dir.join("n.yaml"),
+        "domain: n\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 4 }\n",
+    )
+    .unwrap();
+    let ok = until(async || {
+        let a = call(&mut c, req("n", &[&[("k", "v")]])).await;
+        limit_of(&a) == Some(4)
+    })
+    .await;
+    assert!(ok, "the new file applies");
+    assert_eq!(
+        limit_of(&call(&mut c, req("w", &[&[("k", "v")]])).await),
+        Some(9)
+    );
+    assert!(metrics_of(&p).await["rl_proxy_rls_config_reloads_total{result=\"ok\"}"] >= 2.0);
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+    r.stop();
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// POST `body` to `path`: the whole answer.
+async fn post(
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: Vec<u8>,
+) -> http::Response<bytes::Bytes> {
+    use http_body_util::{BodyExt, Full};
+    let c = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build(hyper_util::client::legacy::connect::HttpConnector::new());
+    let req = http::Request::post(format!("http://{addr}{path}"))
+        .body(Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), c.request(req))
+        .await
+        .expect("answer within 10 s")
+        .expect("HTTP exchange");
+    let (parts, body) = resp.into_parts();
+    http::Response::from_parts(parts, body.collect().await.unwrap().to_bytes())
+}
+
+/// `grpc.health.v1.Health` on the gRPC listener: `SERVING` with Ratelimitly answering,
+/// `NOT_SERVING` while no decision can be made (a closed port).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_health_follows_readiness() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    let _s = SERIAL.lock().await;
+    let rules = TempFile::new("rls-health.yaml", RULES);
+    let status = async |p: &Proc, service: &str| {
+        let channel = Channel::from_shared(format!("http://{}", p.addr()))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut h = HealthClient::new(channel);
+        h.check(HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .map(|r| r.into_inner().status)
+    };
+    let r = responder(612);
+    let p = start(rls_cmd(&[&rules], &endpoint(&r), &[])).await;
+    for service in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+        assert_eq!(
+            status(&p, service).await.unwrap(),
+            ServingStatus::Serving as i32,
+            "{service:?}"
+        );
+    }
+    let unknown = status(&p, "no.such.Service").await.unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+    // ShouldRateLimit still answers on the same listener
+    let mut c = client(&p).await;
+    assert_eq!(
+        call(&mut c, req("bb", &[&[("user", "h")]]))
+            .await
+            .overall_code,
+        OK
+    );
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+    r.stop();
+
+    let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let ep = format!("9@127.0.0.1:{}", closed.local_addr().unwrap().port());
+    drop(closed);
+    let p = start(rls_cmd(&[&rules], &ep, &[])).await;
+    let mut seen = None;
+    for _ in 0..50 {
+        seen = Some(status(&p, "").await.unwrap());
+        if seen == Some(ServingStatus::NotServing as i32) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen, Some(ServingStatus::NotServing as i32));
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+}
+
+/// The admin listener's `POST /json` (the reference's JSON form of ShouldRateLimit:
+/// 200 OK, 429 OVER_LIMIT, 400 on a bad body, 413 past 1 MiB) and `GET /rlconfig` (the
+/// rules in force, one line each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_and_rlconfig() {
+    let _s = SERIAL.lock().await;
+    let (r, _rules, p, _c) = service(613, "rls-json.yaml").await;
+    let body = br#"{"domain": "bb", "descriptors": [{"entries": [{"key": "tenant", "value": "acme"}, {"key": "user", "value": "j"}]}]}"#;
+    let a = post(p.admin(), "/json", body.to_vec()).await;
+    assert_eq!(a.status(), 200);
+    assert_eq!(a.headers()["content-type"], "application/json");
+    let v: serde_json::Value = serde_json::from_slice(a.body()).unwrap();
+    assert_eq!(v["overallCode"], "OK", "{v}");
+    assert_eq!(v["statuses"][0]["code"], "OK");
+    assert_eq!(v["statuses"][0]["currentLimit"]["requestsPerUnit"], 1);
+    assert_eq!(v["statuses"][0]["currentLimit"]["unit"], "MINUTE");
+    let a = post(p.admin(), "/json", body.to_vec()).await;
+    assert_eq!(a.status(), 429);
+    let v: serde_json::Value = serde_json::from_slice(a.body()).unwrap();
+    assert_eq!(v["overallCode"], "OVER_LIMIT", "{v}");
+    assert!(
+        v["statuses"][0]["durationUntilReset"]
+            .as_str()
+            .unwrap()
+            .ends_with('s')
+    );
+    for bad in [
+        &b"{"[..],
+        b"{\"domain\": 5}",
+        b"{\"domain\": \"bb\", \"nope\": 1}",
+        b"",
+        b"{}",
+    ] {
+        let a = post(p.admin(), "/json", bad.to_vec()).await;
+        assert_eq!(a.status(), 400, "{}", String::from_utf8_lossy(bad));
+    }
+    let a = post(p.admin(), "/json", vec![b' '; (1 << 20) + 1]).await;
+    assert_eq!(a.status(), 413);
+    // GET /json is not a route
+    assert_eq!(get(p.admin(), "/json").await.status(), 404);
+
+    let a = get(p.admin(), "/rlconfig").await;
+    assert_eq!(a.status(), 200);
+    let text = String::from_utf8(a.body().to_vec()).unwrap();
+    for line in [
+        "bb.user: unit=MINUTE requests_per_unit=3, shadow_mode: false",
+        "bb.tenant_acme.user: unit=MINUTE requests_per_unit=1, shadow_mode: false",
+        "bb.probe: unit=MINUTE requests_per_unit=1, shadow_mode: true",
+        "bb.free: unlimited, shadow_mode: false",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
+    }
+    assert_eq!(text.lines().count(), 8, "{text}");
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+    r.stop();
+}
+
+/// envoyproxy/ratelimit's environment variables: GRPC_HOST/GRPC_PORT, HOST/PORT,
+/// LOG_FORMAT, SHADOW_MODE, NEAR_LIMIT_RATIO (the per-key hit counters),
+/// LIMIT_RESPONSE_HEADERS_ENABLED; a flag given wins; the
+/// reference's variables without effect are logged at warn; a bad value is exit 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_references_environment_variables() {
+    let _s = SERIAL.lock().await;
+    let rules = TempFile::new("rls-env.yaml", RULES);
+    let r = responder(614);
+    let (gp, hp) = (free_port(), free_port());
+    let cmd = |extra: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl-proxy"));
+        cmd.env("RATELIMITLY_API_KEY", NONE_KEY)
+            .env_remove("RUST_LOG")
+            .env("GRPC_HOST", "127.0.0.1")
+            .env("GRPC_PORT", gp.to_string())
+            .env("HOST", "127.0.0.1")
+            .env("PORT", hp.to_string())
+            .env("LOG_FORMAT", "json")
+            .env("LOG_LEVEL", "warn")
+            .env("SHADOW_MODE", "true")
+            .env("NEAR_LIMIT_RATIO", "0.5")
+            .env("LIMIT_RESPONSE_HEADERS_ENABLED", "false")
+            .env("REDIS_URL", "redis:6379")
+            .env("USE_STATSD", "false")
+            .args(["--mode", "rls", "--config", rules.path()])
+            .args(["--endpoint", &endpoint(&r)])
+            .args(extra);
+        cmd
+    };
+    let log = TempFile::new("rls-env.log", "");
+    let p = start_with_stderr(
+        cmd(&[]),
+        Stdio::from(std::fs::File::create(&log.0).unwrap()),
+    )
+    .await;
+    assert_eq!((p.addr().port(), p.admin().port()), (gp, hp));
+    let mut c = client(&p).await;
+    let user = || req("bb", &[&[("user", "env")]]);
+    for _ in 0..3 {
+        assert_eq!(call(&mut c, user()).await.overall_code, OK);
+    }
+    // over the limit: the status says so, the call is OK (SHADOW_MODE), no headers
+    let a = call(&mut c, user()).await;
+    assert_eq!((a.overall_code, a.statuses[0].code), (OK, OVER));
+    assert!(a.response_headers_to_add.is_empty(), "{a:?}");
+    let m = metrics_of(&p).await;
+    assert_eq!(m["rl_proxy_rls_global_shadow_mode_total"], 1.0);
+    // the reference's per-key statistics: 3 of 3 within (the 2nd and 3rd above half of
+    // the limit: near), the 4th over
+    for (kind, n) in [
+        ("total_hits", 4.0),
+        ("within_limit", 3.0),
+        ("near_limit", 2.0),
+        ("over_limit", 1.0),
+        ("shadow_mode", 0.0),
+    ] {
+        let k = format!(
+            "rl_proxy_rls_descriptor_hits_total{{domain=\"bb\",rule=\"user\",kind=\"{kind}\"}}"
+        );
+        assert_eq!(m[&k], n, "{k}");
+    }
+    let logged = std::fs::read_to_string(&log.0).unwrap();
+    for var in ["REDIS_URL", "USE_STATSD"] {
+        let line = logged
+            .lines()
+            .find(|l| l.contains(&format!("{var} is set")))
+            .unwrap_or_else(|| panic!("{var} in {logged}"));
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        assert_eq!(v["level"], "WARN", "{line}");
+    }
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+
+    // the flags given win over the variables
+    let log = TempFile::new("rls-env-flags.log", "");
+    let p = start_with_stderr(
+        cmd(&["--listen", "127.0.0.1:0", "--log-format", "text"]),
+        Stdio::from(std::fs::File::create(&log.0).unwrap()),
+    )
+    .await;
+    assert_ne!(p.addr().port(), gp);
+    assert_eq!(p.admin().port(), hp);
+    assert_eq!(p.signal(libc::SIGTERM).await.code(), Some(0));
+    let logged = std::fs::read_to_string(&log.0).unwrap();
+    assert!(
+        logged.contains("WARN") && logged.contains("REDIS_URL is set") && !logged.starts_with('{'),
+        "{logged}"
+    );
+
+    // a value that does not parse: exit 2, naming the variable
+    let mut bad = cmd(&[]);
+    bad.env("GRPC_PORT", "eighty");
+    let (code, err) = run_to_exit(bad).await;
+    assert_eq!(code, Some(2));
+    assert!(err.contains("GRPC_PORT=\"eighty\""), "{err}");
+    r.stop();
+}

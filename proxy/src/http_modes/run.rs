@@ -236,6 +236,7 @@ async fn serve_all(
                 routes.encode(out);
             }),
             health,
+            extra: None,
         },
     ));
     let shutdown =

@@ -445,6 +445,13 @@ impl<'r> Plan<'r> {
                 Slot::Limited(l) => {
                     let s = Assessed::of(l, verdicts.get(l.part), on_failure);
                     l.counters.record(s.outcome);
+                    l.counters.record_hits(
+                        s.outcome,
+                        u64::from(l.hits),
+                        s.remaining
+                            .map(|r| l.limit.requests_per_unit.saturating_sub(r)),
+                        l.limit.requests_per_unit,
+                    );
                     if l.kind == LimitKind::Quota {
                         quotas += 1;
                         quotas_over += usize::from(s.over);
@@ -496,6 +503,12 @@ impl<'r> Plan<'r> {
                 && l.kind != LimitKind::Shadow
             {
                 l.counters.record(DescriptorOutcome::Failed);
+                l.counters.record_hits(
+                    DescriptorOutcome::Failed,
+                    u64::from(l.hits),
+                    None,
+                    l.limit.requests_per_unit,
+                );
             }
         }
     }

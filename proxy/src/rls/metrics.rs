@@ -4,6 +4,8 @@
 //! ```text
 //! rl_proxy_rls_descriptors_total{domain="D",rule="R",outcome="granted|over_limit|not_consumed|shadow_over_limit|failed"}
 //! rl_proxy_rls_calls_total{answer="ok|over_limit|invalid_argument|unavailable"}
+//! rl_proxy_rls_config_reloads_total{result="ok|refused"}
+//! rl_proxy_rls_global_shadow_mode_total
 //! ```
 //!
 //! `rule` is the rule's `rate_limit.name`, else its key path (`key_value.key2`), or
@@ -46,16 +48,81 @@ pub const DESCRIPTOR_OUTCOMES: [&str; 5] = [
     "failed",
 ];
 
+/// The `kind` label values of `rl_proxy_rls_descriptor_hits_total`: envoyproxy/ratelimit's
+/// per-key statistics (`ratelimit.service.rate_limit.DOMAIN.KEY.total_hits`, ...).
+pub const HIT_KINDS: [&str; 5] = [
+    "total_hits",
+    "over_limit",
+    "near_limit",
+    "within_limit",
+    "shadow_mode",
+];
+
+/// `NEAR_LIMIT_RATIO` (the reference's default 0.8) as `f32` bits: one per process, set
+/// at the start ([`set_near_limit_ratio`]).
+static NEAR_LIMIT_RATIO: std::sync::atomic::AtomicU32 =
+    std::sync::atomic::AtomicU32::new(0x3f4c_cccd);
+
+/// Sets the share of a limit above which hits count as `near_limit` (`NEAR_LIMIT_RATIO`).
+pub fn set_near_limit_ratio(r: f32) {
+    NEAR_LIMIT_RATIO.store(r.to_bits(), Relaxed);
+}
+
+/// The share of a limit above which hits count as `near_limit`.
+pub fn near_limit_ratio() -> f32 {
+    f32::from_bits(NEAR_LIMIT_RATIO.load(Relaxed))
+}
+
 /// One rule's counters.
 #[derive(Debug, Default)]
 pub struct RuleCounters {
     outcomes: [AtomicU64; 5],
+    /// Hits by [`HIT_KINDS`].
+    hits: [AtomicU64; 5],
 }
 
 impl RuleCounters {
     /// Counts one descriptor.
     pub fn record(&self, o: DescriptorOutcome) {
         self.outcomes[o as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Counts `hits` of a descriptor with outcome `o` as envoyproxy/ratelimit counts them:
+    /// all in `total_hits`; over its limit (the engine consumes all of a request or
+    /// nothing, so all of them): `over_limit`, and `shadow_mode` for a shadow rule;
+    /// otherwise `within_limit`, and those of them above the near-limit share of `limit`
+    /// (`used`: the tokens used after the call) also `near_limit`. No decision: only
+    /// `total_hits`.
+    pub fn record_hits(&self, o: DescriptorOutcome, hits: u64, used: Option<u32>, limit: u32) {
+        use DescriptorOutcome as O;
+        let add = |k: usize, n: u64| {
+            self.hits[k].fetch_add(n, Relaxed);
+        };
+        add(0, hits);
+        match o {
+            O::OverLimit => add(1, hits),
+            O::ShadowOverLimit => {
+                add(1, hits);
+                add(4, hits);
+            }
+            O::Granted | O::NotConsumed => {
+                add(3, hits);
+                if let Some(used) = used {
+                    let threshold =
+                        (f64::from(near_limit_ratio()) * f64::from(limit)).floor() as u64;
+                    let used = u64::from(used);
+                    if used > threshold {
+                        add(2, hits.min(used - threshold));
+                    }
+                }
+            }
+            O::Failed => {}
+        }
+    }
+
+    /// The hits counted as `HIT_KINDS[kind]`.
+    pub fn hits(&self, kind: usize) -> u64 {
+        self.hits[kind].load(Relaxed)
     }
 
     /// The count of `o`.
@@ -91,6 +158,10 @@ pub const MAX_CALL_LABELS: usize = 10_000;
 #[derive(Debug, Default)]
 pub struct RlsMetrics {
     calls: [AtomicU64; 4],
+    /// Reloads (SIGHUP or a change of the files): applied, refused.
+    reloads: [AtomicU64; 2],
+    /// Calls over a limit answered OK by `SHADOW_MODE=true`.
+    global_shadow: AtomicU64,
     rules: Series,
 }
 
@@ -148,6 +219,21 @@ impl RlsMetrics {
         self.calls[a as usize].load(Relaxed)
     }
 
+    /// Counts one reload: applied (`ok`) or refused.
+    pub fn record_reload(&self, ok: bool) {
+        self.reloads[usize::from(!ok)].fetch_add(1, Relaxed);
+    }
+
+    /// Counts a call answered OK by `SHADOW_MODE=true` while over a limit.
+    pub fn record_global_shadow(&self) {
+        self.global_shadow.fetch_add(1, Relaxed);
+    }
+
+    /// Reloads applied (`ok`) or refused.
+    pub fn reloads(&self, ok: bool) -> u64 {
+        self.reloads[usize::from(!ok)].load(Relaxed)
+    }
+
     /// The counters of rule `rule` of `domain` (made on first use; configuration
     /// loading only).
     pub fn rule(&self, domain: &Arc<str>, rule: &Arc<str>) -> Arc<RuleCounters> {
@@ -179,6 +265,24 @@ impl RlsMetrics {
             );
         }
         out.push_str(
+            "# HELP rl_proxy_rls_config_reloads_total Configuration reloads (SIGHUP or a change of the files), by result.\n\
+             # TYPE rl_proxy_rls_config_reloads_total counter\n",
+        );
+        for (i, r) in ["ok", "refused"].iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "rl_proxy_rls_config_reloads_total{{result=\"{r}\"}} {}",
+                self.reloads[i].load(Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP rl_proxy_rls_global_shadow_mode_total Calls over a limit answered OK by SHADOW_MODE=true.\n\
+             # TYPE rl_proxy_rls_global_shadow_mode_total counter\n\
+             rl_proxy_rls_global_shadow_mode_total {}",
+            self.global_shadow.load(Relaxed)
+        );
+        out.push_str(
             "# HELP rl_proxy_rls_descriptors_total Descriptors with a limit, by configured rule and outcome.\n\
              # TYPE rl_proxy_rls_descriptors_total counter\n",
         );
@@ -190,6 +294,19 @@ impl RlsMetrics {
                 out.push_str("\",rule=\"");
                 label(out, rule);
                 let _ = writeln!(out, "\",outcome=\"{o}\"}} {}", c.outcomes[i].load(Relaxed));
+            }
+        }
+        out.push_str(
+            "# HELP rl_proxy_rls_descriptor_hits_total Hits of descriptors with a limit, by configured rule, as envoyproxy/ratelimit's per-key statistics.\n\
+             # TYPE rl_proxy_rls_descriptor_hits_total counter\n",
+        );
+        for ((domain, rule), c) in rules.iter() {
+            for (i, k) in HIT_KINDS.iter().enumerate() {
+                out.push_str("rl_proxy_rls_descriptor_hits_total{domain=\"");
+                label(out, domain);
+                out.push_str("\",rule=\"");
+                label(out, rule);
+                let _ = writeln!(out, "\",kind=\"{k}\"}} {}", c.hits[i].load(Relaxed));
             }
         }
         if eof {
@@ -218,5 +335,23 @@ mod tests {
         ));
         assert!(page.contains("rl_proxy_rls_calls_total{answer=\"over_limit\"} 1\n"));
         assert_eq!(page.matches("rl_proxy_rls_descriptors_total{").count(), 5);
+        assert_eq!(
+            page.matches("rl_proxy_rls_descriptor_hits_total{").count(),
+            5
+        );
+    }
+
+    #[test]
+    fn hits_as_the_reference_counts_them() {
+        let c = RuleCounters::default();
+        // limit 10, near from 8 used: 7 -> 9 used by 2 hits: 1 near
+        c.record_hits(DescriptorOutcome::Granted, 2, Some(9), 10);
+        c.record_hits(DescriptorOutcome::OverLimit, 3, Some(10), 10);
+        c.record_hits(DescriptorOutcome::ShadowOverLimit, 1, Some(10), 10);
+        c.record_hits(DescriptorOutcome::Failed, 4, None, 10);
+        assert_eq!(
+            (0..5).map(|k| c.hits(k)).collect::<Vec<_>>(),
+            [10, 4, 1, 2, 1]
+        );
     }
 }

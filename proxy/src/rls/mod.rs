@@ -26,11 +26,14 @@
 
 pub mod config;
 pub mod decide;
+pub mod env;
+pub mod json;
 pub mod metrics;
 pub mod request;
 pub mod rules;
 mod run;
 pub mod service;
+pub mod watch;
 
 pub use config::{Bounds, load, parse_window};
 pub use metrics::{CallAnswer, DescriptorOutcome, RlsMetrics, RuleCounters};
@@ -38,5 +41,5 @@ pub use metrics::{CallAnswer, DescriptorOutcome, RlsMetrics, RuleCounters};
 pub use ratelimitly_tower::OnFailure;
 pub use request::{Call, Invalid};
 pub use rules::Rules;
-pub use run::run;
-pub use service::{RateLimiter, Reload, serve};
+pub use run::{run, run_with};
+pub use service::{RateLimiter, Reload, report_health, serve};

@@ -389,10 +389,73 @@ pub struct Rules {
     pub window_max: Option<Duration>,
 }
 
+impl Unit {
+    /// The proto's name of the unit (`MINUTE`; `UNKNOWN` for [`Unit::Other`]).
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "SECOND",
+            Unit::Minute => "MINUTE",
+            Unit::Hour => "HOUR",
+            Unit::Day => "DAY",
+            Unit::Week => "WEEK",
+            Unit::Other => "UNKNOWN",
+        }
+    }
+}
+
 impl Rules {
     /// The configuration of `domain`, if configured.
     pub fn domain(&self, domain: &str) -> Option<&Domain> {
         self.domains.get(domain)
+    }
+
+    /// The rules in force as text, one line a rule with a `rate_limit` block, sorted, as
+    /// envoyproxy/ratelimit's debug listener prints them at `/rlconfig`:
+    /// `DOMAIN.KEY_PATH: unit=MINUTE requests_per_unit=10, shadow_mode: false`
+    /// (`unlimited: true`: `unlimited`; the `window:` extension adds `window=10s`).
+    pub fn dump(&self) -> String {
+        fn walk(domain: &str, l: &Level, out: &mut Vec<String>) {
+            for k in l.keys.values() {
+                let nodes = k
+                    .by_value
+                    .values()
+                    .chain(k.wildcards.iter().map(|(_, n)| n))
+                    .chain(k.any.iter());
+                for n in nodes {
+                    if let Some(r) = &n.rule {
+                        let limit = match r.quota {
+                            Quota::Unlimited => "unlimited".to_owned(),
+                            Quota::Limited(l) if l.unit == Unit::Other => format!(
+                                "unit={} requests_per_unit={} window={}ms",
+                                l.unit.name(),
+                                l.requests_per_unit,
+                                l.window.as_millis()
+                            ),
+                            Quota::Limited(l) => format!(
+                                "unit={} requests_per_unit={}",
+                                l.unit.name(),
+                                l.requests_per_unit
+                            ),
+                        };
+                        out.push(format!(
+                            "{domain}.{}: {limit}, shadow_mode: {}",
+                            r.path, r.shadow
+                        ));
+                    }
+                    walk(domain, &n.children, out);
+                }
+            }
+        }
+        let mut lines = Vec::new();
+        for (name, d) in &self.domains {
+            walk(name, &d.root, &mut lines);
+        }
+        lines.sort();
+        let mut out = lines.join("\n");
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out
     }
 
     /// Rules with a `rate_limit` block, all domains together.
