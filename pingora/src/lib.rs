@@ -123,7 +123,8 @@ where
 enum Source {
     Ready(EngineAdmission),
     Hosted {
-        builder: Mutex<Option<EngineBuilder>>,
+        /// Boxed: a builder is large, and taken once.
+        builder: Mutex<Option<Box<EngineBuilder>>>,
         cell: OnceCell<Option<EngineAdmission>>,
     },
 }
@@ -188,7 +189,7 @@ impl RateLimiter {
     pub fn hosted(builder: EngineBuilder, classify: impl Classify) -> Self {
         Self::with_source(
             Source::Hosted {
-                builder: Mutex::new(Some(builder)),
+                builder: Mutex::new(Some(Box::new(builder))),
                 cell: OnceCell::new(),
             },
             classify,
