@@ -7,6 +7,7 @@
 //!     [--grace-period SECS]
 //! ```
 //!
+//! `--limit off` proxies without admission (plain Pingora, the benchmark's baseline).
 //! Prints `{"event":"ready","address":"IP","port":N}` on stdout once the listener
 //! accepts connections (port 0 is refused: Pingora does not tell which port it got).
 //! Bad input exits 2 naming the flag; SIGTERM shuts down gracefully (in-flight requests
@@ -22,16 +23,17 @@ use pingora::server::ExecutionPhase;
 use pingora::server::configuration::ServerConf;
 use ratelimitly_pingora::forwarded::TrustedProxies;
 use ratelimitly_pingora::{
-    Engine, FailurePolicy, KeyBy, Limit, OnFailure, RateLimitCtx, RateLimiter, key_from_env, keyed,
-    parse_endpoints,
+    ApiKey, BuildError, Engine, FailurePolicy, KeyBy, Limit, OnFailure, RateLimitCtx, RateLimiter,
+    key_from_env, keyed, parse_endpoints,
 };
 
-const USAGE: &str = "usage: proxy --listen ADDR --upstream ADDR --endpoint ID@IP:PORT --limit N/WINDOW \
+const USAGE: &str = "usage: proxy --listen ADDR --upstream ADDR --endpoint ID@IP:PORT --limit N/WINDOW|off \
 [--on-failure open|closed] [--trust-forwarded CIDR] [--key-by ip|path|header:NAME] \
 [--engine hosted|pinned] [--threads N] [--grace-period SECS] (the API key from RATELIMITLY_API_KEY)";
 
 struct Proxy {
-    limiter: RateLimiter,
+    /// `None` with `--limit off`: plain Pingora, the benchmark's baseline.
+    limiter: Option<RateLimiter>,
     upstream: SocketAddr,
 }
 
@@ -44,7 +46,10 @@ impl ProxyHttp for Proxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RateLimitCtx) -> Result<bool> {
-        self.limiter.request_filter(session, ctx).await
+        match &self.limiter {
+            Some(l) => l.request_filter(session, ctx).await,
+            None => Ok(false),
+        }
     }
 
     async fn upstream_peer(
@@ -61,11 +66,16 @@ impl ProxyHttp for Proxy {
         response: &mut ResponseHeader,
         ctx: &mut RateLimitCtx,
     ) -> Result<()> {
-        self.limiter.response_filter(response, ctx)
+        match &self.limiter {
+            Some(l) => l.response_filter(response, ctx),
+            None => Ok(()),
+        }
     }
 
     async fn logging(&self, _session: &mut Session, _e: Option<&Error>, ctx: &mut RateLimitCtx) {
-        self.limiter.logging(ctx);
+        if let Some(l) = &self.limiter {
+            l.logging(ctx);
+        }
     }
 }
 
@@ -80,7 +90,8 @@ struct Args {
     listen: SocketAddr,
     upstream: SocketAddr,
     endpoints: String,
-    limit: Limit,
+    /// `None`: `--limit off`.
+    limit: Option<Limit>,
     on_failure: Option<OnFailure>,
     trusted: TrustedProxies,
     key_by: KeyBy,
@@ -125,7 +136,8 @@ fn parse_args() -> Args {
                 }
                 endpoints = Some(value);
             }
-            "--limit" => limit = Some(value.parse().unwrap_or_else(|e| bad(&flag, e))),
+            "--limit" if value == "off" => limit = Some(None),
+            "--limit" => limit = Some(Some(value.parse().unwrap_or_else(|e| bad(&flag, e)))),
             "--on-failure" => on_failure = Some(value.parse().unwrap_or_else(|e| bad(&flag, e))),
             "--trust-forwarded" => {
                 let more: TrustedProxies = value.parse().unwrap_or_else(|e| bad(&flag, e));
@@ -194,6 +206,24 @@ fn announce_ready(mut phases: tokio::sync::broadcast::Receiver<ExecutionPhase>, 
     });
 }
 
+/// The limiter of `--limit`: the engine hosted (built on the first request) or pinned
+/// (built here).
+fn limiter(args: &Args, limit: Limit, key: ApiKey) -> Result<RateLimiter, BuildError> {
+    let classify = keyed(limit, args.key_by.clone())
+        .prefix("pingora")
+        .trusted_proxies(args.trusted.clone());
+    let endpoints = parse_endpoints(&args.endpoints).unwrap_or_else(|e| bad("--endpoint", e));
+    let builder = Engine::builder(key).endpoints(endpoints);
+    let limiter = match args.placement {
+        Placement::Hosted => RateLimiter::hosted(builder, classify),
+        Placement::Pinned => RateLimiter::new(builder.build()?, classify),
+    };
+    Ok(match args.on_failure {
+        Some(action) => limiter.failure_policy(FailurePolicy::all(action)),
+        None => limiter,
+    })
+}
+
 fn main() -> ExitCode {
     let args = parse_args();
     let key = match key_from_env() {
@@ -203,24 +233,13 @@ fn main() -> ExitCode {
             format_args!("{e} (keys come from the RATELIMITLY_API_KEY environment variable)"),
         ),
     };
-    let endpoints = parse_endpoints(&args.endpoints).unwrap_or_else(|e| bad("--endpoint", e));
-    let classify = keyed(args.limit, args.key_by.clone())
-        .prefix("pingora")
-        .trusted_proxies(args.trusted.clone());
-    let builder = Engine::builder(key).endpoints(endpoints);
-    let limiter = match args.placement {
-        Placement::Hosted => RateLimiter::hosted(builder, classify),
-        Placement::Pinned => match builder.build() {
-            Ok(engine) => RateLimiter::new(engine, classify),
-            Err(e) => {
-                eprintln!("proxy: the engine did not start: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
-    };
-    let limiter = match args.on_failure {
-        Some(action) => limiter.failure_policy(FailurePolicy::all(action)),
-        None => limiter,
+    let limiter = args.limit.map(|limit| limiter(&args, limit, key));
+    let limiter = match limiter.transpose() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("proxy: the engine did not start: {e}");
+            return ExitCode::FAILURE;
+        }
     };
 
     let conf = ServerConf {

@@ -88,9 +88,10 @@ use ratelimitly_tower::{
     whole_ms_up,
 };
 pub use ratelimitly_tower::{
-    ApiKey, Breaker, CircuitBreaker, Consumption, Endpoint, Engine, EngineAdmission, EngineBuilder,
-    EngineRef, FailureKind, FailurePolicy, KeyBy, Keyed, Limit, LimitError, OnFailure, PolicyState,
-    RetryAfter, Verdict, fields, forwarded, key_from_env, keyed, parse_endpoints,
+    ApiKey, Breaker, BuildError, CircuitBreaker, Consumption, Endpoint, Engine, EngineAdmission,
+    EngineBuilder, EngineRef, FailureKind, FailurePolicy, KeyBy, Keyed, Limit, LimitError,
+    OnFailure, PolicyState, RetryAfter, Verdict, fields, forwarded, key_from_env, keyed,
+    parse_endpoints,
 };
 
 /// Maps a request (its head and TCP peer address) to what it consumes.
