@@ -28,16 +28,20 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
 echo "| setup | requests/s | proxy CPU µs per request |"
 echo "|---|---|---|"
+port=18200
 for setup in off hosted pinned; do
+  port=$((port + 1)) # a port of its own: the last one may still be closing
   limit="1000000000/1s"; engine=hosted
   case $setup in off) limit=off ;; pinned) engine=pinned ;; esac
-  RATELIMITLY_API_KEY=$KEY "$PROXY" --listen 127.0.0.1:18200 --upstream 127.0.0.1:18180 \
+  RATELIMITLY_API_KEY=$KEY "$PROXY" --listen 127.0.0.1:$port --upstream 127.0.0.1:18180 \
     --endpoint 7@127.0.0.1:18190 --limit "$limit" --engine "$engine" --grace-period 0 \
-    >"$TMP/ready" 2>"$TMP/proxy.log" & pid=$!
-  for _ in $(seq 100); do [ -s "$TMP/ready" ] && break; sleep 0.1; done
-  wrk -t1 -c"$CONNS" -d1s http://127.0.0.1:18200/ >/dev/null
+    >"$TMP/ready-$setup" 2>"$TMP/proxy-$setup.log" & pid=$!
+  PIDS+=("$pid") # killed on exit, should a step below fail
+  for _ in $(seq 300); do [ -s "$TMP/ready-$setup" ] && break; sleep 0.1; done
+  [ -s "$TMP/ready-$setup" ] || { echo "$setup: no ready line within 30 s" >&2; exit 1; }
+  wrk -t1 -c"$CONNS" -d1s http://127.0.0.1:$port/ >/dev/null
   c0=$(ticks $pid)
-  out=$(wrk -t1 -c"$CONNS" -d"${SECS}s" http://127.0.0.1:18200/)
+  out=$(wrk -t1 -c"$CONNS" -d"${SECS}s" http://127.0.0.1:$port/)
   c1=$(ticks $pid)
   kill -INT $pid; wait $pid 2>/dev/null || true
   reqs=$(echo "$out" | awk '/requests in/ {print $1}')

@@ -65,8 +65,8 @@
 //! threads of their own, the engine's default) is the better fit.
 //!
 //! Hosted is the default of the example and of this documentation because it is the
-//! cheaper one: in `bench/cpu.sh` (README.md) it added 4-10 µs of CPU per request over
-//! plain Pingora, pinned 26-29 µs.
+//! cheaper one: in `bench/cpu.sh` (README.md) it added -3 to +8 µs of CPU per request over
+//! plain Pingora (release build, noise included), pinned 13-21 µs.
 //!
 //! ## Client addresses
 //!
