@@ -383,3 +383,16 @@ async fn bad_input_exits_2_naming_the_flag() {
         "the key is never echoed: {err}"
     );
 }
+
+#[tokio::test]
+async fn limit_off_is_plain_pingora() {
+    let up = upstream().await;
+    // the endpoint is never asked: nothing listens there
+    let p = proxy(&up, &silent_endpoint(), &["--limit", "off"]).await;
+    for _ in 0..3 {
+        let reply = get(p.addr, "/").await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+        assert_eq!(reply.header("ratelimit"), None);
+    }
+    assert_eq!(up.seen.load(Ordering::SeqCst), 3);
+}
