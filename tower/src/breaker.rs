@@ -201,9 +201,10 @@ impl Breaker {
     }
 }
 
-/// Rate-limited failure logging, one slot per kind.
+/// Rate-limited failure logging, one slot per kind: at most one line per
+/// [`FAILURE_LOG_INTERVAL`] per [`FailureKind`], with the count of unlogged ones.
 #[derive(Debug)]
-pub(crate) struct FailureLog {
+pub struct FailureLog {
     base: Instant,
     /// Per kind: ms since `base` of the last log + 1 (0 = never).
     last: [AtomicU64; FailureKind::ALL.len()],
@@ -221,8 +222,9 @@ impl Default for FailureLog {
 }
 
 impl FailureLog {
-    /// Logs one failure of `kind` (rate-limited); `open`: the request is let through.
-    pub(crate) fn failure(&self, kind: FailureKind, short_circuited: bool, open: bool) {
+    /// Logs one failure of `kind` (rate-limited); `short_circuited`: decided without
+    /// asking (an open breaker); `open`: the request is let through.
+    pub fn failure(&self, kind: FailureKind, short_circuited: bool, open: bool) {
         let i = FailureKind::ALL
             .iter()
             .position(|k| *k == kind)

@@ -405,25 +405,42 @@ impl Keyed {
     /// peer address.
     pub fn key_of<B>(&self, request: &http::Request<B>) -> Option<String> {
         let mut ip = IpText::default();
-        self.with_key(request, &mut ip, str::to_owned)
+        self.with_key(Head::of(request), &mut ip, str::to_owned)
+    }
+
+    /// [`Classify::classify`] for a request known by its head and peer address, for
+    /// servers that do not hand over an `http::Request` (Pingora's `RequestHeader`
+    /// dereferences to [`http::request::Parts`]). `peer`: the TCP peer; the
+    /// trusted-forwarding rule ([`Keyed::trusted_proxies`]) applies to it as to
+    /// [`peer_addr`]'s.
+    pub fn classify_head(
+        &self,
+        peer: Option<SocketAddr>,
+        head: &http::request::Parts,
+    ) -> Consumption {
+        self.classify_parts(Head {
+            peer,
+            headers: &head.headers,
+            uri: &head.uri,
+        })
     }
 
     /// Calls `f` with the key of `request` (bounded length), formatting a client IP
     /// into `ip` instead of the heap.
-    fn with_key<'a, B, R>(
+    fn with_key<'a, R>(
         &self,
-        request: &'a http::Request<B>,
+        head: Head<'a>,
         ip: &'a mut IpText,
         f: impl FnOnce(&str) -> R,
     ) -> Option<R> {
         let raw: Cow<'a, str> = match &self.key_by {
-            KeyBy::ClientIp => Cow::Borrowed(ip.format(self.client_addr(request)?)),
-            KeyBy::Header(name) => request
-                .headers()
+            KeyBy::ClientIp => Cow::Borrowed(ip.format(self.client_addr(head)?)),
+            KeyBy::Header(name) => head
+                .headers
                 .get(name)
                 .map(|v| String::from_utf8_lossy(v.as_bytes()))
                 .unwrap_or(Cow::Borrowed("")),
-            KeyBy::Path => Cow::Borrowed(request.uri().path()),
+            KeyBy::Path => Cow::Borrowed(head.uri.path()),
         };
         let mut end = raw.len().min(MAX_KEY);
         while !raw.is_char_boundary(end) {
@@ -432,14 +449,14 @@ impl Keyed {
         Some(f(&raw[..end]))
     }
 
-    /// The client address of `request` for [`KeyBy::ClientIp`]; `None` without a peer
+    /// The client address of a request for [`KeyBy::ClientIp`]; `None` without a peer
     /// address.
-    fn client_addr<B>(&self, request: &http::Request<B>) -> Option<IpAddr> {
-        let peer = peer_addr(request)?;
+    fn client_addr(&self, head: Head<'_>) -> Option<IpAddr> {
+        let peer = head.peer?;
         Some(if self.client_rule.trusted().is_empty() {
             peer.ip()
         } else {
-            let client = self.client_rule.client_ip(peer.ip(), request.headers());
+            let client = self.client_rule.client_ip(peer.ip(), head.headers);
             self.unvouched.note(client).addr()
         })
     }
@@ -517,13 +534,13 @@ impl IpText {
     }
 }
 
-impl<B> Classify<B> for Keyed {
-    fn classify(&self, request: &http::Request<B>) -> Consumption {
+impl Keyed {
+    fn classify_parts(&self, head: Head<'_>) -> Consumption {
         // A name or limit the engine refuses shows up as an invalid request (500), not
         // as a panic: Resource::new only fails on limits Limit::new already refused.
         let bucket = match self.key_by {
-            KeyBy::ClientIp => self.client_addr(request).map(|a| self.bucket_of_ip(a)),
-            _ => self.with_key(request, &mut IpText::default(), |key| self.bucket(key)),
+            KeyBy::ClientIp => self.client_addr(head).map(|a| self.bucket_of_ip(a)),
+            _ => self.with_key(head, &mut IpText::default(), |key| self.bucket(key)),
         };
         let Some(bucket) = bucket else {
             if !self.warned_no_addr.swap(true, Ordering::Relaxed) {
@@ -543,6 +560,30 @@ impl<B> Classify<B> for Keyed {
         match bucket {
             Some(r) => c.consume(r, 1),
             None => c,
+        }
+    }
+}
+
+impl<B> Classify<B> for Keyed {
+    fn classify(&self, request: &http::Request<B>) -> Consumption {
+        self.classify_parts(Head::of(request))
+    }
+}
+
+/// What keying reads of a request: the peer address, the headers, the URI.
+#[derive(Clone, Copy)]
+struct Head<'a> {
+    peer: Option<SocketAddr>,
+    headers: &'a http::HeaderMap,
+    uri: &'a http::Uri,
+}
+
+impl<'a> Head<'a> {
+    fn of<B>(request: &'a http::Request<B>) -> Self {
+        Head {
+            peer: peer_addr(request),
+            headers: request.headers(),
+            uri: request.uri(),
         }
     }
 }

@@ -195,7 +195,7 @@ mod verify;
 pub use crate::admission::{
     Admission, Decided, EngineAdmission, EngineDecision, EngineRef, Verdict, whole_ms_up,
 };
-pub use crate::breaker::{Breaker, CircuitBreaker, FAILURE_LOG_INTERVAL, Gate};
+pub use crate::breaker::{Breaker, CircuitBreaker, FAILURE_LOG_INTERVAL, FailureLog, Gate};
 pub use crate::consumption::{
     Classify, ClientAddr, Consumption, KeyBy, Keyed, Limit, LimitError, keyed, peer_addr,
 };
@@ -207,7 +207,7 @@ pub use crate::forwarded::{ClientIpFrom, ClientIpRule, TrustedProxies};
 pub use crate::metrics::{LATENCY_BUCKETS, LayerMetrics, OUTCOMES};
 pub use crate::service::{
     AdmissionLayer, AdmissionService, DEFAULT_MAX_PENDING, Rejection, RejectionHook, ResponseBody,
-    ResponseFuture, RetryAfter, retry_after_secs, too_many_requests,
+    ResponseFuture, RetryAfter, assess, retry_after_secs, too_many_requests, unavailable_text,
 };
 #[allow(deprecated)]
 pub use crate::service::{RateLimit, RateLimitLayer};

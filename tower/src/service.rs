@@ -389,16 +389,21 @@ pub fn too_many_requests<B>(retry_after: Option<Duration>) -> Response<ResponseB
     r
 }
 
-fn unavailable<B>(kind: FailureKind) -> Response<ResponseBody<B>> {
-    let text = match kind {
+/// The body text of the layer's `503` for a failure of `kind` under a fail-closed
+/// policy (one line, ending in a newline).
+pub fn unavailable_text(kind: FailureKind) -> &'static str {
+    match kind {
         FailureKind::Timeout => "rate limit service timed out\n",
         FailureKind::Overload => "rate limiter overloaded\n",
         FailureKind::Discovery => "no rate limit service found\n",
         FailureKind::Communication => "rate limit service unreachable\n",
         FailureKind::EngineStopped => "rate limiter stopped\n",
         FailureKind::NoClientAddr => "no client address to rate limit by\n",
-    };
-    let mut r = local(StatusCode::SERVICE_UNAVAILABLE, text);
+    }
+}
+
+fn unavailable<B>(kind: FailureKind) -> Response<ResponseBody<B>> {
+    let mut r = local(StatusCode::SERVICE_UNAVAILABLE, unavailable_text(kind));
     // when to try again: the breaker's default probe interval
     r.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -464,7 +469,12 @@ fn policies<'a>(
 
 /// The policies of a rejection of `c` by `verdict`, and the `Retry-After` (`None`: no
 /// estimate, 1 s is sent).
-pub(crate) fn assess(
+/// The RateLimit fields' states of `c`'s resources under `verdict`, and the
+/// `Retry-After` estimate of a rejection (`None` unless rejected): what the layer puts
+/// on its answers, for front ends other than this crate's layer (e.g. a Pingora
+/// `ProxyHttp`). Turn the states into header values with [`fields::policy_value`] and
+/// [`fields::ratelimit_value`], the estimate into seconds with [`retry_after_secs`].
+pub fn assess(
     c: &Consumption,
     verdict: &Verdict,
     mode: RetryAfter,
