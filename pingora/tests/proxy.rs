@@ -202,6 +202,11 @@ async fn get(proxy: SocketAddr, path: &str) -> Reply {
     get_from(proxy, Ipv4Addr::LOCALHOST, path, &[]).await
 }
 
+/// One test at a time: each starts a Pingora server, an engine (pinned cores in some)
+/// and a responder; side by side on a 2-CPU machine their first decisions could pass the
+/// 60 ms horizon and fail open.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 const A: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const B: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
 
@@ -237,16 +242,19 @@ async fn three_then_429(engine: &str) {
 
 #[tokio::test]
 async fn grants_carry_fields_and_the_fourth_gets_429_hosted() {
+    let _serial = SERIAL.lock().await;
     three_then_429("hosted").await;
 }
 
 #[tokio::test]
 async fn grants_carry_fields_and_the_fourth_gets_429_pinned() {
+    let _serial = SERIAL.lock().await;
     three_then_429("pinned").await;
 }
 
 #[tokio::test]
 async fn two_clients_two_buckets() {
+    let _serial = SERIAL.lock().await;
     let r = responder(42);
     let up = upstream().await;
     let p = proxy(&up, &endpoint(&r), &["--limit", "1/60s"]).await;
@@ -258,6 +266,7 @@ async fn two_clients_two_buckets() {
 
 #[tokio::test]
 async fn forged_forwarding_headers_from_an_untrusted_peer_are_ignored() {
+    let _serial = SERIAL.lock().await;
     let r = responder(43);
     let up = upstream().await;
     let p = proxy(&up, &endpoint(&r), &["--limit", "2/60s"]).await;
@@ -275,6 +284,7 @@ async fn forged_forwarding_headers_from_an_untrusted_peer_are_ignored() {
 
 #[tokio::test]
 async fn a_trusted_peer_forwards_the_client_address() {
+    let _serial = SERIAL.lock().await;
     let r = responder(44);
     let up = upstream().await;
     let args = ["--limit", "1/60s", "--trust-forwarded", "127.0.0.2/32"];
@@ -288,6 +298,7 @@ async fn a_trusted_peer_forwards_the_client_address() {
 
 #[tokio::test]
 async fn silent_service_fails_open() {
+    let _serial = SERIAL.lock().await;
     let up = upstream().await;
     let args = ["--limit", "1/60s", "--on-failure", "open"];
     let p = proxy(&up, &silent_endpoint(), &args).await;
@@ -302,6 +313,7 @@ async fn silent_service_fails_open() {
 
 #[tokio::test]
 async fn silent_service_fails_closed() {
+    let _serial = SERIAL.lock().await;
     let up = upstream().await;
     let args = ["--limit", "1/60s", "--on-failure", "closed"];
     let p = proxy(&up, &silent_endpoint(), &args).await;
@@ -313,6 +325,7 @@ async fn silent_service_fails_closed() {
 
 #[tokio::test]
 async fn sigterm_finishes_the_request_in_flight_then_exits() {
+    let _serial = SERIAL.lock().await;
     let r = responder(45);
     let up = upstream().await;
     let mut p = proxy(&up, &endpoint(&r), &["--limit", "10/60s"]).await;
@@ -355,6 +368,7 @@ async fn exit_of(args: &[&str], key: Option<&str>) -> (Option<i32>, String) {
 
 #[tokio::test]
 async fn bad_input_exits_2_naming_the_flag() {
+    let _serial = SERIAL.lock().await;
     let base = |limit: &'static str, ep: &'static str| {
         vec![
             "--listen",
@@ -386,6 +400,7 @@ async fn bad_input_exits_2_naming_the_flag() {
 
 #[tokio::test]
 async fn limit_off_is_plain_pingora() {
+    let _serial = SERIAL.lock().await;
     let up = upstream().await;
     // the endpoint is never asked: nothing listens there
     let p = proxy(&up, &silent_endpoint(), &["--limit", "off"]).await;
