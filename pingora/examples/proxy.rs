@@ -4,10 +4,14 @@
 //! RATELIMITLY_API_KEY=... proxy --listen ADDR --upstream ADDR --endpoint ID@IP:PORT \
 //!     --limit N/WINDOW [--on-failure open|closed] [--trust-forwarded CIDR] \
 //!     [--key-by ip|path|header:NAME] [--engine hosted|pinned] [--threads N] \
-//!     [--grace-period SECS]
+//!     [--grace-period SECS] [--limiter ratelimitly|local]
 //! ```
 //!
 //! `--limit off` proxies without admission (plain Pingora, the benchmark's baseline).
+//! `--limiter local` counts per process instead, with pingora-limits' `Rate` keyed by
+//! the client's IP (429 once a client's count in the current window passes the limit;
+//! no service, so `--endpoint` and the API key are not needed): the benchmark's local
+//! baseline.
 //! Prints `{"event":"ready","address":"IP","port":N}` on stdout once the listener
 //! accepts connections (port 0 is refused: Pingora does not tell which port it got).
 //! Bad input exits 2 naming the flag; SIGTERM shuts down gracefully (in-flight requests
@@ -29,11 +33,14 @@ use ratelimitly_pingora::{
 
 const USAGE: &str = "usage: proxy --listen ADDR --upstream ADDR --endpoint ID@IP:PORT --limit N/WINDOW|off \
 [--on-failure open|closed] [--trust-forwarded CIDR] [--key-by ip|path|header:NAME] \
-[--engine hosted|pinned] [--threads N] [--grace-period SECS] (the API key from RATELIMITLY_API_KEY)";
+[--engine hosted|pinned] [--threads N] [--grace-period SECS] [--limiter ratelimitly|local] \
+(the API key from RATELIMITLY_API_KEY)";
 
 struct Proxy {
     /// `None` with `--limit off`: plain Pingora, the benchmark's baseline.
     limiter: Option<RateLimiter>,
+    /// `--limiter local`: pingora-limits' per-process `Rate` and the count per window.
+    local: Option<(pingora_limits::rate::Rate, u32)>,
     upstream: SocketAddr,
 }
 
@@ -46,6 +53,17 @@ impl ProxyHttp for Proxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RateLimitCtx) -> Result<bool> {
+        if let Some((rate, count)) = &self.local {
+            let ip = session
+                .client_addr()
+                .and_then(|a| a.as_inet())
+                .map(|a| a.ip());
+            if rate.observe(&ip, 1) > isize::try_from(*count).unwrap_or(isize::MAX) {
+                session.respond_error(429).await?;
+                return Ok(true);
+            }
+            return Ok(false);
+        }
         match &self.limiter {
             Some(l) => l.request_filter(session, ctx).await,
             None => Ok(false),
@@ -98,6 +116,8 @@ struct Args {
     placement: Placement,
     threads: usize,
     grace: u64,
+    /// `--limiter local`: pingora-limits' `Rate` instead of Ratelimitly.
+    local: bool,
 }
 
 /// Exits 2 with `flag: message`.
@@ -118,6 +138,7 @@ fn parse_args() -> Args {
     let mut placement = Placement::Hosted;
     let mut threads = 1;
     let mut grace = 5;
+    let mut local = false;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
@@ -158,6 +179,13 @@ fn parse_args() -> Args {
                 _ => bad(&flag, "must be a whole number above 0"),
             },
             "--grace-period" => grace = value.parse().unwrap_or_else(|e| bad(&flag, e)),
+            "--limiter" => {
+                local = match value.as_str() {
+                    "ratelimitly" => false,
+                    "local" => true,
+                    _ => bad(&flag, "must be ratelimitly or local"),
+                }
+            }
             _ => bad(&flag, "unknown flag"),
         }
     }
@@ -168,7 +196,11 @@ fn parse_args() -> Args {
     Args {
         listen,
         upstream: upstream.unwrap_or_else(|| bad("--upstream", "missing")),
-        endpoints: endpoints.unwrap_or_else(|| bad("--endpoint", "missing")),
+        endpoints: match endpoints {
+            Some(e) => e,
+            None if local => String::new(),
+            None => bad("--endpoint", "missing"),
+        },
         limit: limit.unwrap_or_else(|| bad("--limit", "missing")),
         on_failure,
         trusted,
@@ -176,6 +208,7 @@ fn parse_args() -> Args {
         placement,
         threads,
         grace,
+        local,
     }
 }
 
@@ -226,14 +259,26 @@ fn limiter(args: &Args, limit: Limit, key: ApiKey) -> Result<RateLimiter, BuildE
 
 fn main() -> ExitCode {
     let args = parse_args();
+    let local = match (args.local, args.limit) {
+        (true, Some(limit)) => Some((
+            pingora_limits::rate::Rate::new(limit.window()),
+            limit.count(),
+        )),
+        _ => None,
+    };
+    let limit = if args.local { None } else { args.limit };
+    // The local limiter talks to no service: no key to read.
     let key = match key_from_env() {
-        Ok(k) => k,
+        Ok(k) => Some(k),
+        Err(_) if args.local => None,
         Err(e) => bad(
             "RATELIMITLY_API_KEY",
             format_args!("{e} (keys come from the RATELIMITLY_API_KEY environment variable)"),
         ),
     };
-    let limiter = args.limit.map(|limit| limiter(&args, limit, key));
+    let limiter = limit
+        .zip(key)
+        .map(|(limit, key)| limiter(&args, limit, key));
     let limiter = match limiter.transpose() {
         Ok(l) => l,
         Err(e) => {
@@ -254,6 +299,7 @@ fn main() -> ExitCode {
         &server.configuration,
         Proxy {
             limiter,
+            local,
             upstream: args.upstream,
         },
     );

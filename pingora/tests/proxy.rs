@@ -411,3 +411,25 @@ async fn limit_off_is_plain_pingora() {
     }
     assert_eq!(up.seen.load(Ordering::SeqCst), 3);
 }
+
+#[tokio::test]
+async fn limiter_local_counts_per_client_without_the_service() {
+    let _serial = SERIAL.lock().await;
+    let up = upstream().await;
+    // pingora-limits' `Rate` in the process: the endpoint is never asked
+    let p = proxy(
+        &up,
+        &silent_endpoint(),
+        &["--limit", "2/60s", "--limiter", "local"],
+    )
+    .await;
+    for _ in 0..2 {
+        assert_eq!(get_from(p.addr, A, "/", &[]).await.status, 200);
+    }
+    assert_eq!(get_from(p.addr, A, "/", &[]).await.status, 429);
+    assert_eq!(get_from(p.addr, B, "/", &[]).await.status, 200);
+    assert_eq!(up.seen.load(Ordering::SeqCst), 3);
+    let (code, err) = exit_of(&["--limiter", "global"], None).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--limiter"), "{err}");
+}
