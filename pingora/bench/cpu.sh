@@ -14,14 +14,16 @@
 # median of the per-round differences, paired within a round).
 #
 #   pingora/bench/cpu.sh [PROXY_BIN [RESPONDER_BIN [RL_PROXY_BIN]]]
+#   (defaults: target/pingora/release/examples/proxy, target/release/rl-responder and
+#   target/release/rl-proxy: `cargo build --release -p rl-responder -p rl-proxy` first)
 #   env: SECS (8), CONNS (16), ROUNDS (3), NGINX (/usr/sbin/nginx)
 #
 # Every request is granted (the limits are far above the rate), so each one is a decision.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 PROXY=${1:-$HERE/../../target/pingora/release/examples/proxy}
-RESPONDER=${2:-/work/bench-bins/base/rl-responder}
-RL_PROXY=${3:-/work/bench-bins/head4/rl-proxy}
+RESPONDER=${2:-$HERE/../../target/release/rl-responder}
+RL_PROXY=${3:-$HERE/../../target/release/rl-proxy}
 SECS=${SECS:-8} CONNS=${CONNS:-16} ROUNDS=${ROUNDS:-3} NGINX=${NGINX:-/usr/sbin/nginx}
 KEY=rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5
 LIMIT=4000000000/1s
