@@ -264,6 +264,28 @@ async fn two_clients_two_buckets() {
     assert_eq!(get_from(p.addr, B, "/", &[]).await.status, 429);
 }
 
+/// The point of a global limiter: two proxy processes asking the same service share a
+/// client's limit (3 a minute: two grants through one, the third through the other, the
+/// fourth refused by either).
+#[tokio::test]
+async fn two_processes_share_one_limit() {
+    let _serial = SERIAL.lock().await;
+    let r = responder(48);
+    let up = upstream().await;
+    let p1 = proxy(&up, &endpoint(&r), &["--limit", "3/60s"]).await;
+    let p2 = proxy(&up, &endpoint(&r), &["--limit", "3/60s"]).await;
+    assert_eq!(get_from(p1.addr, A, "/", &[]).await.status, 200);
+    assert_eq!(get_from(p1.addr, A, "/", &[]).await.status, 200);
+    assert_eq!(get_from(p2.addr, A, "/", &[]).await.status, 200);
+    assert_eq!(get_from(p2.addr, A, "/", &[]).await.status, 429);
+    assert_eq!(get_from(p1.addr, A, "/", &[]).await.status, 429);
+    assert_eq!(
+        get_from(p2.addr, B, "/", &[]).await.status,
+        200,
+        "another client"
+    );
+}
+
 #[tokio::test]
 async fn forged_forwarding_headers_from_an_untrusted_peer_are_ignored() {
     let _serial = SERIAL.lock().await;
