@@ -12,8 +12,6 @@
 use clap::ValueEnum;
 use tracing_subscriber::EnvFilter;
 
-use crate::start::StartError;
-
 /// The environment variable of the log's directives.
 pub const LOG_ENV: &str = "RUST_LOG";
 
@@ -41,20 +39,15 @@ pub fn filter(directives: Option<&str>) -> Result<EnvFilter, String> {
     }
 }
 
-/// Installs the subscriber: `RUST_LOG`'s directives, lines in `format` on standard
-/// error. A bad `RUST_LOG` is a usage error (exit 2).
-pub fn init(format: LogFormat) -> Result<(), StartError> {
-    init_with(format, None)
-}
-
-/// [`init`], with `fallback` as the directives when `RUST_LOG` is unset or blank
-/// (`--mode rls`: envoyproxy/ratelimit's `LOG_LEVEL`).
-pub fn init_with(format: LogFormat, fallback: Option<&str>) -> Result<(), StartError> {
+/// Installs the subscriber: `RUST_LOG`'s directives (`fallback` when it is unset or
+/// blank: `--mode rls`'s envoyproxy/ratelimit `LOG_LEVEL`), lines in `format` on
+/// standard error. `Err`: a bad directive, named (a usage error: exit 2).
+pub fn init_with(format: LogFormat, fallback: Option<&str>) -> Result<(), String> {
     let directives = std::env::var(LOG_ENV)
         .ok()
         .filter(|d| !d.trim().is_empty())
         .or_else(|| fallback.map(str::to_owned));
-    let filter = filter(directives.as_deref()).map_err(StartError::Usage)?;
+    let filter = filter(directives.as_deref())?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -39,8 +39,10 @@ fn main() -> ExitCode {
     let level = settings.log_level.clone();
     #[cfg(not(feature = "rls"))]
     let level: Option<String> = None;
-    let result = rl_proxy::logging::init_with(cli.log_format, level.as_deref()).and_then(|()| {
-        match cli.mode {
+    let logging = rl_proxy::logging::init_with(cli.log_format, level.as_deref());
+    let result = logging
+        .map_err(StartError::Usage)
+        .and_then(|()| match cli.mode {
             Mode::Proxy => rl_proxy::proxy::run(cli),
             Mode::ForwardAuth => rl_proxy::forward_auth::run(cli),
             #[cfg(feature = "rls")]
@@ -50,8 +52,7 @@ fn main() -> ExitCode {
                 }
                 rl_proxy::rls::run_with(cli, settings)
             }
-        }
-    });
+        });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(StartError::Usage(m)) => {

@@ -190,6 +190,7 @@ pub mod fields;
 pub mod forwarded;
 mod metrics;
 mod service;
+mod verdict;
 mod verify;
 
 pub use crate::admission::{

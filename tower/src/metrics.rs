@@ -23,8 +23,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::admission::Verdict;
 use crate::failure::FailureKind;
+use crate::verdict::Verdict;
 
 /// Upper bounds of the decision-latency histogram buckets, in seconds.
 pub const LATENCY_BUCKETS: [f64; 14] = [
