@@ -15,28 +15,7 @@ SECS=$2
 LOAD=$3
 shift 3
 [ $# -ge 1 ] || { echo "usage: $0 ROUNDS SECONDS LOAD DIR..." >&2; exit 2; }
-AES_KEY="rl-aes1qypsqqqqqqqqqqqrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqvpsxqcrqdgrrulcvcn0x5"
-ALLOWED=$(python3 -c 'import os; print(",".join(map(str, sorted(os.sched_getaffinity(0)))))')
-PROXY_CPUS=${PROXY_CPUS:-${ALLOWED##*,}}
-ENV_CPUS=${ENV_CPUS:-$(python3 -c "import os; s=sorted(os.sched_getaffinity(0)); o=[c for c in s if c!=$PROXY_CPUS] or s; print(','.join(map(str,o)))")}
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
-ready() { # FILE: the first readiness line, waited for up to 10 s
-    for _ in $(seq 1 200); do
-        grep -m1 '"event":"ready"' "$1" 2>/dev/null && return 0
-        sleep 0.05
-    done
-    echo "no readiness line in $1" >&2
-    return 1
-}
+. "$(dirname "$0")/ab_common.sh"
 
 cat >"$TMP/rules.yaml" <<'YAML'
 domain: edge
