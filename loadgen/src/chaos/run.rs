@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::control::{Controller, round3};
-use super::measure::{Fds, fd_sample, open_process_wide, rss_kib};
+use super::measure::{Fds, fd_sample, open_process_wide, rss_floor_kib};
 use super::report::ChaosReport;
 use super::verdict::{Measured, SLACK, judge};
 use super::{rehearsal, schedule};
@@ -27,6 +27,9 @@ use crate::stats::Phase;
 /// rehearsal the memory bar compared the end with a state the window leaves at its first
 /// faults (28–34 MiB after warm-up, a 41–42 MiB plateau from the first restart on).
 pub const MIN_WARMUP_S: f64 = 7.5;
+
+/// How long each memory figure is sampled ([`rss_floor_kib`]).
+const RSS_SPAN: Duration = Duration::from_millis(250);
 
 fn sleep_until(t: Instant) {
     let now = Instant::now();
@@ -61,12 +64,14 @@ fn control(ctx: &RunContext<'_>, cores: &[usize], rx: mpsc::Receiver<Arc<Phase>>
             e.details.insert("until_s".into(), json!(shift(until)));
         }
     }
-    sleep_until(phase.window_start);
-    let rss0 = rss_kib();
+    // Both memory figures are floors over the last quarter second before the window and
+    // before its end: fault-free stretches (the rehearsal ends 1.5 s before the window;
+    // every fault of the window is undone 0.3 s before it ends).
+    sleep_until(phase.window_start - RSS_SPAN);
+    let rss0 = rss_floor_kib(RSS_SPAN);
     c.execute(&plan, phase.window_start);
-    // every fault is undone 0.3 s before the window ends
-    sleep_until(phase.window_end - Duration::from_millis(100));
-    let rss1 = rss_kib();
+    sleep_until(phase.window_end - Duration::from_millis(50) - RSS_SPAN);
+    let rss1 = rss_floor_kib(RSS_SPAN);
     let mut events = c.events;
     events.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
     Measured {
