@@ -939,14 +939,17 @@ fn on_path(name: &str) -> bool {
 }
 
 /// `rl-responder`'s binary next to rl-proxy's (same target directory and profile),
-/// brought up to date by `cargo build -p rl-responder --bin rl-responder` (a dev
-/// dependency's binaries are not built for rl-proxy's tests, and one left from an older
-/// build could lack `--dev`; a no-op when up to date; at most 10 minutes).
+/// brought up to date by the README's test build, `cargo test --workspace --all-targets
+/// --no-run` (a dev dependency's binaries are not built for rl-proxy's tests, and one left
+/// from an older build could lack `--dev`; at most 10 minutes). Inside the README's test
+/// command that has just built it, this finds nothing to do; `cargo build -p rl-responder`
+/// would resolve features for one package (no dev-dependencies' features) and rebuild
+/// the responder and its dependencies beside the test build's (78 s of a cold CI run).
 fn responder_binary(bins: &std::path::Path, root: &std::path::Path) -> std::path::PathBuf {
     let exe = bins.join("rl-responder");
     let mut cmd = std::process::Command::new(env!("CARGO"));
     cmd.current_dir(root)
-        .args(["build", "-p", "rl-responder", "--bin", "rl-responder"]);
+        .args(["test", "--workspace", "--all-targets", "--no-run"]);
     if bins.ends_with("release") {
         cmd.arg("--release");
     }
@@ -957,12 +960,15 @@ fn responder_binary(bins: &std::path::Path, root: &std::path::Path) -> std::path
     let deadline = std::time::Instant::now() + Duration::from_secs(600);
     loop {
         if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "cargo build -p rl-responder: {status}");
+            assert!(
+                status.success(),
+                "cargo test --workspace --all-targets --no-run: {status}"
+            );
             break;
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
-            panic!("cargo build -p rl-responder took over 10 minutes");
+            panic!("cargo test --workspace --all-targets --no-run took over 10 minutes");
         }
         std::thread::sleep(Duration::from_millis(200));
     }
