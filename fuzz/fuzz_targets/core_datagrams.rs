@@ -60,8 +60,8 @@ fuzz_target!(|data: &[u8]| {
     cfg.in_flight = 64;
     cfg.max_sockets = 4;
     let snapshot: Arc<[Endpoint]> = Arc::from(eps);
-    let mut state = CoreState::new(cfg, snapshot, t0, SocketId::from_raw(0), 50_000, entropy)
-        .expect("state");
+    let mut state =
+        CoreState::new(cfg, snapshot, t0, SocketId::from_raw(0), 50_000, entropy).expect("state");
     let core = &mut state;
     let res = Resource::new("fuzz", Duration::from_secs(60), 100).expect("resource");
     let spec = ResourceSpec {
@@ -115,11 +115,9 @@ fuzz_target!(|data: &[u8]| {
                 }
                 core.handle_datagram(now, SocketId::from_raw(0), &mut d, &mut sink);
             }
-            4 => {
-                if !sink.0.is_empty() {
-                    let tag = sink.0[arg % sink.0.len()].1;
-                    core.handle_send_failed(now, tag, &mut sink);
-                }
+            4 if !sink.0.is_empty() => {
+                let tag = sink.0[arg % sink.0.len()].1;
+                core.handle_send_failed(now, tag, &mut sink);
             }
             _ => {}
         }
