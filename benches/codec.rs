@@ -1,7 +1,8 @@
 //! Codec benches: API-key parsing, bucket/tracker id derivation, for each auth mode
 //! (none, cookie, aes) request encode + seal and response open + decode, and AES-256-GCM
-//! seal / open at our datagram sizes in three implementations (aws-lc-rs, which the
-//! engine uses; ring; RustCrypto's aes-gcm).
+//! seal / open at our datagram sizes in four implementations (aws-lc-rs, which the engine
+//! uses; ring; RustCrypto's aes-gcm; graviola, x86-64 only), and the engine's own seal +
+//! open of a PDU.
 //!
 //! Owns nothing but measurements (sans-IO: no socket, no clock). The keys are the
 //! public synthetic fixtures of tests/data/vectors.json (via rl-testkit). Run:
@@ -162,6 +163,8 @@ fn aead(c: &mut Criterion) {
     let lc = aws_lc_rs::aead::LessSafeKey::new(
         aws_lc_rs::aead::UnboundKey::new(&aws_lc_rs::aead::AES_256_GCM, &key).expect("key"),
     );
+    #[cfg(target_arch = "x86_64")]
+    let gv = graviola::aead::AesGcm::new(&key);
     for len in [40usize, 150, 300] {
         let mut g = c.benchmark_group(format!("aead_{len}B"));
         g.throughput(Throughput::Elements(1));
@@ -184,6 +187,14 @@ fn aead(c: &mut Criterion) {
                     rg.seal_in_place_separate_tag(n, aad, &mut buf)
                         .expect("seal"),
                 )
+            })
+        });
+        #[cfg(target_arch = "x86_64")]
+        g.bench_function("seal/graviola", |b| {
+            b.iter(|| {
+                let mut tag = [0u8; 16];
+                gv.encrypt(&nonce, &aad, &mut buf, &mut tag);
+                black_box(tag)
             })
         });
         g.bench_function("seal/aes_gcm", |b| {
@@ -223,6 +234,26 @@ fn aead(c: &mut Criterion) {
                 },
                 BatchSize::SmallInput,
             )
+        });
+        #[cfg(target_arch = "x86_64")]
+        g.bench_function("open/graviola", |b| {
+            b.iter_batched_ref(
+                || sealed.clone(),
+                |ct| black_box(gv.decrypt(&nonce, &aad, ct, &tag).is_ok()),
+                BatchSize::SmallInput,
+            )
+        });
+        // The engine's own seal and open of a `len`-byte PDU (tenant and auth TLVs written
+        // and checked around it, AES-GCM in place).
+        let key: ApiKey = rl_testkit::keys::AES.parse().expect("fixture key");
+        let auth = Auth::new(&key);
+        let t = tenant(key.key_id());
+        let mut dg = [0u8; wire::MAX_DATAGRAM];
+        g.bench_function("engine_seal_open", |b| {
+            b.iter(|| {
+                let n = wire::seal(&auth, &t, nonce, &mut dg, len).expect("seal");
+                black_box(wire::open(&auth, &mut dg[..n]).map(|o| o.pdu.len()))
+            })
         });
         g.bench_function("open/aes_gcm", |b| {
             b.iter_batched_ref(

@@ -6,9 +6,10 @@ use std::fmt;
 
 use std::sync::Arc;
 
-use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
 use subtle::ConstantTimeEq;
 use zeroize::Zeroize;
+
+use super::aead::Aes256Gcm;
 
 use super::tenant::TenantFields;
 use super::{
@@ -45,9 +46,8 @@ const fn auth_type(mode: AuthMode) -> u16 {
 
 /// Per-key authentication state, prepared once: mode, key id, cookie, AES key schedule.
 /// `Debug` shows the key id and mode only. Secret material is wiped on drop: the cookie by
-/// this type; the AES-256 round keys and the GHASH key H = AES_K(0) by AWS-LC, which keeps
-/// them in one `OPENSSL_malloc` allocation that `OPENSSL_free` overwrites with zeros
-/// before freeing (when the last clone of this `Auth` is dropped).
+/// this type; the AES-256 round keys and the GHASH key H = AES_K(0) by AWS-LC (`aead.rs`)
+/// when the last clone of this `Auth` is dropped.
 #[derive(Clone)]
 pub struct Auth {
     mode: AuthMode,
@@ -61,8 +61,8 @@ enum Prepared {
     None,
     /// The cookie (the key's secret), wiped on drop.
     Cookie([u8; SECRET_LEN]),
-    /// The expanded AES-256-GCM key, shared by clones (wiped by AWS-LC, see [`Auth`]).
-    Aes(Arc<LessSafeKey>),
+    /// The expanded AES-256-GCM key, shared by clones (wiped on drop, see [`Auth`]).
+    Aes(Arc<Aes256Gcm>),
 }
 
 impl Drop for Prepared {
@@ -80,10 +80,7 @@ impl Auth {
         let prepared = match mode {
             AuthMode::None => Prepared::None,
             AuthMode::Cookie => Prepared::Cookie(*key.secret()),
-            AuthMode::Aes => Prepared::Aes(Arc::new(LessSafeKey::new(
-                UnboundKey::new(&AES_256_GCM, key.secret())
-                    .expect("a 32-byte key is a valid AES-256 key"),
-            ))),
+            AuthMode::Aes => Prepared::Aes(Arc::new(Aes256Gcm::new(key.secret()))),
         };
         Auth {
             mode,
@@ -150,18 +147,8 @@ pub fn seal(
         Prepared::Aes(cipher) => {
             out[a + off::NONCE..a + off::TAG].copy_from_slice(&nonce);
             let (head, body) = out.split_at_mut(p);
-            let tag = cipher
-                .seal_in_place_separate_tag(
-                    Nonce::assume_unique_for_key(nonce),
-                    Aad::from(&head[..a + off::TAG]),
-                    &mut body[..pdu_len],
-                )
-                // Only fails for plaintexts over 2^36 bytes; ours are < 1200.
-                .map_err(|_| EncodeError::TooLarge {
-                    needed: total,
-                    max: MAX_DATAGRAM,
-                })?;
-            head[a + off::TAG..p].copy_from_slice(tag.as_ref());
+            let tag = cipher.seal(nonce, &head[..a + off::TAG], &mut body[..pdu_len]);
+            head[a + off::TAG..p].copy_from_slice(&tag);
         }
     }
     Ok(total)
@@ -178,8 +165,8 @@ pub struct Opened<'b> {
 }
 
 /// Validates the tenant TLV and the auth TLV of `datagram` against `auth` and, in aes
-/// mode, verifies and decrypts the PDU in place (the buffer is unchanged when the tag does
-/// not verify). The auth TLV starts at the tenant TLV's declared size.
+/// mode, verifies and decrypts the PDU in place (when the tag does not verify, the PDU's
+/// bytes are wiped: zeros, never unauthenticated plaintext). The auth TLV starts at the tenant TLV's declared size.
 pub fn open<'b>(auth: &Auth, datagram: &'b mut [u8]) -> Result<Opened<'b>, DropReason> {
     if datagram.len() > MAX_DATAGRAM {
         return Err(DropReason::TooLong);
@@ -212,23 +199,12 @@ pub fn open<'b>(auth: &Auth, datagram: &'b mut [u8]) -> Result<Opened<'b>, DropR
             let (aad, tag) = head.split_at(a + off::TAG);
             let mut nonce = [0u8; NONCE_LEN];
             nonce.copy_from_slice(&aad[a + off::NONCE..]);
-            // AWS-LC writes plaintext before it compares the tag: decrypt into scratch and
-            // copy back only what verified, so a forged datagram leaves the buffer as it was
-            // (and its trial decryption is wiped).
-            let mut scratch = [0u8; MAX_DATAGRAM];
-            let plain = &mut scratch[..body.len()];
-            let verified = cipher.open_separate_gather(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad),
-                body,
-                tag,
-                plain,
-            );
-            if verified.is_err() {
-                plain.zeroize();
+            let mut t = [0u8; TAG_LEN];
+            t.copy_from_slice(tag);
+            // In place; a forged datagram's trial decryption is wiped.
+            if !cipher.open(nonce, aad, body, &t) {
                 return Err(DropReason::AuthFailed);
             }
-            body.copy_from_slice(plain);
         }
     }
     let head: &'b [u8] = head;

@@ -21,6 +21,7 @@
 //! (the caller supplies timestamps, nonces and unique ids), heap allocation on the hot path.
 //! Untrusted input never panics: every view checks lengths before it reads.
 
+mod aead;
 mod auth;
 mod blocks;
 mod label;

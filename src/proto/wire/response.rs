@@ -98,8 +98,8 @@ impl<'a> ResourceResultView<'a> {
 }
 
 /// The checks of a received rate response after its tenant TLV routed it, in order: the
-/// auth TLV (in aes mode the tag is verified and the PDU decrypted in place; a datagram
-/// whose tag fails is left unchanged), then the rate response PDU. Every driver of the
+/// auth TLV (in aes mode the tag is verified and the PDU decrypted in place; the PDU bytes
+/// of a datagram whose tag fails are wiped), then the rate response PDU. Every driver of the
 /// request machine runs this one sequence (the engine's core state; rlctl's traced
 /// request), then gives the machine the tenant's server id and steering byte.
 pub fn open_response<'a>(
