@@ -1,7 +1,7 @@
 //! `rl-proxy`: a small HTTP/1.1 reverse proxy, a forward-auth decision service and
 //! Envoy's rate limit service, each admitting requests through Ratelimitly (the
 //! `ratelimitly-tower` layer over the client engine). This library is the whole of it:
-//! the binary (`src/main.rs`) only parses the command line and calls one mode's `run`;
+//! the binary (`src/main.rs`) only parses the command line and calls [`entry::run`];
 //! the load tools and the fuzz targets use the same modules.
 //!
 //! ```text
@@ -125,6 +125,7 @@ pub mod admin;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod entry;
 pub mod forward_auth;
 pub mod health;
 pub mod http_modes;
