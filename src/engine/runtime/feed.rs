@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::consts::DRAIN;
-use super::queue::Msg;
 use super::shared::Shared;
+use super::submit::Msg;
 use crate::engine::core::{CoreConfig, CoreState, Entropy, TransmitSink};
 use crate::proto::wire::RngError;
 use crate::udp::SocketId;
@@ -74,7 +74,7 @@ impl CoreFeed {
         out: &mut dyn TransmitSink,
     ) -> bool {
         state.set_membership(self.shared.membership.snapshot());
-        let queue = &self.shared.queues[self.index];
+        let queue = &self.shared.intake.queues[self.index];
         let mut n = 0;
         while n < DRAIN {
             let Some(msg) = queue.pop() else { break };
@@ -90,7 +90,7 @@ impl CoreFeed {
     fn feed(&self, state: &mut CoreState, now: Instant, msg: Msg, out: &mut dyn TransmitSink) {
         match msg {
             Msg::Request { slot, submitted } => {
-                let pool = &self.shared.pool;
+                let pool = &self.shared.intake.pool;
                 pool.take_pdu(slot, |pdu| state.submit(now, pdu, slot, submitted, out));
             }
             Msg::Report(e) => state.submit_report(now, e, out),
@@ -105,7 +105,7 @@ impl CoreFeed {
     /// Writes every outcome the state handed out into its completion slot, then wakes
     /// those callers (a caller on the core's CPU runs only after every slot is written).
     pub(crate) fn deliver(&mut self, state: &mut CoreState) {
-        let pool = &self.shared.pool;
+        let pool = &self.shared.intake.pool;
         while let Some(o) = state.poll_outcome() {
             pool.complete_deferred(o.slot, o.outcome, o.decided_at, &mut self.wakes);
         }
@@ -123,7 +123,7 @@ impl CoreFeed {
         now: Instant,
         out: &mut dyn TransmitSink,
     ) {
-        let queue = &self.shared.queues[self.index];
+        let queue = &self.shared.intake.queues[self.index];
         while let Some(msg) = queue.pop() {
             match msg {
                 Msg::Request { slot, .. } => state.refuse(slot),

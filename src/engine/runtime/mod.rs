@@ -8,9 +8,7 @@
 //! | `lifecycle` | [`Engine`]: cores started pinned or hosted, drain, shutdown |
 //! | `handle` | [`EngineHandle`]: submit, report, statistics readers, memory figures |
 //! | `request` | [`RequestBuilder`], [`Request`], [`Batch`]: validation, the one encoder call |
-//! | `submit` | the one way in: the gate, the thread's core, a request's slot and queue place |
-//! | `pdu` | a request's encoded PDU (inline or heap) and the encoder |
-//! | `queue` | the messages a core receives, its lock-free queue, the shutdown gate |
+//! | `submit` | the one way in: the gate, the per-core lock-free queues and the messages they carry, the thread's core, a request's slot and queue place |
 //! | `completion` | the completion slots (PDU in, outcome out) and [`Completion`] |
 //! | `shared` | what the handle and the cores share; statistics publication |
 //! | `feed` | queue → core state, outcomes → slots and one wake of the callers |
@@ -28,9 +26,7 @@ mod handle;
 mod hosted;
 mod lifecycle;
 mod membership;
-mod pdu;
 mod pinned;
-mod queue;
 mod request;
 mod shared;
 mod submit;

@@ -65,8 +65,8 @@ use super::consts::{
     RECV_BATCH, RECV_DATAGRAM_MAX, SEND_CAPACITY, WALL_RESYNC,
 };
 use super::feed::CoreFeed;
-use super::queue::Msg;
 use super::shared::Shared;
+use super::submit::Msg;
 use crate::engine::core::{CoreState, Entropy, SocketOp, TransmitSink};
 use crate::proto::outcome::Failure;
 use crate::proto::wire;
@@ -241,7 +241,7 @@ impl Core {
         let state = feed
             .new_state(Instant::now(), first, port, entropy)
             .map_err(|_| BuildError::NoRandomness)?;
-        let _ = shared.queues[index].waker.set(io.waker());
+        let _ = shared.intake.queues[index].waker.set(io.waker());
         log_backend(index, shared.settings.io_backend, &io);
         let now = Instant::now();
         Ok(Core {
@@ -292,7 +292,10 @@ impl Core {
         {
             self.publish(now);
         }
-        if self.shared.queues[self.index].stop.load(Ordering::Acquire) {
+        if self.shared.intake.queues[self.index]
+            .stop
+            .load(Ordering::Acquire)
+        {
             return self.stop();
         }
         let got = if S::BLOCKS {
@@ -355,7 +358,10 @@ impl Core {
 
     /// Step 7: the turn's result, and the publication before a pause.
     fn outcome(&mut self) -> Turn {
-        if self.read_all || !self.failed.is_empty() || !self.shared.queues[self.index].is_empty() {
+        if self.read_all
+            || !self.failed.is_empty()
+            || !self.shared.intake.queues[self.index].is_empty()
+        {
             return Turn::Busy;
         }
         let deadline = self.state.poll_timeout();
@@ -436,7 +442,7 @@ impl Core {
         let Some(d) = self.shared.settings.spin else {
             return;
         };
-        let q = &self.shared.queues[self.index];
+        let q = &self.shared.intake.queues[self.index];
         let until = Instant::now() + d;
         while Instant::now() < until && q.is_empty() {
             std::hint::spin_loop();
@@ -498,7 +504,7 @@ impl Core {
     /// every request it holds with [`Failure::CoreFailed`].
     fn fault(&mut self) {
         self.dead = true;
-        let q = &self.shared.queues[self.index];
+        let q = &self.shared.intake.queues[self.index];
         q.dead.store(true, Ordering::SeqCst);
         tracing::error!(
             core = self.index,
@@ -515,7 +521,7 @@ impl Core {
     /// engine is shutting down (nothing more will be queued), else idle for
     /// [`DEAD_POLL`] (a blocking scheduler sleeps it here).
     fn dead_turn<S: Scheduler>(&mut self) -> Turn {
-        let q = &self.shared.queues[self.index];
+        let q = &self.shared.intake.queues[self.index];
         let f = Failure::CoreFailed { core: self.index };
         while let Some(msg) = q.pop() {
             fail_msg(&self.shared, msg, &f);
@@ -539,7 +545,7 @@ impl Core {
     /// every request it holds and what is queued with [`Failure::Shutdown`], and marks
     /// the core dead so that later submissions fail at once instead of waiting.
     pub(crate) fn abandon(&mut self) {
-        let q = &self.shared.queues[self.index];
+        let q = &self.shared.intake.queues[self.index];
         q.dead.store(true, Ordering::SeqCst);
         let _ = catch_unwind(AssertUnwindSafe(|| {
             self.state.fail_in_flight(&Failure::Shutdown);
@@ -623,7 +629,7 @@ fn log_backend(core: usize, asked: BackendChoice, io: &UdpIo) {
 /// Completes a message that no core will handle.
 pub(crate) fn fail_msg(shared: &Shared, msg: Msg, f: &Failure) {
     match msg {
-        Msg::Request { slot, .. } => shared.pool.complete(slot, Err(f.clone())),
+        Msg::Request { slot, .. } => shared.intake.pool.complete(slot, Err(f.clone())),
         Msg::FlushReports(tx) => {
             let _ = tx.try_send(crate::engine::core::Stats::new());
         }
