@@ -242,21 +242,28 @@ impl SlotPool {
         Ok((idx, Completion::new(self.clone(), idx)))
     }
 
-    /// Core side: `read` takes the PDU of slot `idx` (empty if none was written), whose
-    /// request this core took from its queue; the PDU is dropped after.
-    pub(crate) fn take_pdu<R>(&self, idx: u32, read: impl FnOnce(&[u8]) -> R) -> R {
+    /// Core side: the PDU of slot `idx` (empty if none was written), whose request this
+    /// core took from its queue. The PDU stays in the slot until the outcome replaces it
+    /// ([`publish`](Self::publish) drops it there).
+    ///
+    /// # Safety
+    ///
+    /// Only the core that popped `idx` from its queue may call this, and only before it
+    /// completes the slot: the returned bytes must be dropped before any call that
+    /// completes or frees slot `idx` ([`complete`](Self::complete),
+    /// [`complete_deferred`](Self::complete_deferred)).
+    pub(crate) unsafe fn pdu(&self, idx: u32) -> &[u8] {
         let slot = &self.slots[idx as usize];
+        // The access is checked (under loom: recorded) here, where it begins.
+        let c: *const Content = slot.content.with_mut(|c| c.cast_const());
         // SAFETY: the submitter wrote the PDU before queueing the request, and the
         // queue's pop made that write visible here; until this core completes the slot,
-        // nobody else touches the cell.
-        slot.content.with_mut(|c| unsafe {
-            let r = match &*c {
-                Content::Pdu(p) => read(p.as_slice()),
-                _ => read(&[]),
-            };
-            *c = Content::Empty;
-            r
-        })
+        // nobody else touches the cell (the caller's contract), and the borrow ends
+        // before that.
+        match unsafe { &*c } {
+            Content::Pdu(p) => p.as_slice(),
+            _ => &[],
+        }
     }
 
     /// Frees slot `idx`; its owner calls this (the caller that took or dropped the
@@ -558,7 +565,8 @@ mod tests {
     }
 
     fn pdu(pool: &SlotPool, idx: u32) -> Vec<u8> {
-        pool.take_pdu(idx, |b| b.to_vec())
+        // SAFETY: the test is the slot's core and reads before completing it.
+        unsafe { pool.pdu(idx) }.to_vec()
     }
 
     fn resource(i: u8) -> ResourceSpec {
@@ -648,15 +656,15 @@ mod tests {
         assert_eq!(pool.free.len(), 2);
     }
 
-    /// The PDU travels in the slot: written by the submitter, taken once by the core
-    /// (a heap PDU is dropped there), and an outcome written over a PDU never taken
-    /// (a refused request) drops it.
+    /// The PDU travels in the slot: written by the submitter, read in place by the core,
+    /// and dropped when the outcome replaces it (a heap PDU too), whether or not the core
+    /// read it (a refused request).
     #[test]
     fn the_pdu_travels_in_the_slot_and_is_dropped_once() {
         let pool = SlotPool::new(2).unwrap();
         let (idx, c) = pool.start(heap(vec![1, 2, 3])).unwrap();
         assert_eq!(pdu(&pool, idx), [1, 2, 3]);
-        assert!(pdu(&pool, idx).is_empty(), "taken once");
+        assert_eq!(pdu(&pool, idx), [1, 2, 3], "read in place, not taken");
         let mut wakes = Vec::new();
         pool.complete_deferred(idx, Ok(Response::local_grant()), None, &mut wakes);
         assert_eq!(wakes, [idx]);
@@ -752,10 +760,12 @@ mod loom_tests {
         pool.complete(idx, Err(Failure::Overloaded));
     }
 
-    /// The core's turn: it takes the PDU (starting the request), later writes the
+    /// The core's turn: it reads the PDU (starting the request), later writes the
     /// outcome it polled from its state, and wakes the caller at the end of the turn.
     fn take_then_complete_deferred(pool: &SlotPool, idx: u32) {
-        assert_eq!(pool.take_pdu(idx, |b| b.len()), 200);
+        // SAFETY: this thread is the slot's core (the request reached it through the
+        // model's spawn edge) and the borrow ends before it completes the slot.
+        assert_eq!(unsafe { pool.pdu(idx) }.len(), 200);
         let mut r = Response::local_grant();
         r.sends = 3;
         let mut wakes = Vec::new();
@@ -775,7 +785,7 @@ mod loom_tests {
     #[test]
     fn loom_completion_deferred_wake_vs_wait() {
         slot_model(
-            "take PDU, complete, deferred wake vs wait",
+            "read PDU, complete, deferred wake vs wait",
             take_then_complete_deferred,
             |_, c| assert_eq!(c.wait().unwrap().sends, 3),
         );
@@ -789,7 +799,7 @@ mod loom_tests {
     #[test]
     fn loom_completion_deferred_vs_drop() {
         slot_model(
-            "take PDU, complete, deferred wake vs drop",
+            "read PDU, complete, deferred wake vs drop",
             take_then_complete_deferred,
             |_, c| drop(c),
         );

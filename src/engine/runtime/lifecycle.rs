@@ -17,7 +17,7 @@ use super::handle::EngineHandle;
 #[cfg(feature = "dns")]
 use super::membership;
 use super::shared::Shared;
-use super::turn;
+use super::{core_setup, turn};
 use super::{hosted, pinned};
 use crate::proto::key::ApiKey;
 use crate::proto::outcome::Failure;
@@ -155,7 +155,7 @@ impl Engine {
         // anything a core could not take (it never started)
         for q in sh.intake.queues.iter() {
             while let Some(m) = q.pop() {
-                turn::fail_msg(sh, m, &Failure::Shutdown);
+                core_setup::fail_msg(sh, m, &Failure::Shutdown);
             }
         }
         sh.membership.stop();

@@ -11,8 +11,9 @@
 //! | `submit` | the one way in: the gate, the per-core lock-free queues and the messages they carry, the thread's core, a request's slot and queue place |
 //! | `completion` | the completion slots (PDU in, outcome out) and [`Completion`] |
 //! | `shared` | what the handle and the cores share; statistics publication |
-//! | `feed` | queue → core state, outcomes → slots and one wake of the callers |
-//! | `turn` | `Core::turn`: one turn of a core, for both schedulers; faults |
+//! | `turn` | `Core::turn`: one turn of a core, for both schedulers: queue → core state, I/O, outcomes → slots and one wake of the callers |
+//! | `core_setup` | a core's construction, shutdown and faults (the cold side of `turn`) |
+//! | `sink` | the transmit sinks a turn hands its state (to the I/O layer's send queue) |
 //! | `pinned`, `hosted` | the two schedulers: a pinned thread, a task on a Tokio runtime |
 //! | `membership` | the endpoint snapshot and the DNS discovery thread |
 //! | `consts` | the layer's constants, each with its reason |
@@ -21,7 +22,7 @@ mod builder;
 mod completion;
 mod config;
 pub(crate) mod consts;
-mod feed;
+mod core_setup;
 mod handle;
 mod hosted;
 mod lifecycle;
@@ -29,6 +30,7 @@ mod membership;
 mod pinned;
 mod request;
 mod shared;
+mod sink;
 mod submit;
 mod turn;
 
