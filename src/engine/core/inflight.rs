@@ -2,8 +2,9 @@
 //!
 //! Owns: a generation-checked slab of `Entry` (request delivery state, sealed datagram
 //! bytes, completion slot index, timer handle, source socket, held response's cell), the
-//! O(1) routing of a response by the slab index and generation that the core writes into
-//! bytes 0..5 of the unique id (masked with a per-core random value; the remaining bytes
+//! admission of a request (`InFlight::admit`: a cell, the routing bytes of its unique id
+//! and its datagram store, written in place), the O(1) routing of a response by the slab
+//! index and generation that the core writes into bytes 0..5 of the unique id (masked with a per-core random value; the remaining bytes
 //! stay random and v4-shaped), and the pool of large datagram buffers.
 //! Must not touch: sockets, clocks, the completion protocol; capacity is fixed at start
 //! so the steady state never allocates.
@@ -32,6 +33,12 @@ pub(crate) struct Dgram {
 }
 
 impl Dgram {
+    /// No bytes yet (an entry's store before [`InFlight::admit`] gives it one).
+    pub(crate) const EMPTY: Dgram = Dgram {
+        len: 0,
+        bytes: [0u8; DGRAM_INLINE],
+    };
+
     fn pool_index(&self) -> Option<usize> {
         if self.len & POOLED != 0 {
             let b = &self.bytes;
@@ -42,7 +49,7 @@ impl Dgram {
     }
 
     /// Records the sealed length.
-    pub(crate) fn set_len(&mut self, len: usize) {
+    fn set_len(&mut self, len: usize) {
         debug_assert!(len <= MAX_DATAGRAM);
         self.len = (self.len & POOLED) | (len.min(MAX_DATAGRAM) as u16);
     }
@@ -179,8 +186,42 @@ impl InFlight {
         self.len >= self.limit
     }
 
+    /// Admits a new request: reserves a cell, writes the cell's routing bytes into `uid`
+    /// (a fresh random unique id), stores `entry` there with a datagram store for `len`
+    /// bytes (inline, or a pooled buffer when larger) and returns its key and the store's
+    /// writable bytes, in place: seal the datagram into them, then
+    /// [`set_len`](Self::set_len) (or [`discard`](Self::discard) the entry). `None` when
+    /// the table is full.
+    pub(crate) fn admit(
+        &mut self,
+        entry: Entry,
+        len: usize,
+        uid: &mut [u8; 16],
+    ) -> Option<(Key, &mut [u8])> {
+        let key = self.reserve()?;
+        // the routing bytes (0..5) are untouched by the id's v4 shaping (bytes 6, 8)
+        self.stamp_unique_id(key, uid);
+        let dgram = self.alloc_dgram(len);
+        self.insert(key, Entry { dgram, ..entry });
+        let Cell::Occupied(e) = &mut self.cells[key.idx as usize] else {
+            unreachable!("inserted just above");
+        };
+        let bytes = match e.dgram.pool_index() {
+            Some(i) => &mut self.big[i][..],
+            None => &mut e.dgram.bytes[..],
+        };
+        Some((key, bytes))
+    }
+
+    /// Records the sealed length of entry `key`'s datagram.
+    pub(crate) fn set_len(&mut self, key: Key, len: usize) {
+        if let Some(e) = self.get_mut(key) {
+            e.dgram.set_len(len);
+        }
+    }
+
     /// Reserves a key for a new entry (insert it with [`InFlight::insert`]).
-    pub(crate) fn reserve(&mut self) -> Option<Key> {
+    fn reserve(&mut self) -> Option<Key> {
         if self.is_full() {
             return None;
         }
@@ -217,14 +258,15 @@ impl InFlight {
     }
 
     /// Gives back a reserved key that was never inserted.
-    pub(crate) fn unreserve(&mut self, key: Key) {
+    #[cfg(test)]
+    fn unreserve(&mut self, key: Key) {
         let c = &self.cells[key.idx as usize];
         debug_assert!(matches!(c, Cell::Vacant { .. }));
         let g = c.generation().wrapping_add(1);
         self.push_free(key.idx, g);
     }
 
-    pub(crate) fn insert(&mut self, key: Key, mut entry: Entry) {
+    fn insert(&mut self, key: Key, mut entry: Entry) {
         let c = &mut self.cells[key.idx as usize];
         debug_assert!(matches!(c, Cell::Vacant { .. }));
         debug_assert_eq!(c.generation(), key.generation);
@@ -233,7 +275,7 @@ impl InFlight {
     }
 
     /// Writes the routing bytes for `key` into a fresh random unique id.
-    pub(crate) fn stamp_unique_id(&self, key: Key, uid: &mut [u8; 16]) {
+    fn stamp_unique_id(&self, key: Key, uid: &mut [u8; 16]) {
         let i = key.idx.to_le_bytes();
         let g = (key.generation as u16).to_le_bytes();
         let route = [i[0], i[1], i[2], g[0], g[1]];
@@ -282,9 +324,8 @@ impl InFlight {
         self.push_free(key.idx, key.generation.wrapping_add(1));
     }
 
-    /// A datagram store for `len` bytes: inline, or a pooled buffer when larger. Write it
-    /// through [`InFlight::bytes_mut`], then [`Dgram::set_len`].
-    pub(crate) fn alloc_dgram(&mut self, len: usize) -> Dgram {
+    /// A datagram store for `len` bytes: inline, or a pooled buffer when larger.
+    fn alloc_dgram(&mut self, len: usize) -> Dgram {
         let mut d = Dgram {
             len: 0,
             bytes: [0u8; DGRAM_INLINE],
@@ -304,7 +345,8 @@ impl InFlight {
     }
 
     /// The writable bytes of a datagram store (its whole capacity).
-    pub(crate) fn bytes_mut<'a>(&'a mut self, d: &'a mut Dgram) -> &'a mut [u8] {
+    #[cfg(test)]
+    fn bytes_mut<'a>(&'a mut self, d: &'a mut Dgram) -> &'a mut [u8] {
         match d.pool_index() {
             Some(i) => &mut self.big[i][..],
             None => &mut d.bytes[..],
@@ -329,7 +371,8 @@ impl InFlight {
     }
 
     /// Returns a datagram's pooled buffer (if any) to the pool.
-    pub(crate) fn recycle(&mut self, d: Dgram) {
+    #[cfg(test)]
+    fn recycle(&mut self, d: Dgram) {
         if let Some(i) = d.pool_index() {
             self.big_free.push(i as u32);
         }

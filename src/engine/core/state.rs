@@ -320,56 +320,47 @@ impl CoreState {
         submitted: Instant,
         out: &mut dyn TransmitSink,
     ) {
-        let Some(key) = self.inflight.reserve() else {
+        if self.inflight.is_full() {
             return self.fail_early(slot, Failure::Overloaded);
-        };
+        }
         let req = match Delivery::new(&self.cfg.plan, self.snapshot.clone(), now) {
             Ok(m) => m,
-            Err(f) => {
-                self.inflight.unreserve(key);
-                return self.fail_early(slot, f);
-            }
-        };
-        let dgram = match self.seal(key, pdu) {
-            Ok(d) => d,
-            Err(f) => {
-                self.inflight.unreserve(key);
-                return self.fail_early(slot, f);
-            }
+            Err(f) => return self.fail_early(slot, f),
         };
         let sock = self.socks.current();
+        let entry = Entry {
+            req,
+            timer: TimerHandle::NONE,
+            slot,
+            held: Held::NONE,
+            sock,
+            queued_us: micros(now.saturating_duration_since(submitted)),
+            answered_us: u32::MAX,
+            generation: 0,
+            dgram: Dgram::EMPTY,
+        };
+        let key = match self.seal(entry, pdu) {
+            Ok(k) => k,
+            Err(f) => return self.fail_early(slot, f),
+        };
         self.socks.acquire(sock);
-        self.inflight.insert(
-            key,
-            Entry {
-                req,
-                timer: TimerHandle::NONE,
-                slot,
-                held: Held::NONE,
-                sock,
-                queued_us: micros(now.saturating_duration_since(submitted)),
-                answered_us: u32::MAX,
-                generation: 0,
-                dgram,
-            },
-        );
         self.drive(key, now, out);
     }
 
-    /// Seals `pdu` for entry `key` (reserved, not inserted) into a new datagram store:
-    /// fresh random unique id (with the entry's routing bytes) and nonce.
-    fn seal(&mut self, key: Key, pdu: &[u8]) -> Result<Dgram, Failure> {
+    /// Admits `entry` into the in-flight table and seals `pdu` into its datagram, in
+    /// place: fresh random unique id (with the entry's routing bytes) and nonce.
+    fn seal(&mut self, entry: Entry, pdu: &[u8]) -> Result<Key, Failure> {
         let rnd = self
             .rng
             .datagram_random()
             .map_err(|_| Failure::Communication(CommError::Rng))?;
         let (mut tenant, nonce) = wire::request_tenant(self.cfg.auth.key_id(), &rnd, self.wall_ms);
-        // the routing bytes (0..5) are untouched by the id's v4 shaping (bytes 6, 8)
-        self.inflight.stamp_unique_id(key, &mut tenant.unique_id);
         let p = self.cfg.auth.pdu_offset();
         let total = p + pdu.len();
-        let mut dgram = self.inflight.alloc_dgram(total);
-        let bytes = self.inflight.bytes_mut(&mut dgram);
+        let (key, bytes) = self
+            .inflight
+            .admit(entry, total, &mut tenant.unique_id)
+            .ok_or(Failure::Overloaded)?;
         let sealed = match bytes.get_mut(p..total) {
             Some(b) => {
                 b.copy_from_slice(pdu);
@@ -379,15 +370,15 @@ impl CoreState {
         };
         let Some(n) = sealed else {
             // the size was checked when the request was built
-            self.inflight.recycle(dgram);
+            self.inflight.discard(key);
             let e = RequestError::TooLarge {
                 needed: total,
                 max: wire::MAX_DATAGRAM,
             };
             return Err(Failure::Configuration(e.into()));
         };
-        dgram.set_len(n);
-        Ok(dgram)
+        self.inflight.set_len(key, n);
+        Ok(key)
     }
 
     /// A latency report entry for the next report datagram.
