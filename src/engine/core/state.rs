@@ -40,7 +40,7 @@ use super::sockets::{SocketOp, SocketTable};
 use super::stats::Stats;
 use super::wheel::{TimerHandle, TimerWheel};
 use crate::proto::error::RequestError;
-use crate::proto::machine::{Delivery, Ignored, Sends, Snapshot, TransmitKind, kept_outcome};
+use crate::proto::machine::{Delivery, Ignored, Snapshot, TransmitKind};
 use crate::proto::outcome::{CommError, Failure, Response};
 use crate::proto::wire::{self, DropReason, ReportEntry, RngError, TenantView};
 use crate::udp::SocketId;
@@ -231,6 +231,12 @@ impl CoreState {
     /// middle of its turn.
     pub fn poll_outcome(&mut self) -> Option<SlotOutcome> {
         self.outcomes.pop()
+    }
+
+    /// The ended requests waiting to be taken: the runtime's delivery pops them here
+    /// ([`poll_outcome`](Self::poll_outcome) without the hop).
+    pub(crate) fn outcomes(&mut self) -> &mut Outcomes {
+        &mut self.outcomes
     }
 
     /// True when ended requests wait for [`poll_outcome`](Self::poll_outcome).
@@ -450,7 +456,8 @@ impl CoreState {
         let Some(e) = self.inflight.get_mut(key) else {
             return;
         };
-        if let Some(res) = e.req.poll_outcome(&self.cfg.plan) {
+        let kept = self.outcomes.get_mut(e.held);
+        if let Some(res) = e.req.poll_outcome_kept(&self.cfg.plan, kept) {
             self.finish(key, res, now);
             return;
         }
@@ -471,9 +478,9 @@ impl CoreState {
         }
     }
 
-    /// Removes a finished request and queues its outcome: `Ok` = the held response, with
-    /// these send counts.
-    fn finish(&mut self, key: Key, res: Result<Sends, Failure>, now: Instant) {
+    /// Removes a finished request and queues its outcome: `Ok` = the held response (its
+    /// send counts written by `Delivery::poll_outcome_kept`).
+    fn finish(&mut self, key: Key, res: Result<(), Failure>, now: Instant) {
         let Some(e) = self.inflight.get_mut(key) else {
             return;
         };
@@ -489,14 +496,14 @@ impl CoreState {
             );
         }
         // a decision's response stays in its cell until it is taken (moved once)
-        let result = match kept_outcome(res, self.outcomes.get_mut(e.held)) {
-            Some(Ok(r)) => {
-                s.count_decision(r, e.req.snapshot());
+        let result = match res {
+            Ok(()) => {
+                if let Some(r) = self.outcomes.get_mut(e.held) {
+                    s.count_decision(r, e.req.snapshot());
+                }
                 Ok(std::mem::replace(&mut e.held, Held::NONE))
             }
-            // a decision always holds its response: only a guard
-            None => Err(Failure::Shutdown),
-            Some(Err(f)) => {
+            Err(f) => {
                 drop(self.outcomes.take(&mut e.held));
                 s.count_failure(&f);
                 Err(f)

@@ -246,7 +246,7 @@ impl Core {
     /// written).
     pub(super) fn deliver(&mut self) {
         let pool = &self.shared.intake.pool;
-        while let Some(o) = self.state.poll_outcome() {
+        while let Some(o) = self.state.outcomes().pop() {
             pool.complete_deferred(o.slot, o.outcome, o.decided_at, &mut self.wakes);
         }
         for idx in self.wakes.drain(..) {
