@@ -248,7 +248,8 @@ impl CoreState {
 
     /// One datagram arrived on socket `sock` (the bytes are decrypted in place). The
     /// datagram checks, in order: tenant TLV, routing by unique id, then
-    /// `wire::open_response` (authentication, the rate response PDU), then the request
+    /// `wire::open_response_at` (authentication, the rate response PDU; the tenant TLV is
+    /// not parsed again), then the request
     /// machine's server-id and timing rules. A
     /// datagram that fails one is counted by its [`DropReason`] and changes nothing.
     pub fn handle_datagram(
@@ -260,14 +261,14 @@ impl CoreState {
     ) {
         let _ = sock;
         self.stats.received += 1;
-        let uid = match TenantView::parse(buf) {
-            Ok(t) => t.unique_id(),
+        let (uid, tenant_size) = match TenantView::parse(buf) {
+            Ok(t) => (t.unique_id(), t.size()),
             Err(r) => return self.stats.drop(r),
         };
         let Some(key) = self.inflight.route(&uid) else {
             return self.stats.drop(DropReason::UnknownRequest);
         };
-        let (tenant, resp) = match wire::open_response(&self.cfg.auth, buf) {
+        let (tenant, resp) = match wire::open_response_at(&self.cfg.auth, buf, tenant_size) {
             Ok(o) => o,
             Err(r) => return self.stats.drop(r),
         };
