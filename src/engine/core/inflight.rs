@@ -5,7 +5,9 @@
 //! admission of a request (`InFlight::admit`: a cell, the routing bytes of its unique id
 //! and its datagram store, written in place), the O(1) routing of a response by the slab
 //! index and generation that the core writes into bytes 0..5 of the unique id (masked with a per-core random value; the remaining bytes
-//! stay random and v4-shaped), and the pool of large datagram buffers.
+//! stay random and v4-shaped), the count of requests in flight per socket (steering's
+//! drain: `discard` says when a socket's last one ended), and the pool of large datagram
+//! buffers.
 //! Must not touch: sockets, clocks, the completion protocol; capacity is fixed at start
 //! so the steady state never allocates.
 
@@ -159,14 +161,19 @@ pub(crate) struct InFlight {
     #[allow(clippy::vec_box)] // boxes stay put; entries refer to them by index
     big: Vec<Box<[u8; MAX_DATAGRAM]>>,
     big_free: Vec<u32>,
+    /// Requests in flight per socket (the sockets with any; at most the core's bound on
+    /// sockets, reserved at start).
+    per_sock: Vec<(SocketId, u32)>,
 }
 
 impl InFlight {
-    /// A table for `limit` requests; `mask` hides the routing bytes of unique ids.
-    pub(crate) fn new(limit: usize, mask: [u8; 5]) -> InFlight {
+    /// A table for `limit` requests on at most `max_sockets` sockets; `mask` hides the
+    /// routing bytes of unique ids.
+    pub(crate) fn new(limit: usize, max_sockets: usize, mask: [u8; 5]) -> InFlight {
         let limit = limit.clamp(1, MAX_IN_FLIGHT);
         let prealloc = limit.min(PREALLOC_MAX);
         InFlight {
+            per_sock: Vec::with_capacity(max_sockets.max(2)),
             cells: Vec::with_capacity(prealloc),
             free: NIL,
             limit,
@@ -199,6 +206,7 @@ impl InFlight {
         uid: &mut [u8; 16],
     ) -> Option<(Key, &mut [u8])> {
         let key = self.reserve()?;
+        self.count_on(entry.sock);
         // the routing bytes (0..5) are untouched by the id's v4 shaping (bytes 6, 8)
         self.stamp_unique_id(key, uid);
         let dgram = self.alloc_dgram(len);
@@ -312,16 +320,48 @@ impl InFlight {
         }
     }
 
-    /// Removes an entry in place (nothing is moved out) and gives its datagram back.
-    pub(crate) fn discard(&mut self, key: Key) {
-        let pooled = match self.cells.get(key.idx as usize) {
-            Some(Cell::Occupied(e)) if e.generation == key.generation => e.dgram.pool_index(),
-            _ => return,
+    /// Removes an entry in place (nothing is moved out) and gives its datagram back;
+    /// returns its socket and the requests still in flight on it.
+    pub(crate) fn discard(&mut self, key: Key) -> Option<(SocketId, u32)> {
+        let (pooled, sock) = match self.cells.get(key.idx as usize) {
+            Some(Cell::Occupied(e)) if e.generation == key.generation => {
+                (e.dgram.pool_index(), e.sock)
+            }
+            _ => return None,
         };
         if let Some(i) = pooled {
             self.big_free.push(i as u32);
         }
         self.push_free(key.idx, key.generation.wrapping_add(1));
+        Some((sock, self.uncount_on(sock)))
+    }
+
+    /// Requests in flight on `sock`.
+    pub(crate) fn on_socket(&self, sock: SocketId) -> u32 {
+        self.per_sock
+            .iter()
+            .find(|p| p.0 == sock)
+            .map_or(0, |p| p.1)
+    }
+
+    fn count_on(&mut self, sock: SocketId) {
+        match self.per_sock.iter_mut().find(|p| p.0 == sock) {
+            Some(p) => p.1 += 1,
+            None => self.per_sock.push((sock, 1)),
+        }
+    }
+
+    /// One request fewer on `sock`; returns how many remain.
+    fn uncount_on(&mut self, sock: SocketId) -> u32 {
+        let Some(i) = self.per_sock.iter().position(|p| p.0 == sock) else {
+            return 0;
+        };
+        self.per_sock[i].1 -= 1;
+        let left = self.per_sock[i].1;
+        if left == 0 {
+            self.per_sock.swap_remove(i);
+        }
+        left
     }
 
     /// A datagram store for `len` bytes: inline, or a pooled buffer when larger.
@@ -420,7 +460,7 @@ mod tests {
 
     #[test]
     fn slab_reuses_cells_and_checks_generations() {
-        let mut t = InFlight::new(2, [1, 2, 3, 4, 5]);
+        let mut t = InFlight::new(2, 4, [1, 2, 3, 4, 5]);
         let a = t.reserve().unwrap();
         let b = t.reserve().unwrap();
         assert!(t.reserve().is_none());

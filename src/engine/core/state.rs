@@ -113,7 +113,7 @@ impl CoreState {
         let max_reports = wire::max_report_entries(cfg.auth.mode());
         Ok(CoreState {
             index: cfg.index,
-            inflight: InFlight::new(limit, mask),
+            inflight: InFlight::new(limit, cfg.max_sockets, mask),
             wheel: TimerWheel::new(now, WHEEL_TICK, WHEEL_SLOTS, limit.min(PREALLOC_MAX)),
             socks: SocketTable::new(first, port, cfg.max_sockets),
             fired: Vec::with_capacity(FIRED_PREALLOC),
@@ -222,7 +222,8 @@ impl CoreState {
         } else {
             self.stats.rebind_failures += 1;
         }
-        self.socks.opened(new);
+        let old_busy = self.inflight.on_socket(self.socks.current()) > 0;
+        self.socks.opened(new, old_busy);
     }
 
     /// The next request that ended, with its completion slot and outcome, oldest first.
@@ -350,7 +351,6 @@ impl CoreState {
             Ok(k) => k,
             Err(f) => return self.fail_early(slot, f),
         };
-        self.socks.acquire(sock);
         self.drive(key, now, out);
     }
 
@@ -486,7 +486,6 @@ impl CoreState {
             return;
         };
         self.wheel.cancel(e.timer);
-        self.socks.release(e.sock);
         let s = &mut self.stats;
         let elapsed = micros(now.saturating_duration_since(e.req.started()));
         if res.is_ok() && e.answered_us != u32::MAX {
@@ -515,7 +514,12 @@ impl CoreState {
         s.record_latency(latency, self.cfg.policy.horizon());
         s.completions += 1;
         let slot = e.slot;
-        self.inflight.discard(key);
+        // a draining socket closes once its last request ended
+        if let Some((sock, 0)) = self.inflight.discard(key)
+            && sock != self.socks.current()
+        {
+            self.socks.drained(sock);
+        }
         self.outcomes.finish(slot, result, now);
     }
 
