@@ -2,10 +2,15 @@
 //! written once for both schedulers.
 //!
 //! Owns: the order of a turn, the core's [`UdpIo`] (mmsg or io_uring backend,
-//! GSO/GRO, the sockets), the clock, the publication of the core's statistics, and
-//! fault containment. Must not touch: request state, the wire format, decisions (all
-//! in [`CoreState`]), threads and tasks (the schedulers: `super::pinned` runs turns on
-//! a pinned thread, `super::hosted` from a task on the application's runtime).
+//! GSO/GRO, the sockets), the clock, the drain of the core's queue into its state (a
+//! request's PDU read in its completion slot, reports, report flushes, the test fault;
+//! the membership snapshot each turn), the delivery of the outcomes (each written into its
+//! slot, then the callers woken once), the publication of the core's statistics, and
+//! fault containment (the catch; the bookkeeping after it, the core's construction and
+//! its shutdown are `super::core_setup`'s; the transmit sinks `super::sink`'s). Must not
+//! touch: request state, the wire format, decisions (all in [`CoreState`]), threads and
+//! tasks (the schedulers: `super::pinned` runs [`Core::run`] on a pinned thread,
+//! `super::hosted` turns from a task on the application's runtime).
 //!
 //! # A turn
 //!
