@@ -1,21 +1,28 @@
-//! The per-core table of requests in flight.
+//! The per-core table of requests in flight, and the unique ids that route their
+//! responses back.
 //!
 //! Owns: a generation-checked slab of `Entry` (request delivery state, sealed datagram
-//! bytes, completion slot index, timer handle, source socket, held response's cell), the
-//! admission of a request (`InFlight::admit`: a cell, the routing bytes of its unique id
-//! and its datagram store, written in place), the O(1) routing of a response by the slab
-//! index and generation that the core writes into bytes 0..5 of the unique id (masked with a per-core random value; the remaining bytes
-//! stay random and v4-shaped), the count of requests in flight per socket (steering's
-//! drain: `discard` says when a socket's last one ended), and the pool of large datagram
-//! buffers.
-//! Must not touch: sockets, clocks, the completion protocol; capacity is fixed at start
-//! so the steady state never allocates.
+//! bytes, completion slot index, timer handle, source socket, held response's cell); the
+//! admission of a request (`InFlight::admit`: its unique id and nonce minted from buffered
+//! randomness, [`RandPool`], a ChaCha20 keystream re-keyed from the injected [`Entropy`];
+//! its cell; its datagram store, written in place); the O(1) routing of a response by the
+//! slab index and generation written into bytes 0..5 of the unique id (masked with a
+//! per-core random value; the remaining bytes stay random and v4-shaped); the count of
+//! requests in flight per socket (steering's drain: `discard` says when a socket's last
+//! one ended); and the pool of large datagram buffers.
+//! Must not touch: sockets, clocks, the completion protocol, the OS randomness (the
+//! runtime injects it); capacity is fixed at start so the steady state never allocates.
 
-use super::consts::{DGRAM_INLINE, MAX_IN_FLIGHT, PREALLOC_MAX};
+use chacha20::ChaCha20Rng;
+use rand_core::{Rng, SeedableRng};
+use zeroize::Zeroize;
+
+use super::consts::{DGRAM_INLINE, MAX_IN_FLIGHT, PREALLOC_MAX, RESEED_BYTES, RNG_POOL};
 use super::outcomes::Held;
 use super::wheel::TimerHandle;
 use crate::proto::machine::{Delivery, TransmitKind};
-use crate::proto::wire::MAX_DATAGRAM;
+use crate::proto::outcome::{CommError, Failure};
+use crate::proto::wire::{self, MAX_DATAGRAM, NONCE_LEN, RngError, TenantFields};
 use crate::udp::SocketId;
 
 /// Offset of the unique id in a datagram (tenant TLV offset 12).
@@ -164,15 +171,36 @@ pub(crate) struct InFlight {
     /// Requests in flight per socket (the sockets with any; at most the core's bound on
     /// sockets, reserved at start).
     per_sock: Vec<(SocketId, u32)>,
+    /// The randomness of the unique ids and nonces the table mints.
+    rng: RandPool,
+}
+
+/// A request admitted into the table ([`InFlight::admit`]): its key, its tenant TLV and
+/// nonce (a fresh random unique id carrying the cell's routing bytes) and the writable
+/// bytes of its datagram store.
+pub(crate) struct Admitted<'a> {
+    pub key: Key,
+    pub tenant: TenantFields,
+    pub nonce: [u8; NONCE_LEN],
+    pub bytes: &'a mut [u8],
 }
 
 impl InFlight {
-    /// A table for `limit` requests on at most `max_sockets` sockets; `mask` hides the
-    /// routing bytes of unique ids.
-    pub(crate) fn new(limit: usize, max_sockets: usize, mask: [u8; 5]) -> InFlight {
+    /// A table for `limit` requests on at most `max_sockets` sockets, its randomness drawn
+    /// from `entropy` (the first draw is the mask that hides the routing bytes of unique
+    /// ids).
+    pub(crate) fn new(
+        limit: usize,
+        max_sockets: usize,
+        entropy: Entropy,
+    ) -> Result<InFlight, RngError> {
+        let mut rng = RandPool::new(entropy);
+        let mut mask = [0u8; 5];
+        rng.fill(&mut mask)?;
         let limit = limit.clamp(1, MAX_IN_FLIGHT);
         let prealloc = limit.min(PREALLOC_MAX);
-        InFlight {
+        Ok(InFlight {
+            rng,
             per_sock: Vec::with_capacity(max_sockets.max(2)),
             cells: Vec::with_capacity(prealloc),
             free: NIL,
@@ -181,7 +209,7 @@ impl InFlight {
             mask,
             big: Vec::new(),
             big_free: Vec::new(),
-        }
+        })
     }
 
     /// Requests in the table.
@@ -193,22 +221,28 @@ impl InFlight {
         self.len >= self.limit
     }
 
-    /// Admits a new request: reserves a cell, writes the cell's routing bytes into `uid`
-    /// (a fresh random unique id), stores `entry` there with a datagram store for `len`
-    /// bytes (inline, or a pooled buffer when larger) and returns its key and the store's
-    /// writable bytes, in place: seal the datagram into them, then
-    /// [`set_len`](Self::set_len) (or [`discard`](Self::discard) the entry). `None` when
-    /// the table is full.
+    /// Admits a new request: mints its unique id (fresh random bytes shaped as a v4 UUID,
+    /// the cell's routing bytes in bytes 0..5) and nonce into its tenant TLV for key
+    /// `key_id` at `wall_ms`, reserves its cell, stores `entry` there with a datagram store
+    /// for `len` bytes (inline, or a pooled buffer when larger) and returns all that with
+    /// the store's writable bytes, in place: seal the datagram into them, then
+    /// [`set_len`](Self::set_len) (or [`discard`](Self::discard) the entry).
     pub(crate) fn admit(
         &mut self,
         entry: Entry,
         len: usize,
-        uid: &mut [u8; 16],
-    ) -> Option<(Key, &mut [u8])> {
-        let key = self.reserve()?;
+        key_id: u64,
+        wall_ms: u64,
+    ) -> Result<Admitted<'_>, Failure> {
+        let rnd = self
+            .rng
+            .datagram_random()
+            .map_err(|_| Failure::Communication(CommError::Rng))?;
+        let (mut tenant, nonce) = wire::request_tenant(key_id, &rnd, wall_ms);
+        let key = self.reserve().ok_or(Failure::Overloaded)?;
         self.count_on(entry.sock);
         // the routing bytes (0..5) are untouched by the id's v4 shaping (bytes 6, 8)
-        self.stamp_unique_id(key, uid);
+        self.stamp_unique_id(key, &mut tenant.unique_id);
         let dgram = self.alloc_dgram(len);
         self.insert(key, Entry { dgram, ..entry });
         let Cell::Occupied(e) = &mut self.cells[key.idx as usize] else {
@@ -218,7 +252,17 @@ impl InFlight {
             Some(i) => &mut self.big[i][..],
             None => &mut e.dgram.bytes[..],
         };
-        Some((key, bytes))
+        Ok(Admitted {
+            key,
+            tenant,
+            nonce,
+            bytes,
+        })
+    }
+
+    /// The random bytes of one datagram's unique id and nonce (a report's).
+    pub(crate) fn datagram_random(&mut self) -> Result<[u8; wire::DATAGRAM_RANDOM_LEN], RngError> {
+        self.rng.datagram_random()
     }
 
     /// Records the sealed length of entry `key`'s datagram.
@@ -434,6 +478,67 @@ impl InFlight {
     }
 }
 
+/// A source of randomness (OS randomness in a running core, seeded in simulation).
+pub type Entropy = Box<dyn FnMut(&mut [u8]) -> Result<(), RngError> + Send>;
+
+/// Buffered randomness: a ChaCha20 keystream keyed with 32 bytes of the entropy source
+/// and re-keyed every [`RESEED_BYTES`] (the construction of arc4random and of the
+/// kernel's own generator), so a request costs no system call and no kernel ChaCha run.
+pub(crate) struct RandPool {
+    buf: Box<[u8; RNG_POOL]>,
+    at: usize,
+    source: Entropy,
+    rng: Option<ChaCha20Rng>,
+    since_seed: usize,
+}
+
+impl RandPool {
+    /// A pool drawing its keys from `source` (nothing is drawn before the first fill).
+    pub(crate) fn new(source: Entropy) -> RandPool {
+        RandPool {
+            buf: Box::new([0u8; RNG_POOL]),
+            at: RNG_POOL,
+            source,
+            rng: None,
+            since_seed: 0,
+        }
+    }
+
+    fn refill(&mut self) -> Result<(), RngError> {
+        if self.rng.is_none() || self.since_seed >= RESEED_BYTES {
+            let mut seed = [0u8; 32];
+            (self.source)(&mut seed)?;
+            self.rng = Some(ChaCha20Rng::from_seed(seed));
+            seed.zeroize();
+            self.since_seed = 0;
+        }
+        if let Some(rng) = self.rng.as_mut() {
+            rng.fill_bytes(&mut self.buf[..]);
+        }
+        self.since_seed += RNG_POOL;
+        self.at = 0;
+        Ok(())
+    }
+
+    pub(crate) fn fill(&mut self, out: &mut [u8]) -> Result<(), RngError> {
+        if self.at + out.len() > RNG_POOL {
+            self.refill()?;
+        }
+        out.copy_from_slice(&self.buf[self.at..self.at + out.len()]);
+        // never hand out the same bytes twice
+        self.buf[self.at..self.at + out.len()].fill(0);
+        self.at += out.len();
+        Ok(())
+    }
+
+    /// The random bytes of one datagram's unique id and nonce.
+    pub(crate) fn datagram_random(&mut self) -> Result<[u8; wire::DATAGRAM_RANDOM_LEN], RngError> {
+        let mut rnd = [0u8; wire::DATAGRAM_RANDOM_LEN];
+        self.fill(&mut rnd)?;
+        Ok(rnd)
+    }
+}
+
 /// Size in bytes of one in-flight entry: the slab cell (free cells link through
 /// themselves, so there is no separate free list). Excludes the shared snapshot, the
 /// pooled buffers of datagrams over `DGRAM_INLINE` bytes and the cell of a held response
@@ -460,7 +565,11 @@ mod tests {
 
     #[test]
     fn slab_reuses_cells_and_checks_generations() {
-        let mut t = InFlight::new(2, 4, [1, 2, 3, 4, 5]);
+        let entropy: Entropy = Box::new(|b: &mut [u8]| {
+            b.fill(7);
+            Ok(())
+        });
+        let mut t = InFlight::new(2, 4, entropy).unwrap();
         let a = t.reserve().unwrap();
         let b = t.reserve().unwrap();
         assert!(t.reserve().is_none());

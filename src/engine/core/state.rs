@@ -1,7 +1,7 @@
 //! The sans-IO state of one engine core.
 //!
-//! Owns, for its core: the in-flight table, the timer wheel, the socket bookkeeping
-//! (steering), report coalescing, buffered randomness for unique ids and nonces, the
+//! Owns, for its core: the in-flight table (with the buffered randomness of unique ids
+//! and nonces), the timer wheel, the socket bookkeeping (steering), report coalescing, the
 //! responses it holds and the core's statistics. Inputs: submissions handed to it one by
 //! one ([`CoreState::submit`], [`CoreState::submit_report`], [`CoreState::refuse`]), the
 //! endpoint set ([`CoreState::set_membership`]), received datagrams `(now, socket,
@@ -32,16 +32,15 @@ use std::time::{Duration, Instant};
 
 use super::config::CoreConfig;
 use super::consts::{FIRED_PREALLOC, PREALLOC_MAX, REPORT_TAG, WHEEL_SLOTS, WHEEL_TICK};
-use super::inflight::{self, Dgram, Entry, InFlight, Key};
+use super::inflight::{self, Dgram, Entropy, Entry, InFlight, Key};
 use super::outcomes::{Held, Outcomes, SlotOutcome};
-use super::random::{Entropy, RandPool};
 use super::reports::Reports;
 use super::sockets::{SocketOp, SocketTable};
 use super::stats::Stats;
 use super::wheel::{TimerHandle, TimerWheel};
 use crate::proto::error::RequestError;
 use crate::proto::machine::{Delivery, Ignored, Snapshot, TransmitKind};
-use crate::proto::outcome::{CommError, Failure, Response};
+use crate::proto::outcome::{Failure, Response};
 use crate::proto::wire::{self, DropReason, ReportEntry, RngError, TenantView};
 use crate::udp::SocketId;
 
@@ -71,7 +70,6 @@ pub struct CoreState {
     wheel: TimerWheel<u64>,
     socks: SocketTable,
     fired: Vec<u64>,
-    rng: RandPool,
     stats: Stats,
     reports: Reports,
     scratch: Box<[u8; wire::MAX_DATAGRAM]>,
@@ -106,18 +104,14 @@ impl CoreState {
         port: u16,
         entropy: Entropy,
     ) -> Result<CoreState, RngError> {
-        let mut rng = RandPool::new(entropy);
-        let mut mask = [0u8; 5];
-        rng.fill(&mut mask)?;
         let limit = cfg.in_flight;
         let max_reports = wire::max_report_entries(cfg.auth.mode());
         Ok(CoreState {
             index: cfg.index,
-            inflight: InFlight::new(limit, cfg.max_sockets, mask),
+            inflight: InFlight::new(limit, cfg.max_sockets, entropy)?,
             wheel: TimerWheel::new(now, WHEEL_TICK, WHEEL_SLOTS, limit.min(PREALLOC_MAX)),
             socks: SocketTable::new(first, port, cfg.max_sockets),
             fired: Vec::with_capacity(FIRED_PREALLOC),
-            rng,
             stats: Stats::new(),
             reports: Reports::new(max_reports, cfg.report_interval),
             scratch: Box::new([0u8; wire::MAX_DATAGRAM]),
@@ -357,21 +351,15 @@ impl CoreState {
     /// Admits `entry` into the in-flight table and seals `pdu` into its datagram, in
     /// place: fresh random unique id (with the entry's routing bytes) and nonce.
     fn seal(&mut self, entry: Entry, pdu: &[u8]) -> Result<Key, Failure> {
-        let rnd = self
-            .rng
-            .datagram_random()
-            .map_err(|_| Failure::Communication(CommError::Rng))?;
-        let (mut tenant, nonce) = wire::request_tenant(self.cfg.auth.key_id(), &rnd, self.wall_ms);
         let p = self.cfg.auth.pdu_offset();
         let total = p + pdu.len();
-        let (key, bytes) = self
-            .inflight
-            .admit(entry, total, &mut tenant.unique_id)
-            .ok_or(Failure::Overloaded)?;
+        let key_id = self.cfg.auth.key_id();
+        let a = self.inflight.admit(entry, total, key_id, self.wall_ms)?;
+        let (key, bytes) = (a.key, a.bytes);
         let sealed = match bytes.get_mut(p..total) {
             Some(b) => {
                 b.copy_from_slice(pdu);
-                wire::seal(&self.cfg.auth, &tenant, nonce, bytes, pdu.len()).ok()
+                wire::seal(&self.cfg.auth, &a.tenant, a.nonce, bytes, pdu.len()).ok()
             }
             None => None,
         };
@@ -591,7 +579,7 @@ impl CoreState {
             return;
         }
         let snapshot = self.snapshot.clone();
-        let (Ok(rnd), false) = (self.rng.datagram_random(), snapshot.is_empty()) else {
+        let (Ok(rnd), false) = (self.inflight.datagram_random(), snapshot.is_empty()) else {
             self.stats.report_failures += 1;
             self.reports.clear();
             return;
