@@ -6,10 +6,10 @@
 //! | `builder` | [`EngineBuilder`]: the options, preparation of the shared state, the start |
 //! | `config` | the settings, declared and validated once; [`BuildError`], [`Cores`] |
 //! | `lifecycle` | [`Engine`]: cores started pinned or hosted, drain, shutdown |
-//! | `handle` | [`EngineHandle`]: submit, report, statistics readers, memory figures |
-//! | `request` | [`RequestBuilder`], [`Request`], [`Batch`]: validation, the one encoder call |
+//! | `handle` | [`EngineHandle`]: reports, statistics readers, memory figures (its request methods are `request`'s) |
+//! | `request` | [`RequestBuilder`], [`Request`], [`Batch`], `EngineHandle::{request, submit, submit_batch}`: validation, the PDU's source |
 //! | `submit` | the one way in: the gate, the per-core lock-free queues and the messages they carry, the thread's core, a request's slot and queue place |
-//! | `completion` | the completion slots (PDU in, outcome out) and [`Completion`] |
+//! | `completion` | the completion slots (PDU in, outcome out), the PDU's store and its one encoder, [`Completion`] |
 //! | `shared` | what the handle and the cores share; statistics publication |
 //! | `turn` | `Core::turn`: one turn of a core, for both schedulers: queue → core state, I/O, outcomes → slots and one wake of the callers |
 //! | `core_setup` | a core's construction, shutdown and faults (the cold side of `turn`) |
