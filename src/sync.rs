@@ -14,7 +14,7 @@
 //! - `engine::runtime::completion`: one completion slot, complete vs wait vs drop vs
 //!   timeout;
 //! - `udp::wake`: the waker's pending/parked handshake, wake vs park (no lost wake-up);
-//! - `engine::runtime::queue::Gate`: shutdown vs submit (no request accepted after close
+//! - `engine::runtime::submit::Gate`: shutdown vs submit (no request accepted after close
 //!   and left unfinished).
 //!
 //! Run them with (this is the line in `.ci/run`):
@@ -210,7 +210,7 @@ pub(crate) fn loom_model(
 
 /// A point of the single total order of `SeqCst` operations, between a `SeqCst` store
 /// (or read-modify-write) and a `SeqCst` load of another atomic, as in the handshakes
-/// of `udp::wake` and `engine::runtime::queue::Gate` (each side writes its flag, then reads the
+/// of `udp::wake` and `engine::runtime::submit::Gate` (each side writes its flag, then reads the
 /// other's).
 ///
 /// A no-op in a normal build: the two `SeqCst` accesses are already in that order, so

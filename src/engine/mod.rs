@@ -18,7 +18,7 @@
 //!        │ Completion: slot's atomic state      │   core::CoreState (sans-IO): submit(pdu from
 //!        │ + waker, woken once per turn         │   the slot) ─▶ transmits ─▶ UdpIo (GSO) ─▶ net
 //!        │                                      │   UdpIo (GRO) ─▶ handle_datagram ─▶ Delivery
-//!        └── feed: poll_outcome → slot, wake ◀──┴── outcomes as data (slot, outcome)
+//!        └── turn: each outcome → slot, wake ◀──┴── outcomes as data (slot, outcome)
 //!  rl-discovery thread: DNS every ≤300 s ─▶ ArcSwap<Snapshot> ◀─ each turn clones the Arc
 //! ```
 

@@ -146,6 +146,8 @@ const NO_ENDPOINT: u8 = u8::MAX;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Plan {
     schedule: Schedule,
+    /// Round 0's units (`schedule.units(0)`), read by every new request.
+    first_units: u32,
     unit_ms: u32,
     horizon_ms: u32,
     final_units: u32,
@@ -156,8 +158,10 @@ pub struct Plan {
 impl Plan {
     /// The constants of `policy`.
     pub fn new(policy: &RequestPolicy) -> Plan {
+        let schedule = policy.schedule();
         Plan {
-            schedule: policy.schedule(),
+            schedule,
+            first_units: schedule.units(0),
             unit_ms: policy.unit_ms(),
             horizon_ms: policy.horizon_ms(),
             final_units: policy.final_units(),
@@ -271,7 +275,7 @@ impl Delivery {
                 },
             )));
         }
-        let cur_units = plan.schedule.units(0);
+        let cur_units = plan.first_units;
         Ok(Delivery {
             snapshot,
             t0: now,
@@ -494,6 +498,23 @@ impl Delivery {
         };
         self.state = State::Done;
         Some(out)
+    }
+
+    /// [`poll_outcome`](Self::poll_outcome), with a decision's send counts written into
+    /// `kept`, the response the caller holds for it ([`kept_outcome`]): `Ok(())` when
+    /// that response is the outcome. A decision without one (only a guard: a decision
+    /// always holds its response) ends as `Shutdown`.
+    pub fn poll_outcome_kept(
+        &mut self,
+        plan: &Plan,
+        kept: Option<&mut Response>,
+    ) -> Option<Result<(), Failure>> {
+        let ended = self.poll_outcome(plan)?;
+        Some(match kept_outcome(ended, kept) {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(f)) => Err(f),
+            None => Err(Failure::Shutdown),
+        })
     }
 
     fn at(&self, offset_ms: u32) -> Instant {

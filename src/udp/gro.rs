@@ -1,8 +1,9 @@
 //! GRO receive: finding the `UDP_GRO` segment size in a received buffer's control
-//! messages, and splitting the buffer into its datagrams.
+//! messages (the split of the buffer into its datagrams is `Common::deliver`'s, in
+//! shared.rs).
 //!
-//! Owns: parsing control-message bytes (as the kernel wrote them, any alignment) and
-//! the split. Must not touch: system calls, buffers' ownership.
+//! Owns: parsing control-message bytes (as the kernel wrote them, any alignment). Must
+//! not touch: system calls, buffers' ownership.
 
 use std::mem::size_of;
 
@@ -41,25 +42,6 @@ pub(crate) fn segment_size(control: &[u8]) -> Option<usize> {
     None
 }
 
-/// Splits `data` into datagrams of `seg` bytes (the last may be shorter) and calls `f`
-/// with each; without a segment size, `data` is one datagram. Returns the count.
-pub(crate) fn split(data: &mut [u8], seg: Option<usize>, mut f: impl FnMut(&mut [u8])) -> usize {
-    match seg {
-        Some(s) if s < data.len() => {
-            let mut n = 0;
-            for chunk in data.chunks_mut(s) {
-                f(chunk);
-                n += 1;
-            }
-            n
-        }
-        _ => {
-            f(data);
-            1
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,17 +57,12 @@ mod tests {
     }
 
     #[test]
-    fn finds_the_gro_size_and_splits() {
+    fn finds_the_gro_size() {
         let mut c = cmsg(libc::SOL_SOCKET, 99, 7);
         c.extend(cmsg(libc::SOL_UDP, libc::UDP_GRO, 200));
         assert_eq!(segment_size(&c), Some(200));
         assert_eq!(segment_size(&c[..30]), None);
         assert_eq!(segment_size(&[]), None);
-        let mut data = vec![0u8; 450];
-        let mut lens = Vec::new();
-        assert_eq!(split(&mut data, Some(200), |d| lens.push(d.len())), 3);
-        assert_eq!(lens, vec![200, 200, 50]);
-        assert_eq!(split(&mut data, None, |_| {}), 1);
     }
 
     #[test]

@@ -15,9 +15,10 @@ use std::collections::VecDeque;
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 
 use super::socket::to_c;
-use super::{GSO_MAX_BYTES, GSO_MAX_SEGMENTS, SocketId};
+use super::{GSO_MAX_BYTES, GSO_MAX_SEGMENTS, IoStats, SocketId};
 
 /// (socket, destination) pairs a build orders by first appearance; beyond them, by
 /// address, so the linear search per datagram stays short when a responder answers
@@ -31,6 +32,9 @@ const _: () = assert!(RANKED_FLOWS < u8::MAX as usize);
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Group {
     pub(crate) sock: SocketId,
+    /// The socket's descriptor when the group was built (open then: `build` fails the
+    /// datagrams of closed sockets).
+    pub(crate) fd: RawFd,
     /// Segment size (length of the group's first datagram).
     pub(crate) seg: u32,
     /// First entry in the group's slot list.
@@ -61,6 +65,8 @@ pub(crate) enum GroupResult {
 pub(crate) struct SockInfo {
     pub(crate) v6: bool,
     pub(crate) gso: bool,
+    /// The socket's descriptor (what a group built for it is sent on).
+    pub(crate) fd: RawFd,
 }
 
 /// `n` message headers with their iovecs (zeroed: null pointers, zero lengths), as
@@ -251,13 +257,14 @@ impl SendQueue {
 
     /// Groups the queued datagrams for sending (`info` tells each socket's family and
     /// whether it may use GSO; datagrams of closed sockets fail here) and builds their
-    /// message headers. Returns the number of groups. Only while none is in flight.
+    /// message headers. Returns the number of groups. Only while none is in flight; the
+    /// groups of the last build (every one finished) are forgotten first.
     ///
     /// Groups go out in the order their (socket, destination) pair was first queued
     /// (past [`RANKED_FLOWS`] pairs, the rest follow in address order); within a pair,
     /// longest datagrams first, then in queue order.
     pub(crate) fn build(&mut self, mut info: impl FnMut(SocketId) -> Option<SockInfo>) -> usize {
-        debug_assert!(self.groups.is_empty());
+        self.clear_groups();
         self.order_pending();
         let mut cur_info: Option<(SocketId, Option<SockInfo>)> = None;
         for k in 0..self.order.len() {
@@ -297,6 +304,7 @@ impl SendQueue {
             } else {
                 self.groups.push(Group {
                     sock,
+                    fd: si.fd,
                     seg: len,
                     start: self.group_slots.len() as u32,
                     count: 1,
@@ -456,6 +464,12 @@ impl SendQueue {
         }
     }
 
+    /// Group `g` went to the kernel whole: counted in `stats`, its slots freed.
+    pub(crate) fn sent(&mut self, g: usize, stats: &mut IoStats) {
+        stats.count_send_op(self.groups[g].count as usize);
+        self.finish(g, GroupResult::Sent);
+    }
+
     /// Forgets the built groups (every one must have been finished).
     pub(crate) fn clear_groups(&mut self) {
         self.groups.clear();
@@ -475,6 +489,7 @@ mod tests {
         Some(SockInfo {
             v6: false,
             gso: true,
+            fd: -1,
         })
     }
 
@@ -573,6 +588,7 @@ mod tests {
             Some(SockInfo {
                 v6: false,
                 gso: false,
+                fd: -1,
             })
         });
         assert_eq!(n, 5);

@@ -159,7 +159,9 @@ impl Mmsg {
             && got == 0
             && !matches!(timeout, Some(d) if d.is_zero())
             && !c.sendq.has_failures();
-        self.poll(c, may_block, timeout)?;
+        if self.poll(c, may_block, timeout)? {
+            c.report_woken(on_event);
+        }
         let (received, writable) = self.handle_ready(c, batch.saturating_sub(got), on_event);
         got += received;
         c.take_wake(on_event);
@@ -202,13 +204,14 @@ impl Mmsg {
 
     /// Waits in `poll(2)` on the waker's eventfd and every socket (readable, and
     /// writable while its sends wait for room): until one is ready or `timeout` passed
-    /// when `may_block` and no wake-up is pending, else without blocking.
+    /// when `may_block` and no wake-up is pending, else without blocking. True when a
+    /// wake-up was pending (cleared: the caller reports it).
     fn poll(
         &mut self,
         c: &mut Common,
         may_block: bool,
         timeout: Option<Duration>,
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         self.pollfds.clear();
         self.pollidx.clear();
         self.pollfds.push(libc::pollfd {
@@ -229,32 +232,16 @@ impl Mmsg {
             });
             self.pollidx.push(i);
         }
-        let mut ms = 0;
-        // block only if no wake-up is pending (see wake.rs for the handshake)
-        if may_block && c.waker.park() {
-            ms = poll_ms(timeout);
-            c.stats.waits += u64::from(ms != 0);
-        }
-        // SAFETY: pollfds is a valid array of that many pollfd entries.
-        let r = unsafe {
-            libc::poll(
-                self.pollfds.as_mut_ptr(),
-                self.pollfds.len() as libc::nfds_t,
-                ms,
-            )
-        };
-        let err = (r < 0).then(io::Error::last_os_error);
-        if may_block {
-            c.waker.unpark();
-        }
-        match err {
-            Some(e) if e.kind() != io::ErrorKind::Interrupted => Err(e),
-            _ => Ok(()),
-        }
+        // blocks only if no wake-up is pending (see wake.rs for the handshake)
+        let p = c
+            .waker
+            .poll(&mut self.pollfds, may_block, poll_ms(timeout))?;
+        c.stats.waits += u64::from(p.blocked);
+        Ok(p.woken)
     }
 
-    /// After [`poll`](Self::poll): drains the eventfd when it was readable, marks the
-    /// writable sockets, and receives from the readable ones up to `budget` datagrams.
+    /// After [`poll`](Self::poll): marks the writable sockets, and receives from the
+    /// readable ones up to `budget` datagrams.
     /// Returns those delivered and whether a socket became writable.
     fn handle_ready(
         &mut self,
@@ -262,9 +249,6 @@ impl Mmsg {
         budget: usize,
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) -> (usize, bool) {
-        if self.pollfds[0].revents & libc::POLLIN != 0 {
-            c.waker.drain();
-        }
         let mut got = 0;
         let mut writable = false;
         for k in 1..self.pollfds.len() {
@@ -439,10 +423,9 @@ impl Mmsg {
                 while h < n && c.sendq.group(h).sock == sock {
                     h += 1;
                 }
-                let Some(fd) = c.send_fd(g..h) else {
-                    g = h;
-                    continue;
-                };
+                // open: `build` failed the datagrams of closed sockets, and nothing
+                // closes one during this pass
+                let fd = c.sendq.group(g).fd;
                 let mut at = g;
                 while at < h {
                     let cnt = (h - at).min(MAX_MSGS);
@@ -463,7 +446,7 @@ impl Mmsg {
                     c.stats.send_calls += 1;
                     if r > 0 {
                         for k in at..at + r as usize {
-                            c.group_sent(k);
+                            c.sendq.sent(k, &mut c.stats);
                         }
                         at += r as usize;
                         continue;
@@ -495,7 +478,7 @@ impl Mmsg {
                 }
                 g = h;
             }
-            c.sendq.clear_groups();
+            // the groups are forgotten by the next build
             if !again {
                 return;
             }

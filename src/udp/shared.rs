@@ -9,10 +9,12 @@
 //!   `EIO`/`EINVAL`/`EMSGSIZE` on a GSO group: the kernel refuses GSO there, re-queued
 //!   per datagram; anything else: its datagrams fail with the kernel's error);
 //! - closed sockets: [`Common::send_fd`] fails the groups of a closed socket with
-//!   `NotConnected` before anything is submitted, and a receive for a socket that was
+//!   `NotConnected` before anything is submitted (io_uring, whose groups outlive a
+//!   close; mmsg sends on the descriptor each group carries from `SendQueue::build`,
+//!   which fails a closed socket's datagrams), and a receive for a socket that was
 //!   closed meanwhile is dropped (`SockTable::is_open`);
-//! - received datagrams: [`Common::deliver`] splits a GRO buffer, hands out the
-//!   datagrams and counts them;
+//! - received datagrams: [`Common::deliver`] splits a GRO buffer (`split`), hands out
+//!   the datagrams and counts them;
 //! - failure reports: [`Common::report_failures`].
 //!
 //! Owns: [`Common`] and that glue. Must not touch: system calls (the backends make
@@ -20,11 +22,8 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::ops::Range;
-use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
-use super::gro;
 use super::gso::GroupResult;
 use super::table::SockTable;
 use super::wake::Waker;
@@ -106,7 +105,7 @@ impl Common {
         on_event: &mut dyn FnMut(&mut SendQueue, IoEvent<'_>),
     ) -> usize {
         let sendq = &mut self.sendq;
-        let n = gro::split(data, seg, |d| {
+        let n = split(data, seg, |d| {
             on_event(
                 sendq,
                 IoEvent::Datagram {
@@ -123,7 +122,9 @@ impl Common {
     /// The fd to send groups `groups` on (built groups of one socket), or None when
     /// that socket is closed: then those groups fail with `NotConnected` (reported by
     /// [`report_failures`](Self::report_failures)) and nothing is to be submitted.
-    pub(crate) fn send_fd(&mut self, groups: Range<usize>) -> Option<RawFd> {
+    #[cfg(feature = "io-uring")]
+    pub(crate) fn send_fd(&mut self, groups: std::ops::Range<usize>) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
         let sock = self.sendq.group(groups.start).sock;
         if let Some(e) = self.table.entry(sock) {
             return Some(e.sock.as_raw_fd());
@@ -136,9 +137,9 @@ impl Common {
     }
 
     /// Group `g` went to the kernel whole: counted, its slots freed.
+    #[cfg(feature = "io-uring")]
     pub(crate) fn group_sent(&mut self, g: usize) {
-        self.stats.count_send_op(self.sendq.group(g).count as usize);
-        self.sendq.finish(g, GroupResult::Sent);
+        self.sendq.sent(g, &mut self.stats);
     }
 
     /// Group `g`'s send failed with `errno`: classifies it, records the outcome and
@@ -203,5 +204,38 @@ impl Common {
             self.stats.gso_fallbacks += 1;
             tracing::warn!("UDP GSO refused by the kernel on a socket: per-datagram sends there");
         }
+    }
+}
+
+/// Splits `data` into datagrams of `seg` bytes (the last may be shorter) and calls `f`
+/// with each; without a segment size, `data` is one datagram. Returns the count.
+fn split(data: &mut [u8], seg: Option<usize>, mut f: impl FnMut(&mut [u8])) -> usize {
+    match seg {
+        Some(s) if s < data.len() => {
+            let mut n = 0;
+            for chunk in data.chunks_mut(s) {
+                f(chunk);
+                n += 1;
+            }
+            n
+        }
+        _ => {
+            f(data);
+            1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_a_gro_buffer() {
+        let mut data = vec![0u8; 450];
+        let mut lens = Vec::new();
+        assert_eq!(split(&mut data, Some(200), |d| lens.push(d.len())), 3);
+        assert_eq!(lens, vec![200, 200, 50]);
+        assert_eq!(split(&mut data, None, |_| {}), 1);
     }
 }

@@ -6,6 +6,7 @@
 //! creation (socket.rs), the backends' per-slot state (uring.rs keeps its own).
 
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 
 use socket2::Socket;
 
@@ -138,6 +139,7 @@ impl SockTable {
         self.entry(id).map(|e| SockInfo {
             v6: e.v6,
             gso: e.gso,
+            fd: e.sock.as_raw_fd(),
         })
     }
 

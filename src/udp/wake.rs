@@ -14,8 +14,10 @@
 //! runs on the same runtime worker). The handshake is the same: the task registers,
 //! then parks, then reads `pending`.
 //!
-//! Owns: the eventfd and the flags. Must not touch: the driver's sockets or ring (the
-//! driver reads the eventfd: io_uring through a read SQE, mmsg through `poll` + `read`).
+//! Owns: the eventfd and the flags, and the mmsg driver's whole wait ([`Waker::poll`]:
+//! park, `poll(2)` over the fds it is given, unpark, drain, clear). Must not touch: the
+//! driver's sockets or ring (the driver builds the poll set; io_uring reads the eventfd
+//! through a read SQE).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -111,12 +113,53 @@ impl Waker {
         self.parked.store(false, Ordering::SeqCst);
     }
 
+    /// The mmsg driver's wait, whole: `poll(2)` over `fds`, whose first entry is this
+    /// waker's eventfd. It blocks (up to `ms`; -1: no limit) only when `may_block` and no
+    /// wake-up is pending, announced with the park handshake ([`park`](Self::park) before,
+    /// [`unpark`](Self::unpark) after); then it drains the eventfd when it was readable
+    /// and clears the pending flag. The same system calls as the steps one by one.
+    pub(crate) fn poll(
+        &self,
+        fds: &mut [libc::pollfd],
+        may_block: bool,
+        ms: i32,
+    ) -> io::Result<Polled> {
+        let ms = if may_block && self.park() { ms } else { 0 };
+        // SAFETY: `fds` is a valid array of that many pollfd entries.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        let err = (r < 0).then(io::Error::last_os_error);
+        if may_block {
+            self.unpark();
+        }
+        if let Some(e) = err
+            && e.kind() != io::ErrorKind::Interrupted
+        {
+            return Err(e);
+        }
+        if fds.first().is_some_and(|f| f.revents & libc::POLLIN != 0) {
+            self.drain();
+        }
+        Ok(Polled {
+            blocked: ms != 0,
+            woken: self.clear(),
+        })
+    }
+
     /// Reads the eventfd counter back to zero (non-blocking fd only).
     pub(crate) fn drain(&self) {
         let mut v: u64 = 0;
         // SAFETY: reads 8 bytes into a valid u64 from our eventfd.
         unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
     }
+}
+
+/// What [`Waker::poll`] saw.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Polled {
+    /// The poll could block (a wait with a timeout other than zero).
+    pub blocked: bool,
+    /// A wake-up was pending: it is cleared, the driver reports it.
+    pub woken: bool,
 }
 
 impl AsRawFd for Waker {

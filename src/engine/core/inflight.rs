@@ -1,18 +1,28 @@
-//! The per-core table of requests in flight.
+//! The per-core table of requests in flight, and the unique ids that route their
+//! responses back.
 //!
 //! Owns: a generation-checked slab of `Entry` (request delivery state, sealed datagram
-//! bytes, completion slot index, timer handle, source socket, held response's cell), the
-//! O(1) routing of a response by the slab index and generation that the core writes into
-//! bytes 0..5 of the unique id (masked with a per-core random value; the remaining bytes
-//! stay random and v4-shaped), and the pool of large datagram buffers.
-//! Must not touch: sockets, clocks, the completion protocol; capacity is fixed at start
-//! so the steady state never allocates.
+//! bytes, completion slot index, timer handle, source socket, held response's cell); the
+//! admission of a request (`InFlight::admit`: its unique id and nonce minted from buffered
+//! randomness, [`RandPool`], a ChaCha20 keystream re-keyed from the injected [`Entropy`];
+//! its cell; its datagram store, written in place); the O(1) routing of a response by the
+//! slab index and generation written into bytes 0..5 of the unique id (masked with a
+//! per-core random value; the remaining bytes stay random and v4-shaped); the count of
+//! requests in flight per socket (steering's drain: `discard` says when a socket's last
+//! one ended); and the pool of large datagram buffers.
+//! Must not touch: sockets, clocks, the completion protocol, the OS randomness (the
+//! runtime injects it); capacity is fixed at start so the steady state never allocates.
 
-use super::consts::{DGRAM_INLINE, MAX_IN_FLIGHT, PREALLOC_MAX};
+use chacha20::ChaCha20Rng;
+use rand_core::{Rng, SeedableRng};
+use zeroize::Zeroize;
+
+use super::consts::{DGRAM_INLINE, MAX_IN_FLIGHT, PREALLOC_MAX, RESEED_BYTES, RNG_POOL};
 use super::outcomes::Held;
 use super::wheel::TimerHandle;
 use crate::proto::machine::{Delivery, TransmitKind};
-use crate::proto::wire::MAX_DATAGRAM;
+use crate::proto::outcome::{CommError, Failure};
+use crate::proto::wire::{self, MAX_DATAGRAM, NONCE_LEN, RngError, TenantFields};
 use crate::udp::SocketId;
 
 /// Offset of the unique id in a datagram (tenant TLV offset 12).
@@ -32,6 +42,12 @@ pub(crate) struct Dgram {
 }
 
 impl Dgram {
+    /// No bytes yet (an entry's store before [`InFlight::admit`] gives it one).
+    pub(crate) const EMPTY: Dgram = Dgram {
+        len: 0,
+        bytes: [0u8; DGRAM_INLINE],
+    };
+
     fn pool_index(&self) -> Option<usize> {
         if self.len & POOLED != 0 {
             let b = &self.bytes;
@@ -42,7 +58,7 @@ impl Dgram {
     }
 
     /// Records the sealed length.
-    pub(crate) fn set_len(&mut self, len: usize) {
+    fn set_len(&mut self, len: usize) {
         debug_assert!(len <= MAX_DATAGRAM);
         self.len = (self.len & POOLED) | (len.min(MAX_DATAGRAM) as u16);
     }
@@ -152,14 +168,40 @@ pub(crate) struct InFlight {
     #[allow(clippy::vec_box)] // boxes stay put; entries refer to them by index
     big: Vec<Box<[u8; MAX_DATAGRAM]>>,
     big_free: Vec<u32>,
+    /// Requests in flight per socket (the sockets with any; at most the core's bound on
+    /// sockets, reserved at start).
+    per_sock: Vec<(SocketId, u32)>,
+    /// The randomness of the unique ids and nonces the table mints.
+    rng: RandPool,
+}
+
+/// A request admitted into the table ([`InFlight::admit`]): its key, its tenant TLV and
+/// nonce (a fresh random unique id carrying the cell's routing bytes) and the writable
+/// bytes of its datagram store.
+pub(crate) struct Admitted<'a> {
+    pub key: Key,
+    pub tenant: TenantFields,
+    pub nonce: [u8; NONCE_LEN],
+    pub bytes: &'a mut [u8],
 }
 
 impl InFlight {
-    /// A table for `limit` requests; `mask` hides the routing bytes of unique ids.
-    pub(crate) fn new(limit: usize, mask: [u8; 5]) -> InFlight {
+    /// A table for `limit` requests on at most `max_sockets` sockets, its randomness drawn
+    /// from `entropy` (the first draw is the mask that hides the routing bytes of unique
+    /// ids).
+    pub(crate) fn new(
+        limit: usize,
+        max_sockets: usize,
+        entropy: Entropy,
+    ) -> Result<InFlight, RngError> {
+        let mut rng = RandPool::new(entropy);
+        let mut mask = [0u8; 5];
+        rng.fill(&mut mask)?;
         let limit = limit.clamp(1, MAX_IN_FLIGHT);
         let prealloc = limit.min(PREALLOC_MAX);
-        InFlight {
+        Ok(InFlight {
+            rng,
+            per_sock: Vec::with_capacity(max_sockets.max(2)),
             cells: Vec::with_capacity(prealloc),
             free: NIL,
             limit,
@@ -167,7 +209,7 @@ impl InFlight {
             mask,
             big: Vec::new(),
             big_free: Vec::new(),
-        }
+        })
     }
 
     /// Requests in the table.
@@ -179,8 +221,59 @@ impl InFlight {
         self.len >= self.limit
     }
 
+    /// Admits a new request: mints its unique id (fresh random bytes shaped as a v4 UUID,
+    /// the cell's routing bytes in bytes 0..5) and nonce into its tenant TLV for key
+    /// `key_id` at `wall_ms`, reserves its cell, stores `entry` there with a datagram store
+    /// for `len` bytes (inline, or a pooled buffer when larger) and returns all that with
+    /// the store's writable bytes, in place: seal the datagram into them, then
+    /// [`set_len`](Self::set_len) (or [`discard`](Self::discard) the entry).
+    pub(crate) fn admit(
+        &mut self,
+        entry: Entry,
+        len: usize,
+        key_id: u64,
+        wall_ms: u64,
+    ) -> Result<Admitted<'_>, Failure> {
+        let rnd = self
+            .rng
+            .datagram_random()
+            .map_err(|_| Failure::Communication(CommError::Rng))?;
+        let (mut tenant, nonce) = wire::request_tenant(key_id, &rnd, wall_ms);
+        let key = self.reserve().ok_or(Failure::Overloaded)?;
+        self.count_on(entry.sock);
+        // the routing bytes (0..5) are untouched by the id's v4 shaping (bytes 6, 8)
+        self.stamp_unique_id(key, &mut tenant.unique_id);
+        let dgram = self.alloc_dgram(len);
+        self.insert(key, Entry { dgram, ..entry });
+        let Cell::Occupied(e) = &mut self.cells[key.idx as usize] else {
+            unreachable!("inserted just above");
+        };
+        let bytes = match e.dgram.pool_index() {
+            Some(i) => &mut self.big[i][..],
+            None => &mut e.dgram.bytes[..],
+        };
+        Ok(Admitted {
+            key,
+            tenant,
+            nonce,
+            bytes,
+        })
+    }
+
+    /// The random bytes of one datagram's unique id and nonce (a report's).
+    pub(crate) fn datagram_random(&mut self) -> Result<[u8; wire::DATAGRAM_RANDOM_LEN], RngError> {
+        self.rng.datagram_random()
+    }
+
+    /// Records the sealed length of entry `key`'s datagram.
+    pub(crate) fn set_len(&mut self, key: Key, len: usize) {
+        if let Some(e) = self.get_mut(key) {
+            e.dgram.set_len(len);
+        }
+    }
+
     /// Reserves a key for a new entry (insert it with [`InFlight::insert`]).
-    pub(crate) fn reserve(&mut self) -> Option<Key> {
+    fn reserve(&mut self) -> Option<Key> {
         if self.is_full() {
             return None;
         }
@@ -217,14 +310,15 @@ impl InFlight {
     }
 
     /// Gives back a reserved key that was never inserted.
-    pub(crate) fn unreserve(&mut self, key: Key) {
+    #[cfg(test)]
+    fn unreserve(&mut self, key: Key) {
         let c = &self.cells[key.idx as usize];
         debug_assert!(matches!(c, Cell::Vacant { .. }));
         let g = c.generation().wrapping_add(1);
         self.push_free(key.idx, g);
     }
 
-    pub(crate) fn insert(&mut self, key: Key, mut entry: Entry) {
+    fn insert(&mut self, key: Key, mut entry: Entry) {
         let c = &mut self.cells[key.idx as usize];
         debug_assert!(matches!(c, Cell::Vacant { .. }));
         debug_assert_eq!(c.generation(), key.generation);
@@ -233,7 +327,7 @@ impl InFlight {
     }
 
     /// Writes the routing bytes for `key` into a fresh random unique id.
-    pub(crate) fn stamp_unique_id(&self, key: Key, uid: &mut [u8; 16]) {
+    fn stamp_unique_id(&self, key: Key, uid: &mut [u8; 16]) {
         let i = key.idx.to_le_bytes();
         let g = (key.generation as u16).to_le_bytes();
         let route = [i[0], i[1], i[2], g[0], g[1]];
@@ -270,21 +364,52 @@ impl InFlight {
         }
     }
 
-    /// Removes an entry in place (nothing is moved out) and gives its datagram back.
-    pub(crate) fn discard(&mut self, key: Key) {
-        let pooled = match self.cells.get(key.idx as usize) {
-            Some(Cell::Occupied(e)) if e.generation == key.generation => e.dgram.pool_index(),
-            _ => return,
+    /// Removes an entry in place (nothing is moved out) and gives its datagram back;
+    /// returns its socket and the requests still in flight on it.
+    pub(crate) fn discard(&mut self, key: Key) -> Option<(SocketId, u32)> {
+        let (pooled, sock) = match self.cells.get(key.idx as usize) {
+            Some(Cell::Occupied(e)) if e.generation == key.generation => {
+                (e.dgram.pool_index(), e.sock)
+            }
+            _ => return None,
         };
         if let Some(i) = pooled {
             self.big_free.push(i as u32);
         }
         self.push_free(key.idx, key.generation.wrapping_add(1));
+        Some((sock, self.uncount_on(sock)))
     }
 
-    /// A datagram store for `len` bytes: inline, or a pooled buffer when larger. Write it
-    /// through [`InFlight::bytes_mut`], then [`Dgram::set_len`].
-    pub(crate) fn alloc_dgram(&mut self, len: usize) -> Dgram {
+    /// Requests in flight on `sock`.
+    pub(crate) fn on_socket(&self, sock: SocketId) -> u32 {
+        self.per_sock
+            .iter()
+            .find(|p| p.0 == sock)
+            .map_or(0, |p| p.1)
+    }
+
+    fn count_on(&mut self, sock: SocketId) {
+        match self.per_sock.iter_mut().find(|p| p.0 == sock) {
+            Some(p) => p.1 += 1,
+            None => self.per_sock.push((sock, 1)),
+        }
+    }
+
+    /// One request fewer on `sock`; returns how many remain.
+    fn uncount_on(&mut self, sock: SocketId) -> u32 {
+        let Some(i) = self.per_sock.iter().position(|p| p.0 == sock) else {
+            return 0;
+        };
+        self.per_sock[i].1 -= 1;
+        let left = self.per_sock[i].1;
+        if left == 0 {
+            self.per_sock.swap_remove(i);
+        }
+        left
+    }
+
+    /// A datagram store for `len` bytes: inline, or a pooled buffer when larger.
+    fn alloc_dgram(&mut self, len: usize) -> Dgram {
         let mut d = Dgram {
             len: 0,
             bytes: [0u8; DGRAM_INLINE],
@@ -304,7 +429,8 @@ impl InFlight {
     }
 
     /// The writable bytes of a datagram store (its whole capacity).
-    pub(crate) fn bytes_mut<'a>(&'a mut self, d: &'a mut Dgram) -> &'a mut [u8] {
+    #[cfg(test)]
+    fn bytes_mut<'a>(&'a mut self, d: &'a mut Dgram) -> &'a mut [u8] {
         match d.pool_index() {
             Some(i) => &mut self.big[i][..],
             None => &mut d.bytes[..],
@@ -329,7 +455,8 @@ impl InFlight {
     }
 
     /// Returns a datagram's pooled buffer (if any) to the pool.
-    pub(crate) fn recycle(&mut self, d: Dgram) {
+    #[cfg(test)]
+    fn recycle(&mut self, d: Dgram) {
         if let Some(i) = d.pool_index() {
             self.big_free.push(i as u32);
         }
@@ -348,6 +475,67 @@ impl InFlight {
                 Cell::Vacant { .. } => None,
             })
             .collect()
+    }
+}
+
+/// A source of randomness (OS randomness in a running core, seeded in simulation).
+pub type Entropy = Box<dyn FnMut(&mut [u8]) -> Result<(), RngError> + Send>;
+
+/// Buffered randomness: a ChaCha20 keystream keyed with 32 bytes of the entropy source
+/// and re-keyed every [`RESEED_BYTES`] (the construction of arc4random and of the
+/// kernel's own generator), so a request costs no system call and no kernel ChaCha run.
+pub(crate) struct RandPool {
+    buf: Box<[u8; RNG_POOL]>,
+    at: usize,
+    source: Entropy,
+    rng: Option<ChaCha20Rng>,
+    since_seed: usize,
+}
+
+impl RandPool {
+    /// A pool drawing its keys from `source` (nothing is drawn before the first fill).
+    pub(crate) fn new(source: Entropy) -> RandPool {
+        RandPool {
+            buf: Box::new([0u8; RNG_POOL]),
+            at: RNG_POOL,
+            source,
+            rng: None,
+            since_seed: 0,
+        }
+    }
+
+    fn refill(&mut self) -> Result<(), RngError> {
+        if self.rng.is_none() || self.since_seed >= RESEED_BYTES {
+            let mut seed = [0u8; 32];
+            (self.source)(&mut seed)?;
+            self.rng = Some(ChaCha20Rng::from_seed(seed));
+            seed.zeroize();
+            self.since_seed = 0;
+        }
+        if let Some(rng) = self.rng.as_mut() {
+            rng.fill_bytes(&mut self.buf[..]);
+        }
+        self.since_seed += RNG_POOL;
+        self.at = 0;
+        Ok(())
+    }
+
+    pub(crate) fn fill(&mut self, out: &mut [u8]) -> Result<(), RngError> {
+        if self.at + out.len() > RNG_POOL {
+            self.refill()?;
+        }
+        out.copy_from_slice(&self.buf[self.at..self.at + out.len()]);
+        // never hand out the same bytes twice
+        self.buf[self.at..self.at + out.len()].fill(0);
+        self.at += out.len();
+        Ok(())
+    }
+
+    /// The random bytes of one datagram's unique id and nonce.
+    pub(crate) fn datagram_random(&mut self) -> Result<[u8; wire::DATAGRAM_RANDOM_LEN], RngError> {
+        let mut rnd = [0u8; wire::DATAGRAM_RANDOM_LEN];
+        self.fill(&mut rnd)?;
+        Ok(rnd)
     }
 }
 
@@ -377,7 +565,11 @@ mod tests {
 
     #[test]
     fn slab_reuses_cells_and_checks_generations() {
-        let mut t = InFlight::new(2, [1, 2, 3, 4, 5]);
+        let entropy: Entropy = Box::new(|b: &mut [u8]| {
+            b.fill(7);
+            Ok(())
+        });
+        let mut t = InFlight::new(2, 4, entropy).unwrap();
         let a = t.reserve().unwrap();
         let b = t.reserve().unwrap();
         assert!(t.reserve().is_none());

@@ -14,11 +14,10 @@
 //! |---|---|
 //! | `state` | [`CoreState`]: its inputs and outputs, the datagram checks, the ordering contract |
 //! | `config` | [`CoreConfig`]: the plain values a state is built from |
-//! | `inflight` | the generation-checked slab of requests in flight, routing by unique id |
+//! | `inflight` | the generation-checked slab of requests in flight, the unique ids it mints (buffered randomness from an injected [`Entropy`]), routing by unique id |
 //! | `wheel` | [`TimerWheel`]: the core's pending deadlines |
 //! | `sockets` | source-port steering as bookkeeping ([`SocketOp`]) |
 //! | `reports` | latency-report coalescing |
-//! | `random` | buffered randomness for ids and nonces, from an injected [`Entropy`] |
 //! | `outcomes` | held responses, and the ended requests waiting to be taken |
 //! | `stats` | [`Stats`], [`LatencyHistogram`]: the core's counters and histograms |
 //! | `consts` | the layer's constants, each with its reason |
@@ -30,7 +29,6 @@ mod config;
 mod consts;
 mod inflight;
 mod outcomes;
-mod random;
 mod reports;
 mod sockets;
 mod state;
@@ -42,8 +40,8 @@ pub use self::consts::{
     DEFAULT_IN_FLIGHT, DEFAULT_MAX_SOCKETS, DEFAULT_REPORT_INTERVAL, MAX_IN_FLIGHT, REPORT_TAG,
     ROUND_BUCKETS, WAKE_SAMPLE_EVERY,
 };
+pub use self::inflight::Entropy;
 pub use self::outcomes::SlotOutcome;
-pub use self::random::Entropy;
 pub use self::sockets::SocketOp;
 pub use self::state::{CoreState, TransmitSink};
 pub use self::stats::{DROP_REASONS, LatencyHistogram, Stats};

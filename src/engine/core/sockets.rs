@@ -2,7 +2,7 @@
 //!
 //! Owns: which of the core's sockets is current (new requests are sent from it), the
 //! older sockets still draining their in-flight requests (they keep receiving, then
-//! close), per-socket coalescing of steering hints, the bound on how many sockets a core
+//! close when the in-flight table says their last request ended), per-socket coalescing of steering hints, the bound on how many sockets a core
 //! may hold, and the queue of socket operations the core must perform.
 //! A hint asks the core to open the replacement socket first; only when the core
 //! reports it open does it become current. A failed open keeps the old socket and is
@@ -31,7 +31,6 @@ pub enum SocketOp {
 struct Slot {
     id: SocketId,
     port: u16,
-    inflight: u32,
     steered: bool,
 }
 
@@ -54,7 +53,6 @@ impl SocketTable {
         socks.push(Slot {
             id: first,
             port,
-            inflight: 0,
             steered: false,
         });
         SocketTable {
@@ -80,22 +78,15 @@ impl SocketTable {
         self.socks.iter().position(|s| s.id == id)
     }
 
-    /// A request now sends from `id`.
-    pub(crate) fn acquire(&mut self, id: SocketId) {
-        if let Some(i) = self.find(id) {
-            self.socks[i].inflight += 1;
+    /// The last request sent from `id` ended (the in-flight table counts them): a
+    /// draining old socket is queued for closing.
+    pub(crate) fn drained(&mut self, id: SocketId) {
+        if id == self.current {
+            return;
         }
-    }
-
-    /// A request sent from `id` ended; a drained old socket is queued for closing.
-    pub(crate) fn release(&mut self, id: SocketId) {
         if let Some(i) = self.find(id) {
-            let s = &mut self.socks[i];
-            s.inflight = s.inflight.saturating_sub(1);
-            if s.inflight == 0 && s.id != self.current {
-                self.socks.swap_remove(i);
-                self.ops.push_back(SocketOp::Close(id));
-            }
+            self.socks.swap_remove(i);
+            self.ops.push_back(SocketOp::Close(id));
         }
     }
 
@@ -130,7 +121,8 @@ impl SocketTable {
 
     /// The core's answer to an `Open`: the new socket and its port, or `None` when no
     /// port could be bound (the old socket stays current; a later hint may try again).
-    pub(crate) fn opened(&mut self, new: Option<(SocketId, u16)>) {
+    /// `old_busy`: requests are in flight on the old current socket (it drains first).
+    pub(crate) fn opened(&mut self, new: Option<(SocketId, u16)>, old_busy: bool) {
         self.opening = false;
         let old = self.current;
         match new {
@@ -138,13 +130,10 @@ impl SocketTable {
                 self.socks.push(Slot {
                     id,
                     port,
-                    inflight: 0,
                     steered: false,
                 });
                 self.current = id;
-                if let Some(i) = self.find(old)
-                    && self.socks[i].inflight == 0
-                {
+                if !old_busy && let Some(i) = self.find(old) {
                     self.socks.swap_remove(i);
                     self.ops.push_back(SocketOp::Close(old));
                 }
@@ -165,21 +154,20 @@ mod tests {
     #[test]
     fn rebind_keeps_draining_socket_until_released() {
         let mut s = SocketTable::new(SocketId::from_raw(0), 50000, 4);
-        s.acquire(SocketId::from_raw(0));
         assert!(s.hint(SocketId::from_raw(0)));
         assert!(s.hint(SocketId::from_raw(0))); // coalesced
         assert_eq!(s.poll_op(), Some(SocketOp::Open { after_port: 50000 }));
         assert_eq!(s.poll_op(), None);
-        s.opened(Some((SocketId::from_raw(1), 50001)));
+        s.opened(Some((SocketId::from_raw(1), 50001)), true);
         assert_eq!(s.current(), SocketId::from_raw(1));
         assert_eq!(s.len(), 2);
-        s.release(SocketId::from_raw(0));
+        s.drained(SocketId::from_raw(0));
         assert_eq!(s.poll_op(), Some(SocketOp::Close(SocketId::from_raw(0))));
         assert_eq!(s.len(), 1);
         // an idle current socket closes as soon as its replacement is open
         assert!(s.hint(SocketId::from_raw(1)));
         assert_eq!(s.poll_op(), Some(SocketOp::Open { after_port: 50001 }));
-        s.opened(Some((SocketId::from_raw(2), 50002)));
+        s.opened(Some((SocketId::from_raw(2), 50002)), false);
         assert_eq!(s.poll_op(), Some(SocketOp::Close(SocketId::from_raw(1))));
         assert_eq!(s.len(), 1);
     }
@@ -187,15 +175,13 @@ mod tests {
     #[test]
     fn bounded_and_failed_opens() {
         let mut s = SocketTable::new(SocketId::from_raw(0), 50000, 2);
-        s.acquire(SocketId::from_raw(0));
         assert!(s.hint(SocketId::from_raw(0)));
         s.poll_op();
-        s.opened(None);
+        s.opened(None, true);
         assert_eq!(s.current(), SocketId::from_raw(0));
         assert!(s.hint(SocketId::from_raw(0)));
         s.poll_op();
-        s.opened(Some((SocketId::from_raw(1), 50001)));
-        s.acquire(SocketId::from_raw(1));
+        s.opened(Some((SocketId::from_raw(1), 50001)), true);
         // two sockets open, both busy: the bound refuses a third
         assert!(!s.hint(SocketId::from_raw(1)));
         assert_eq!(s.poll_op(), None);

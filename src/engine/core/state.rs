@@ -1,7 +1,7 @@
 //! The sans-IO state of one engine core.
 //!
-//! Owns, for its core: the in-flight table, the timer wheel, the socket bookkeeping
-//! (steering), report coalescing, buffered randomness for unique ids and nonces, the
+//! Owns, for its core: the in-flight table (with the buffered randomness of unique ids
+//! and nonces), the timer wheel, the socket bookkeeping (steering), report coalescing, the
 //! responses it holds and the core's statistics. Inputs: submissions handed to it one by
 //! one ([`CoreState::submit`], [`CoreState::submit_report`], [`CoreState::refuse`]), the
 //! endpoint set ([`CoreState::set_membership`]), received datagrams `(now, socket,
@@ -32,16 +32,15 @@ use std::time::{Duration, Instant};
 
 use super::config::CoreConfig;
 use super::consts::{FIRED_PREALLOC, PREALLOC_MAX, REPORT_TAG, WHEEL_SLOTS, WHEEL_TICK};
-use super::inflight::{self, Dgram, Entry, InFlight, Key};
+use super::inflight::{self, Dgram, Entropy, Entry, InFlight, Key};
 use super::outcomes::{Held, Outcomes, SlotOutcome};
-use super::random::{Entropy, RandPool};
 use super::reports::Reports;
 use super::sockets::{SocketOp, SocketTable};
 use super::stats::Stats;
 use super::wheel::{TimerHandle, TimerWheel};
 use crate::proto::error::RequestError;
-use crate::proto::machine::{Delivery, Ignored, Sends, Snapshot, TransmitKind, kept_outcome};
-use crate::proto::outcome::{CommError, Failure, Response};
+use crate::proto::machine::{Delivery, Ignored, Snapshot, TransmitKind};
+use crate::proto::outcome::{Failure, Response};
 use crate::proto::wire::{self, DropReason, ReportEntry, RngError, TenantView};
 use crate::udp::SocketId;
 
@@ -71,7 +70,6 @@ pub struct CoreState {
     wheel: TimerWheel<u64>,
     socks: SocketTable,
     fired: Vec<u64>,
-    rng: RandPool,
     stats: Stats,
     reports: Reports,
     scratch: Box<[u8; wire::MAX_DATAGRAM]>,
@@ -106,18 +104,14 @@ impl CoreState {
         port: u16,
         entropy: Entropy,
     ) -> Result<CoreState, RngError> {
-        let mut rng = RandPool::new(entropy);
-        let mut mask = [0u8; 5];
-        rng.fill(&mut mask)?;
         let limit = cfg.in_flight;
         let max_reports = wire::max_report_entries(cfg.auth.mode());
         Ok(CoreState {
             index: cfg.index,
-            inflight: InFlight::new(limit, mask),
+            inflight: InFlight::new(limit, cfg.max_sockets, entropy)?,
             wheel: TimerWheel::new(now, WHEEL_TICK, WHEEL_SLOTS, limit.min(PREALLOC_MAX)),
             socks: SocketTable::new(first, port, cfg.max_sockets),
             fired: Vec::with_capacity(FIRED_PREALLOC),
-            rng,
             stats: Stats::new(),
             reports: Reports::new(max_reports, cfg.report_interval),
             scratch: Box::new([0u8; wire::MAX_DATAGRAM]),
@@ -222,7 +216,8 @@ impl CoreState {
         } else {
             self.stats.rebind_failures += 1;
         }
-        self.socks.opened(new);
+        let old_busy = self.inflight.on_socket(self.socks.current()) > 0;
+        self.socks.opened(new, old_busy);
     }
 
     /// The next request that ended, with its completion slot and outcome, oldest first.
@@ -231,6 +226,12 @@ impl CoreState {
     /// middle of its turn.
     pub fn poll_outcome(&mut self) -> Option<SlotOutcome> {
         self.outcomes.pop()
+    }
+
+    /// The ended requests waiting to be taken: the runtime's delivery pops them here
+    /// ([`poll_outcome`](Self::poll_outcome) without the hop).
+    pub(crate) fn outcomes(&mut self) -> &mut Outcomes {
+        &mut self.outcomes
     }
 
     /// True when ended requests wait for [`poll_outcome`](Self::poll_outcome).
@@ -242,7 +243,8 @@ impl CoreState {
 
     /// One datagram arrived on socket `sock` (the bytes are decrypted in place). The
     /// datagram checks, in order: tenant TLV, routing by unique id, then
-    /// `wire::open_response` (authentication, the rate response PDU), then the request
+    /// `wire::open_response_at` (authentication, the rate response PDU; the tenant TLV is
+    /// not parsed again), then the request
     /// machine's server-id and timing rules. A
     /// datagram that fails one is counted by its [`DropReason`] and changes nothing.
     pub fn handle_datagram(
@@ -254,14 +256,14 @@ impl CoreState {
     ) {
         let _ = sock;
         self.stats.received += 1;
-        let uid = match TenantView::parse(buf) {
-            Ok(t) => t.unique_id(),
+        let (uid, tenant_size) = match TenantView::parse(buf) {
+            Ok(t) => (t.unique_id(), t.size()),
             Err(r) => return self.stats.drop(r),
         };
         let Some(key) = self.inflight.route(&uid) else {
             return self.stats.drop(DropReason::UnknownRequest);
         };
-        let (tenant, resp) = match wire::open_response(&self.cfg.auth, buf) {
+        let (tenant, resp) = match wire::open_response_at(&self.cfg.auth, buf, tenant_size) {
             Ok(o) => o,
             Err(r) => return self.stats.drop(r),
         };
@@ -320,74 +322,58 @@ impl CoreState {
         submitted: Instant,
         out: &mut dyn TransmitSink,
     ) {
-        let Some(key) = self.inflight.reserve() else {
+        if self.inflight.is_full() {
             return self.fail_early(slot, Failure::Overloaded);
-        };
+        }
         let req = match Delivery::new(&self.cfg.plan, self.snapshot.clone(), now) {
             Ok(m) => m,
-            Err(f) => {
-                self.inflight.unreserve(key);
-                return self.fail_early(slot, f);
-            }
-        };
-        let dgram = match self.seal(key, pdu) {
-            Ok(d) => d,
-            Err(f) => {
-                self.inflight.unreserve(key);
-                return self.fail_early(slot, f);
-            }
+            Err(f) => return self.fail_early(slot, f),
         };
         let sock = self.socks.current();
-        self.socks.acquire(sock);
-        self.inflight.insert(
-            key,
-            Entry {
-                req,
-                timer: TimerHandle::NONE,
-                slot,
-                held: Held::NONE,
-                sock,
-                queued_us: micros(now.saturating_duration_since(submitted)),
-                answered_us: u32::MAX,
-                generation: 0,
-                dgram,
-            },
-        );
+        let entry = Entry {
+            req,
+            timer: TimerHandle::NONE,
+            slot,
+            held: Held::NONE,
+            sock,
+            queued_us: micros(now.saturating_duration_since(submitted)),
+            answered_us: u32::MAX,
+            generation: 0,
+            dgram: Dgram::EMPTY,
+        };
+        let key = match self.seal(entry, pdu) {
+            Ok(k) => k,
+            Err(f) => return self.fail_early(slot, f),
+        };
         self.drive(key, now, out);
     }
 
-    /// Seals `pdu` for entry `key` (reserved, not inserted) into a new datagram store:
-    /// fresh random unique id (with the entry's routing bytes) and nonce.
-    fn seal(&mut self, key: Key, pdu: &[u8]) -> Result<Dgram, Failure> {
-        let rnd = self
-            .rng
-            .datagram_random()
-            .map_err(|_| Failure::Communication(CommError::Rng))?;
-        let (mut tenant, nonce) = wire::request_tenant(self.cfg.auth.key_id(), &rnd, self.wall_ms);
-        // the routing bytes (0..5) are untouched by the id's v4 shaping (bytes 6, 8)
-        self.inflight.stamp_unique_id(key, &mut tenant.unique_id);
+    /// Admits `entry` into the in-flight table and seals `pdu` into its datagram, in
+    /// place: fresh random unique id (with the entry's routing bytes) and nonce.
+    fn seal(&mut self, entry: Entry, pdu: &[u8]) -> Result<Key, Failure> {
         let p = self.cfg.auth.pdu_offset();
         let total = p + pdu.len();
-        let mut dgram = self.inflight.alloc_dgram(total);
-        let bytes = self.inflight.bytes_mut(&mut dgram);
+        let key_id = self.cfg.auth.key_id();
+        let a = self.inflight.admit(entry, total, key_id, self.wall_ms)?;
+        let (key, bytes) = (a.key, a.bytes);
         let sealed = match bytes.get_mut(p..total) {
             Some(b) => {
                 b.copy_from_slice(pdu);
-                wire::seal(&self.cfg.auth, &tenant, nonce, bytes, pdu.len()).ok()
+                wire::seal(&self.cfg.auth, &a.tenant, a.nonce, bytes, pdu.len()).ok()
             }
             None => None,
         };
         let Some(n) = sealed else {
             // the size was checked when the request was built
-            self.inflight.recycle(dgram);
+            self.inflight.discard(key);
             let e = RequestError::TooLarge {
                 needed: total,
                 max: wire::MAX_DATAGRAM,
             };
             return Err(Failure::Configuration(e.into()));
         };
-        dgram.set_len(n);
-        Ok(dgram)
+        self.inflight.set_len(key, n);
+        Ok(key)
     }
 
     /// A latency report entry for the next report datagram.
@@ -459,7 +445,8 @@ impl CoreState {
         let Some(e) = self.inflight.get_mut(key) else {
             return;
         };
-        if let Some(res) = e.req.poll_outcome(&self.cfg.plan) {
+        let kept = self.outcomes.get_mut(e.held);
+        if let Some(res) = e.req.poll_outcome_kept(&self.cfg.plan, kept) {
             self.finish(key, res, now);
             return;
         }
@@ -480,14 +467,13 @@ impl CoreState {
         }
     }
 
-    /// Removes a finished request and queues its outcome: `Ok` = the held response, with
-    /// these send counts.
-    fn finish(&mut self, key: Key, res: Result<Sends, Failure>, now: Instant) {
+    /// Removes a finished request and queues its outcome: `Ok` = the held response (its
+    /// send counts written by `Delivery::poll_outcome_kept`).
+    fn finish(&mut self, key: Key, res: Result<(), Failure>, now: Instant) {
         let Some(e) = self.inflight.get_mut(key) else {
             return;
         };
         self.wheel.cancel(e.timer);
-        self.socks.release(e.sock);
         let s = &mut self.stats;
         let elapsed = micros(now.saturating_duration_since(e.req.started()));
         if res.is_ok() && e.answered_us != u32::MAX {
@@ -498,14 +484,14 @@ impl CoreState {
             );
         }
         // a decision's response stays in its cell until it is taken (moved once)
-        let result = match kept_outcome(res, self.outcomes.get_mut(e.held)) {
-            Some(Ok(r)) => {
-                s.count_decision(r, e.req.snapshot());
+        let result = match res {
+            Ok(()) => {
+                if let Some(r) = self.outcomes.get_mut(e.held) {
+                    s.count_decision(r, e.req.snapshot());
+                }
                 Ok(std::mem::replace(&mut e.held, Held::NONE))
             }
-            // a decision always holds its response: only a guard
-            None => Err(Failure::Shutdown),
-            Some(Err(f)) => {
+            Err(f) => {
                 drop(self.outcomes.take(&mut e.held));
                 s.count_failure(&f);
                 Err(f)
@@ -516,7 +502,12 @@ impl CoreState {
         s.record_latency(latency, self.cfg.policy.horizon());
         s.completions += 1;
         let slot = e.slot;
-        self.inflight.discard(key);
+        // a draining socket closes once its last request ended
+        if let Some((sock, 0)) = self.inflight.discard(key)
+            && sock != self.socks.current()
+        {
+            self.socks.drained(sock);
+        }
         self.outcomes.finish(slot, result, now);
     }
 
@@ -588,7 +579,7 @@ impl CoreState {
             return;
         }
         let snapshot = self.snapshot.clone();
-        let (Ok(rnd), false) = (self.rng.datagram_random(), snapshot.is_empty()) else {
+        let (Ok(rnd), false) = (self.inflight.datagram_random(), snapshot.is_empty()) else {
             self.stats.report_failures += 1;
             self.reports.clear();
             return;

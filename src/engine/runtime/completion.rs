@@ -1,7 +1,8 @@
 //! Lock-free one-shot completion slots, pooled per engine, and the caller's end of them.
 //!
 //! Owns: a fixed pool of slots (allocated once at build), each carrying one request from
-//! its submitter to its core and its `Outcome` back: the request's encoded PDU until the
+//! its submitter to its core and its `Outcome` back: the request's encoded PDU ([`PduBuf`],
+//! written by [`SlotPool::start`] from a [`PduSource`]: the one encoder call) until the
 //! core takes it, then the outcome the core's turn writes (`CoreState::poll_outcome`
 //! hands it out as data); an atomic state and an `AtomicWaker` (a task waker, or a
 //! thread unparker for blocking waits). Slots are reused through a lock-free free list,
@@ -28,9 +29,104 @@ use std::time::{Duration, Instant};
 use crate::sync::thread;
 use crate::sync::{ArrayQueue, AtomicU8, AtomicWaker, UnsafeCell};
 
-use super::pdu::PduBuf;
 use crate::engine::core::LatencyHistogram;
-use crate::proto::outcome::Outcome;
+use crate::proto::error::{ConfigError, RequestError};
+use crate::proto::outcome::{Failure, Outcome};
+use crate::proto::wire::{self, EncodeError, GuardSpec, ResourceSpec};
+
+/// PDU bytes kept inline in a completion slot, within the room its outcome takes later: a
+/// request with two resources and a guard (104 bytes) and a short label fits; a larger
+/// PDU is written to a heap buffer the slot owns.
+pub(crate) const PDU_INLINE: usize = 128;
+
+/// A request's encoded PDU: inline when it fits, else in a heap buffer.
+pub(crate) enum PduBuf {
+    /// At most [`PDU_INLINE`] bytes.
+    Inline { len: u16, bytes: [u8; PDU_INLINE] },
+    /// A larger PDU.
+    Heap(Box<[u8]>),
+}
+
+impl PduBuf {
+    /// No bytes.
+    pub(crate) const EMPTY: PduBuf = PduBuf::Inline {
+        len: 0,
+        bytes: [0u8; PDU_INLINE],
+    };
+
+    /// The encoded bytes.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            PduBuf::Inline { len, bytes } => &bytes[..usize::from(*len).min(PDU_INLINE)],
+            PduBuf::Heap(b) => b,
+        }
+    }
+}
+
+/// Where a request's PDU comes from: its builder's parts, encoded straight into its
+/// completion slot (`RequestBuilder::send`, `len` as validation found it), or a
+/// [`PduBuf`] encoded before (`Request`, moved into the slot).
+pub(crate) enum PduSource<'a> {
+    Encode {
+        len: usize,
+        horizon_ms: u32,
+        guards: &'a [GuardSpec],
+        resources: &'a [ResourceSpec],
+        label: &'a str,
+    },
+    Built(PduBuf),
+}
+
+impl PduSource<'_> {
+    /// Writes the PDU into `dst`: a built one is moved; a rate request of `len` bytes is
+    /// encoded inline when it fits (the encoder writes every byte of the PDU, so a reused
+    /// store needs no clearing), else into a heap buffer that `dst` then owns.
+    pub(crate) fn write(self, dst: &mut PduBuf) -> Result<(), ConfigError> {
+        let (len, horizon_ms, guards, resources, label) = match self {
+            PduSource::Built(p) => {
+                *dst = p;
+                return Ok(());
+            }
+            PduSource::Encode {
+                len,
+                horizon_ms,
+                guards,
+                resources,
+                label,
+            } => (len, horizon_ms, guards, resources, label),
+        };
+        let enc = |out: &mut [u8]| {
+            wire::encode_rate_request_pdu(out, horizon_ms, guards, resources, label)
+                .map_err(encode_error)
+        };
+        if len > PDU_INLINE {
+            let mut v = vec![0u8; len];
+            let n = enc(&mut v)?;
+            v.truncate(n);
+            *dst = PduBuf::Heap(v.into_boxed_slice());
+            return Ok(());
+        }
+        if let PduBuf::Heap(_) = dst {
+            *dst = PduBuf::EMPTY;
+        }
+        if let PduBuf::Inline { len: l, bytes } = dst {
+            *l = enc(&mut bytes[..])? as u16;
+        }
+        Ok(())
+    }
+}
+
+fn encode_error(e: EncodeError) -> ConfigError {
+    match e {
+        EncodeError::LabelTooLong { len } => RequestError::LabelTooLong { len }.into(),
+        EncodeError::TooManyBlocks => RequestError::TooManyBlocks.into(),
+        _ => RequestError::TooLarge {
+            needed: wire::MAX_DATAGRAM + 1,
+            max: wire::MAX_DATAGRAM,
+        }
+        .into(),
+    }
+}
 
 const FREE: u8 = 0;
 const PENDING: u8 = 1;
@@ -112,7 +208,7 @@ impl SlotPool {
     }
 
     /// Takes a free slot, or `None` when every slot is in use (the engine is overloaded).
-    pub(crate) fn acquire(&self) -> Option<u32> {
+    fn acquire(&self) -> Option<u32> {
         let idx = self.free.pop()?;
         self.slots[idx as usize]
             .state
@@ -120,36 +216,54 @@ impl SlotPool {
         Some(idx)
     }
 
-    /// Submitter side: `write` puts the request's PDU into slot `idx`, which the
-    /// submitter has just acquired and not yet queued.
-    pub(crate) fn write_pdu<R>(&self, idx: u32, write: impl FnOnce(&mut PduBuf) -> R) -> R {
+    /// Submitter side: takes a free slot, writes the request's PDU from `src` into it and
+    /// returns the slot with the caller's end of it (the request is to be queued next).
+    /// `Overloaded` when every slot is in use; a refusal of the encoder (after the checks
+    /// of validation: not expected) frees the slot again.
+    pub(crate) fn start(
+        self: &Arc<Self>,
+        src: PduSource<'_>,
+    ) -> Result<(u32, Completion), Failure> {
+        let idx = self.acquire().ok_or(Failure::Overloaded)?;
         let slot = &self.slots[idx as usize];
-        // SAFETY: the slot was acquired by this submitter and its request is not queued
-        // yet: nobody else touches the cell.
-        slot.content.with_mut(|c| unsafe {
+        // SAFETY: the slot was just acquired by this submitter and its request is not
+        // queued yet: nobody else touches the cell.
+        let written = slot.content.with_mut(|c| unsafe {
             *c = Content::Pdu(PduBuf::EMPTY);
             match &mut *c {
-                Content::Pdu(p) => write(p),
+                Content::Pdu(p) => src.write(p),
                 _ => unreachable!("written just above"),
             }
-        })
+        });
+        if let Err(e) = written {
+            self.release(idx);
+            return Err(Failure::Configuration(e));
+        }
+        Ok((idx, Completion::new(self.clone(), idx)))
     }
 
-    /// Core side: `read` takes the PDU of slot `idx` (empty if none was written), whose
-    /// request this core took from its queue; the PDU is dropped after.
-    pub(crate) fn take_pdu<R>(&self, idx: u32, read: impl FnOnce(&[u8]) -> R) -> R {
+    /// Core side: the PDU of slot `idx` (empty if none was written), whose request this
+    /// core took from its queue. The PDU stays in the slot until the outcome replaces it
+    /// ([`publish`](Self::publish) drops it there).
+    ///
+    /// # Safety
+    ///
+    /// Only the core that popped `idx` from its queue may call this, and only before it
+    /// completes the slot: the returned bytes must be dropped before any call that
+    /// completes or frees slot `idx` ([`complete`](Self::complete),
+    /// [`complete_deferred`](Self::complete_deferred)).
+    pub(crate) unsafe fn pdu(&self, idx: u32) -> &[u8] {
         let slot = &self.slots[idx as usize];
+        // The access is checked (under loom: recorded) here, where it begins.
+        let c: *const Content = slot.content.with_mut(|c| c.cast_const());
         // SAFETY: the submitter wrote the PDU before queueing the request, and the
         // queue's pop made that write visible here; until this core completes the slot,
-        // nobody else touches the cell.
-        slot.content.with_mut(|c| unsafe {
-            let r = match &*c {
-                Content::Pdu(p) => read(p.as_slice()),
-                _ => read(&[]),
-            };
-            *c = Content::Empty;
-            r
-        })
+        // nobody else touches the cell (the caller's contract), and the borrow ends
+        // before that.
+        match unsafe { &*c } {
+            Content::Pdu(p) => p.as_slice(),
+            _ => &[],
+        }
     }
 
     /// Frees slot `idx`; its owner calls this (the caller that took or dropped the
@@ -276,7 +390,7 @@ enum Inner {
 
 impl Completion {
     /// The caller's end of slot `idx`, just acquired.
-    pub(crate) fn new(pool: Arc<SlotPool>, idx: u32) -> Self {
+    fn new(pool: Arc<SlotPool>, idx: u32) -> Self {
         Completion {
             inner: Inner::Slot {
                 pool,
@@ -446,8 +560,88 @@ mod tests {
     use super::*;
     use crate::proto::outcome::{Failure, Response};
 
+    fn heap(v: Vec<u8>) -> PduSource<'static> {
+        PduSource::Built(PduBuf::Heap(v.into_boxed_slice()))
+    }
+
     fn pdu(pool: &SlotPool, idx: u32) -> Vec<u8> {
-        pool.take_pdu(idx, |b| b.to_vec())
+        // SAFETY: the test is the slot's core and reads before completing it.
+        unsafe { pool.pdu(idx) }.to_vec()
+    }
+
+    fn resource(i: u8) -> ResourceSpec {
+        ResourceSpec {
+            bucket_id: [i; 16],
+            window_ms: 1000,
+            rate_limit: 10,
+            tokens: 1,
+        }
+    }
+
+    /// A reused store holds exactly what a fresh one would: the encoder writes every
+    /// byte, whatever the store held before.
+    #[test]
+    fn reused_store_encodes_like_a_fresh_one() {
+        for n in [1usize, 2, 3] {
+            let rs: Vec<_> = (0..n as u8).map(resource).collect();
+            let label = "a-label";
+            let enc = |store: &mut PduBuf| {
+                let len = wire::rate_request_pdu_len(0, rs.len(), label.len()).unwrap();
+                encode(store, len, &rs, label);
+                assert!(matches!(store, PduBuf::Inline { .. }));
+            };
+            let mut fresh = PduBuf::EMPTY;
+            enc(&mut fresh);
+            let mut dirty = PduBuf::Inline {
+                len: 7,
+                bytes: [0xAA; PDU_INLINE],
+            };
+            enc(&mut dirty);
+            assert_eq!(fresh.as_slice(), dirty.as_slice(), "{n} resources");
+            let len = wire::rate_request_pdu_len(0, n, label.len()).unwrap();
+            assert_eq!(fresh.as_slice().len(), len);
+        }
+    }
+
+    /// A large PDU is a case of the same store: a heap buffer it owns, and the store
+    /// goes back to inline for a small one.
+    #[test]
+    fn large_pdus_go_to_a_heap_buffer_of_the_same_store() {
+        let rs: Vec<_> = (0..8).map(resource).collect();
+        let mut store = PduBuf::EMPTY;
+        encode(
+            &mut store,
+            wire::rate_request_pdu_len(0, 8, 0).unwrap(),
+            &rs,
+            "",
+        );
+        assert!(matches!(store, PduBuf::Heap(_)));
+        let len = wire::rate_request_pdu_len(0, 8, 0).unwrap();
+        assert_eq!(store.as_slice().len(), len);
+        assert!(len > PDU_INLINE);
+        let one = [resource(1)];
+        encode(
+            &mut store,
+            wire::rate_request_pdu_len(0, 1, 0).unwrap(),
+            &one,
+            "",
+        );
+        assert!(matches!(store, PduBuf::Inline { .. }));
+        assert_eq!(
+            store.as_slice().len(),
+            wire::rate_request_pdu_len(0, 1, 0).unwrap()
+        );
+    }
+
+    fn encode(dst: &mut PduBuf, len: usize, resources: &[ResourceSpec], label: &str) {
+        let src = PduSource::Encode {
+            len,
+            horizon_ms: 60,
+            guards: &[],
+            resources,
+            label,
+        };
+        src.write(dst).unwrap();
     }
 
     #[test]
@@ -462,25 +656,21 @@ mod tests {
         assert_eq!(pool.free.len(), 2);
     }
 
-    /// The PDU travels in the slot: written by the submitter, taken once by the core
-    /// (a heap PDU is dropped there), and an outcome written over a PDU never taken
-    /// (a refused request) drops it.
+    /// The PDU travels in the slot: written by the submitter, read in place by the core,
+    /// and dropped when the outcome replaces it (a heap PDU too), whether or not the core
+    /// read it (a refused request).
     #[test]
     fn the_pdu_travels_in_the_slot_and_is_dropped_once() {
         let pool = SlotPool::new(2).unwrap();
-        let idx = pool.acquire().unwrap();
-        pool.write_pdu(idx, |p| *p = PduBuf::Heap(vec![1, 2, 3].into_boxed_slice()));
-        let c = Completion::new(pool.clone(), idx);
+        let (idx, c) = pool.start(heap(vec![1, 2, 3])).unwrap();
         assert_eq!(pdu(&pool, idx), [1, 2, 3]);
-        assert!(pdu(&pool, idx).is_empty(), "taken once");
+        assert_eq!(pdu(&pool, idx), [1, 2, 3], "read in place, not taken");
         let mut wakes = Vec::new();
         pool.complete_deferred(idx, Ok(Response::local_grant()), None, &mut wakes);
         assert_eq!(wakes, [idx]);
         assert!(c.wait().is_ok());
         // refused before its core took it: the outcome replaces the PDU
-        let idx = pool.acquire().unwrap();
-        pool.write_pdu(idx, |p| *p = PduBuf::Heap(vec![9; 300].into_boxed_slice()));
-        let c = Completion::new(pool.clone(), idx);
+        let (idx, c) = pool.start(heap(vec![9; 300])).unwrap();
         pool.complete(idx, Err(Failure::Shutdown));
         assert!(matches!(c.wait(), Err(Failure::Shutdown)));
         assert_eq!(pool.free.len(), 2);
@@ -551,11 +741,10 @@ mod loom_tests {
         let (core, caller) = (Arc::new(core), Arc::new(caller));
         loom_model(name, BOUND, move || {
             let pool = SlotPool::new(2).unwrap();
-            let idx = pool.acquire().unwrap();
             // the submitter writes the PDU before it queues the request (here: before
             // the core's thread starts, an edge as the queue's push and pop)
-            pool.write_pdu(idx, |p| *p = PduBuf::Heap(vec![7; 200].into_boxed_slice()));
-            let c = Completion::new(pool.clone(), idx);
+            let src = PduSource::Built(PduBuf::Heap(vec![7; 200].into_boxed_slice()));
+            let (idx, c) = pool.start(src).unwrap();
             let (p2, core) = (pool.clone(), core.clone());
             let t = loom::thread::spawn(move || core(&p2, idx));
             let (p3, caller) = (pool.clone(), caller.clone());
@@ -571,10 +760,12 @@ mod loom_tests {
         pool.complete(idx, Err(Failure::Overloaded));
     }
 
-    /// The core's turn: it takes the PDU (starting the request), later writes the
+    /// The core's turn: it reads the PDU (starting the request), later writes the
     /// outcome it polled from its state, and wakes the caller at the end of the turn.
     fn take_then_complete_deferred(pool: &SlotPool, idx: u32) {
-        assert_eq!(pool.take_pdu(idx, |b| b.len()), 200);
+        // SAFETY: this thread is the slot's core (the request reached it through the
+        // model's spawn edge) and the borrow ends before it completes the slot.
+        assert_eq!(unsafe { pool.pdu(idx) }.len(), 200);
         let mut r = Response::local_grant();
         r.sends = 3;
         let mut wakes = Vec::new();
@@ -594,7 +785,7 @@ mod loom_tests {
     #[test]
     fn loom_completion_deferred_wake_vs_wait() {
         slot_model(
-            "take PDU, complete, deferred wake vs wait",
+            "read PDU, complete, deferred wake vs wait",
             take_then_complete_deferred,
             |_, c| assert_eq!(c.wait().unwrap().sends, 3),
         );
@@ -608,7 +799,7 @@ mod loom_tests {
     #[test]
     fn loom_completion_deferred_vs_drop() {
         slot_model(
-            "take PDU, complete, deferred wake vs drop",
+            "read PDU, complete, deferred wake vs drop",
             take_then_complete_deferred,
             |_, c| drop(c),
         );

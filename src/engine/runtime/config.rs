@@ -4,7 +4,7 @@
 //! Owns: [`Cores`], [`DnsConfig`], [`BuildError`], the one declaration of the settings
 //! (`Settings`, the cores' part `CoreSettings`), their one validation into `Validated`,
 //! and the core selection. The plain values one core's sans-IO state is built from are
-//! `core::CoreConfig`, made from these by `super::feed`.
+//! `core::CoreConfig`, made from these by `super::core_setup`.
 //! Must not touch: sockets, threads (`builder.rs` starts them only after validation
 //! succeeded). Errors never contain the API key.
 

@@ -2,8 +2,8 @@
 //!
 //! Owns: the engine's public defaults that are not a core state's (socket buffers, the
 //! I/O backend, the socket bound), and the runtime's batches, queues and waits. The core
-//! state's defaults and bounds are `core::consts`. Encodings (slot states, histogram
-//! buckets) stay beside the code that reads them.
+//! state's defaults and bounds are `core::consts`. Encodings (slot states and layout,
+//! histogram buckets) stay beside the code that reads them.
 
 use std::time::Duration;
 
@@ -105,11 +105,6 @@ pub(crate) const START_WAIT: Duration = Duration::from_secs(10);
 /// How long shutdown, called outside their multi-thread runtime, waits for hosted cores
 /// to stop.
 pub(crate) const HOSTED_STOP_WAIT: Duration = Duration::from_secs(2);
-
-/// PDU bytes kept inline in a completion slot, within the room its outcome takes later: a
-/// request with two resources and a guard (104 bytes) and a short label fits; a larger
-/// PDU is written to a heap buffer the slot owns.
-pub(crate) const PDU_INLINE: usize = 128;
 
 /// The discovery thread's refresh period (docs/protocol.md §13), sooner by the smallest
 /// SRV TTL.

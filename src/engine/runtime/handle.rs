@@ -1,7 +1,8 @@
 //! The application-facing handle: submit, report, statistics, memory arithmetic.
 //!
-//! Owns: [`EngineHandle`]: submission through the one way in (`super::submit`), the
-//! statistics readers, membership for tests, memory arithmetic. Must not touch: the
+//! Owns: [`EngineHandle`]: reports through the one way in (`super::submit`), the
+//! statistics readers, membership for tests, memory arithmetic (its request methods,
+//! `request`, `submit` and `submit_batch`, are `super::request`'s). Must not touch: the
 //! cores' turn, sockets, the encoding of requests.
 
 use std::fmt;
@@ -9,11 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::completion::{Completion, SlotPool};
+use super::completion::SlotPool;
 use super::consts::{FLUSH_WAIT, QUEUE_MAX, STATS_POLL, STATS_WAIT};
-use super::queue::Msg;
-use super::request::{Batch, Request, RequestBuilder};
 use super::shared::Shared;
+use super::submit::Msg;
 use super::submit::Submitter;
 use crate::engine::core::{CoreState, Stats};
 use crate::proto::ids::LatencyTracker;
@@ -30,44 +30,19 @@ pub struct EngineHandle {
 impl fmt::Debug for EngineHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EngineHandle")
-            .field("cores", &self.inner.queues.len())
+            .field("cores", &self.inner.intake.queues.len())
             .finish_non_exhaustive()
     }
 }
 
 impl EngineHandle {
-    /// Starts a resource request.
-    pub fn request(&self) -> RequestBuilder<'_> {
-        RequestBuilder::new(&self.inner)
-    }
-
-    /// Submits one built request.
-    pub fn submit(&self, req: Request) -> Completion {
-        match Submitter::enter(&self.inner) {
-            Some(mut s) => req.submit(&mut s),
-            None => Completion::ready(Err(Failure::Shutdown)),
-        }
-    }
-
-    /// Submits several requests at once (one wake per core); outcomes in order.
-    pub fn submit_batch(&self, reqs: Vec<Request>) -> Batch {
-        let Some(mut s) = Submitter::enter(&self.inner) else {
-            return Batch::new(
-                reqs.into_iter()
-                    .map(|_| Completion::ready(Err(Failure::Shutdown)))
-                    .collect(),
-            );
-        };
-        Batch::new(reqs.into_iter().map(|r| r.submit(&mut s)).collect())
-    }
-
     /// Reports an observed latency for `tracker` (whole ms), coalesced per core and sent
     /// once to every endpoint of the current membership.
     pub fn report(&self, tracker: &LatencyTracker, observed: Duration) -> Result<(), Failure> {
         let observed_ms =
             crate::proto::ids::latency_ms(observed, crate::proto::ids::LatencyField::Observed)
                 .map_err(|e| Failure::Configuration(e.into()))?;
-        let mut s = Submitter::enter(&self.inner).ok_or(Failure::Shutdown)?;
+        let mut s = Submitter::enter(&self.inner.intake).ok_or(Failure::Shutdown)?;
         s.report(ReportEntry {
             tracker_id: tracker.id(),
             ttl_ms: tracker.ttl_ms(),
@@ -85,8 +60,9 @@ impl EngineHandle {
         for s in self.core_stats() {
             total.merge(&s);
         }
-        total.overloaded += self.inner.queue_full.load(Ordering::Relaxed);
+        total.overloaded += self.inner.intake.queue_full.load(Ordering::Relaxed);
         self.inner
+            .intake
             .pool
             .wake_us
             .add_to(&mut total.completion_wake_us);
@@ -101,7 +77,7 @@ impl EngineHandle {
             .iter()
             .map(|p| p.generation.load(Ordering::Acquire))
             .collect();
-        for (p, q) in sh.published.iter().zip(sh.queues.iter()) {
+        for (p, q) in sh.published.iter().zip(sh.intake.queues.iter()) {
             p.wanted.store(true, Ordering::Relaxed);
             q.wake();
         }
@@ -113,7 +89,7 @@ impl EngineHandle {
         };
         let deadline = Instant::now() + wait;
         for (i, p) in sh.published.iter().enumerate() {
-            let q = &sh.queues[i];
+            let q = &sh.intake.queues[i];
             while p.generation.load(Ordering::Acquire) == before[i]
                 && !q.dead.load(Ordering::Relaxed)
                 && !q.stop.load(Ordering::Relaxed)
@@ -125,7 +101,7 @@ impl EngineHandle {
         }
         sh.published
             .iter()
-            .zip(sh.queues.iter())
+            .zip(sh.intake.queues.iter())
             .map(|(p, q)| {
                 let mut s = match p.stats.lock() {
                     Ok(g) => g.clone(),
@@ -142,7 +118,7 @@ impl EngineHandle {
     /// `report_datagrams` and `report_failures` include those sends.
     pub fn flush_reports(&self) -> Stats {
         let mut total = Stats::new();
-        for q in self.inner.queues.iter() {
+        for q in self.inner.intake.queues.iter() {
             let (tx, rx) = crossbeam_channel::bounded(1);
             if q.push(Msg::FlushReports(tx)).is_ok() {
                 q.wake();
@@ -151,7 +127,7 @@ impl EngineHandle {
                 }
             }
         }
-        total.overloaded += self.inner.queue_full.load(Ordering::Relaxed);
+        total.overloaded += self.inner.intake.queue_full.load(Ordering::Relaxed);
         total
     }
 
@@ -159,7 +135,7 @@ impl EngineHandle {
     /// bug inside it would. Its requests then fail with `Failure::CoreFailed`.
     #[doc(hidden)]
     pub fn inject_core_fault(&self, core: usize) {
-        if let Some(q) = self.inner.queues.get(core) {
+        if let Some(q) = self.inner.intake.queues.get(core) {
             let _ = q.push(Msg::Fault);
             q.wake();
         }

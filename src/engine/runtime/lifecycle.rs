@@ -17,7 +17,7 @@ use super::handle::EngineHandle;
 #[cfg(feature = "dns")]
 use super::membership;
 use super::shared::Shared;
-use super::turn;
+use super::{core_setup, turn};
 use super::{hosted, pinned};
 use crate::proto::key::ApiKey;
 use crate::proto::outcome::Failure;
@@ -40,7 +40,7 @@ pub struct Engine {
 impl fmt::Debug for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Engine")
-            .field("cores", &self.shared.queues.len())
+            .field("cores", &self.shared.intake.queues.len())
             .field("hosted", &self.shared.settings.hosted)
             .field("local_addrs", &self.local_addrs)
             .field("stopped", &self.stopped)
@@ -63,7 +63,7 @@ impl Engine {
 
     /// Number of cores.
     pub fn cores(&self) -> usize {
-        self.shared.queues.len()
+        self.shared.intake.queues.len()
     }
 
     /// Local address of each core's first socket (port 0 = ephemeral at start).
@@ -106,11 +106,11 @@ impl Engine {
         let until = t0 + Duration::from_millis(u64::from(sh.horizon_ms)) + GRACE_MARGIN;
         let handle = EngineHandle { inner: sh.clone() };
         while Instant::now() < until {
-            let queued: usize = sh.queues.iter().map(|q| q.len()).sum();
+            let queued: usize = sh.intake.queues.iter().map(|q| q.len()).sum();
             let in_flight: u64 = handle
                 .core_stats()
                 .iter()
-                .zip(sh.queues.iter())
+                .zip(sh.intake.queues.iter())
                 .filter(|(_, q)| !q.dead.load(Ordering::Relaxed))
                 .map(|(s, _)| s.in_flight)
                 .sum();
@@ -138,7 +138,7 @@ impl Engine {
         self.stopped = true;
         let sh = &self.shared;
         sh.close_to_submitters();
-        for q in sh.queues.iter() {
+        for q in sh.intake.queues.iter() {
             q.stop.store(true, Ordering::SeqCst);
             q.wake();
         }
@@ -153,9 +153,9 @@ impl Engine {
         }
         self.tasks.clear();
         // anything a core could not take (it never started)
-        for q in sh.queues.iter() {
+        for q in sh.intake.queues.iter() {
             while let Some(m) = q.pop() {
-                turn::fail_msg(sh, m, &Failure::Shutdown);
+                core_setup::fail_msg(sh, m, &Failure::Shutdown);
             }
         }
         sh.membership.stop();

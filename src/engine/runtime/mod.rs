@@ -6,15 +6,14 @@
 //! | `builder` | [`EngineBuilder`]: the options, preparation of the shared state, the start |
 //! | `config` | the settings, declared and validated once; [`BuildError`], [`Cores`] |
 //! | `lifecycle` | [`Engine`]: cores started pinned or hosted, drain, shutdown |
-//! | `handle` | [`EngineHandle`]: submit, report, statistics readers, memory figures |
-//! | `request` | [`RequestBuilder`], [`Request`], [`Batch`]: validation, the one encoder call |
-//! | `submit` | the one way in: the gate, the thread's core, a request's slot and queue place |
-//! | `pdu` | a request's encoded PDU (inline or heap) and the encoder |
-//! | `queue` | the messages a core receives, its lock-free queue, the shutdown gate |
-//! | `completion` | the completion slots (PDU in, outcome out) and [`Completion`] |
+//! | `handle` | [`EngineHandle`]: reports, statistics readers, memory figures (its request methods are `request`'s) |
+//! | `request` | [`RequestBuilder`], [`Request`], [`Batch`], `EngineHandle::{request, submit, submit_batch}`: validation, the PDU's source |
+//! | `submit` | the one way in: the gate, the per-core lock-free queues and the messages they carry, the thread's core, a request's slot and queue place |
+//! | `completion` | the completion slots (PDU in, outcome out), the PDU's store and its one encoder, [`Completion`] |
 //! | `shared` | what the handle and the cores share; statistics publication |
-//! | `feed` | queue → core state, outcomes → slots and one wake of the callers |
-//! | `turn` | `Core::turn`: one turn of a core, for both schedulers; faults |
+//! | `turn` | `Core::turn`: one turn of a core, for both schedulers: queue → core state, I/O, outcomes → slots and one wake of the callers |
+//! | `core_setup` | a core's construction, shutdown and faults (the cold side of `turn`) |
+//! | `sink` | the transmit sinks a turn hands its state (to the I/O layer's send queue) |
 //! | `pinned`, `hosted` | the two schedulers: a pinned thread, a task on a Tokio runtime |
 //! | `membership` | the endpoint snapshot and the DNS discovery thread |
 //! | `consts` | the layer's constants, each with its reason |
@@ -23,16 +22,15 @@ mod builder;
 mod completion;
 mod config;
 pub(crate) mod consts;
-mod feed;
+mod core_setup;
 mod handle;
 mod hosted;
 mod lifecycle;
 mod membership;
-mod pdu;
 mod pinned;
-mod queue;
 mod request;
 mod shared;
+mod sink;
 mod submit;
 mod turn;
 

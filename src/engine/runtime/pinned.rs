@@ -3,7 +3,7 @@
 //! application's Tokio runtime instead, see `super::hosted`).
 //!
 //! Owns: the core's thread, its CPU pinning, and the scheduling of its turns: it runs
-//! [`Core::turn`] until the core stops, letting the turn's I/O pass block the thread
+//! [`Core::run`] (turns until the core stops), letting the turn's I/O pass block the thread
 //! ([`Scheduler::BLOCKS`]) when no work is certain. Must not touch: anything a turn
 //! does (the order of a turn, wakes, publication and faults are `super::turn`'s).
 
@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use super::config::BuildError;
 use super::consts::START_WAIT;
 use super::shared::Shared;
-use super::turn::{Core, Scheduler, Turn};
+use super::turn::{Core, Scheduler};
 use crate::udp::SocketId;
 
 /// The pinned thread: the I/O layer waits in the kernel, for every socket at once.
@@ -45,7 +45,7 @@ pub(crate) fn spawn(
             match Core::new(index, shared) {
                 Ok(mut core) => {
                     let _ = tx.send(Ok(core.local_addr()));
-                    while core.turn(&mut Pinned) != Turn::Stopped {}
+                    core.run(&mut Pinned);
                 }
                 Err(e) => {
                     let _ = tx.send(Err(e));

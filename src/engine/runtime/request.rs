@@ -1,11 +1,12 @@
 //! What a caller builds and gets back: a request ([`RequestBuilder`], [`Request`]) and
 //! the outcomes of a batch ([`Batch`]).
 //!
-//! Owns: the validation of a request and its one encoder call (`RequestBuilder::write_pdu`):
-//! [`RequestBuilder::send`] encodes straight into the request's completion slot,
-//! [`RequestBuilder::build`] into a [`Request`] whose PDU moves into its slot when it is
-//! submitted; a large PDU is a case of the same store (`super::pdu::PduBuf`). Both go
-//! through the one way in (`super::submit`).
+//! Owns: the validation of a request ([`check`]: the PDU's length, or the rule that refuses
+//! it) and the source of its one encoder call (`RequestBuilder::source`, a
+//! `super::completion::PduSource`): [`RequestBuilder::send`] has it encoded straight into
+//! the request's completion slot, [`RequestBuilder::build`] into a [`Request`] whose PDU
+//! moves into its slot when it is submitted; a large PDU is a case of the same store
+//! (`super::completion::PduBuf`). Both go through the one way in (`super::submit`).
 //! Must not touch: the queues, the slots' synchronisation, sockets, the core.
 
 use std::fmt;
@@ -16,14 +17,43 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
-use super::completion::Completion;
-use super::pdu::{self, PduBuf};
+use super::completion::{Completion, PduBuf, PduSource};
+use super::handle::EngineHandle;
 use super::shared::Shared;
-use super::submit::Submitter;
+use super::submit::{self, Submitter};
 use crate::proto::error::{ConfigError, RequestError};
 use crate::proto::ids::{LatencyTracker, Resource};
 use crate::proto::outcome::{Failure, Outcome};
-use crate::proto::wire::{GuardSpec, ResourceSpec};
+use crate::proto::wire::{self, GuardSpec, ResourceSpec};
+
+/// The handle's requests (declared here, beside the builder: a request starts, is built
+/// and is submitted in this file).
+impl EngineHandle {
+    /// Starts a resource request.
+    pub fn request(&self) -> RequestBuilder<'_> {
+        RequestBuilder::new(&self.inner)
+    }
+
+    /// Submits one built request.
+    pub fn submit(&self, req: Request) -> Completion {
+        match Submitter::enter(&self.inner.intake) {
+            Some(mut s) => req.submit(&mut s),
+            None => Completion::ready(Err(Failure::Shutdown)),
+        }
+    }
+
+    /// Submits several requests at once (one wake per core); outcomes in order.
+    pub fn submit_batch(&self, reqs: Vec<Request>) -> Batch {
+        let Some(mut s) = Submitter::enter(&self.inner.intake) else {
+            return Batch::new(
+                reqs.into_iter()
+                    .map(|_| Completion::ready(Err(Failure::Shutdown)))
+                    .collect(),
+            );
+        };
+        Batch::new(reqs.into_iter().map(|r| r.submit(&mut s)).collect())
+    }
+}
 
 /// Builds one resource request. Obtained from
 /// [`EngineHandle::request`](crate::EngineHandle::request).
@@ -121,7 +151,7 @@ impl<'a> RequestBuilder<'a> {
     }
 
     /// The first configuration error (recorded by a builder method, or found by
-    /// [`pdu::check`]), else the length of the request's PDU (`None`: the request is
+    /// [`check`]), else the length of the request's PDU (`None`: the request is
     /// empty and granted locally).
     fn validate(&mut self) -> Result<Option<usize>, ConfigError> {
         if let Some(e) = self.error.take() {
@@ -130,7 +160,7 @@ impl<'a> RequestBuilder<'a> {
         if self.guards.is_empty() && self.resources.is_empty() {
             return Ok(None);
         }
-        let len = pdu::check(
+        let len = check(
             self.shared.max_pdu,
             &self.guards,
             &self.resources,
@@ -139,19 +169,17 @@ impl<'a> RequestBuilder<'a> {
         Ok(Some(len))
     }
 
-    /// Writes the request's PDU of `len` bytes (as [`validate`](Self::validate) found it)
-    /// into `dst`: the one place a request is encoded, whether into its completion slot
+    /// The source of the request's PDU of `len` bytes (as [`validate`](Self::validate)
+    /// found it): the one encoder call, whether into its completion slot
     /// ([`send`](Self::send)) or into a [`Request`] ([`build`](Self::build)).
-    fn write_pdu(&self, len: usize, dst: &mut PduBuf) -> Result<(), ConfigError> {
-        let horizon_ms = self.shared.horizon_ms;
-        pdu::encode(
-            dst,
+    fn source(&self, len: usize) -> PduSource<'_> {
+        PduSource::Encode {
             len,
-            horizon_ms,
-            &self.guards,
-            &self.resources,
-            self.label,
-        )
+            horizon_ms: self.shared.horizon_ms,
+            guards: &self.guards,
+            resources: &self.resources,
+            label: self.label,
+        }
     }
 
     /// Validates and encodes the request (for
@@ -160,7 +188,7 @@ impl<'a> RequestBuilder<'a> {
         let pdu = self.validate().and_then(|len| {
             len.map(|len| {
                 let mut p = PduBuf::EMPTY;
-                self.write_pdu(len, &mut p).map(|()| p)
+                self.source(len).write(&mut p).map(|()| p)
             })
             .transpose()
         });
@@ -169,20 +197,43 @@ impl<'a> RequestBuilder<'a> {
 
     /// Sends the request; the returned future (or its `wait()`) yields the outcome. The
     /// PDU is encoded straight into the request's completion slot, where its core
-    /// takes it from.
+    /// takes it from. A closed engine fails it with `Shutdown` whatever it holds
+    /// (validation only computes).
     pub fn send(mut self) -> Completion {
-        let Some(mut s) = Submitter::enter(self.shared) else {
-            return Completion::ready(Err(Failure::Shutdown));
-        };
         let valid = self.validate();
-        let this = &self;
-        s.request(valid.map(|len| len.map(|len| move |dst: &mut PduBuf| this.write_pdu(len, dst))))
+        submit::one(
+            &self.shared.intake,
+            valid.map(|len| len.map(|len| self.source(len))),
+        )
     }
 
     /// Sends the request and blocks until its outcome.
     pub fn wait(self) -> Outcome {
         self.send().wait()
     }
+}
+
+/// The PDU length of a request, or the configuration error that refuses it (checked
+/// before any completion slot is taken).
+pub(crate) fn check(
+    max_pdu: usize,
+    guards: &[GuardSpec],
+    resources: &[ResourceSpec],
+    label: &str,
+) -> Result<usize, ConfigError> {
+    if wire::label_tlv_len(label.len()).is_none() {
+        return Err(RequestError::LabelTooLong { len: label.len() }.into());
+    }
+    let len = wire::rate_request_pdu_len(guards.len(), resources.len(), label.len())
+        .ok_or(ConfigError::Request(RequestError::TooManyBlocks))?;
+    if len > max_pdu {
+        return Err(RequestError::TooLarge {
+            needed: len + (wire::MAX_DATAGRAM - max_pdu),
+            max: wire::MAX_DATAGRAM,
+        }
+        .into());
+    }
+    Ok(len)
 }
 
 /// A validated, encoded request, ready for [`EngineHandle::submit`](crate::EngineHandle::submit) or
@@ -201,14 +252,7 @@ impl fmt::Debug for Request {
 impl Request {
     /// Submits the request through `s`: its PDU moves into its completion slot.
     pub(crate) fn submit(self, s: &mut Submitter<'_>) -> Completion {
-        s.request(self.pdu.map(|p| {
-            p.map(|p| {
-                |dst: &mut PduBuf| {
-                    *dst = p;
-                    Ok(())
-                }
-            })
-        }))
+        s.request(self.pdu.map(|p| p.map(PduSource::Built)))
     }
 }
 
@@ -308,5 +352,26 @@ mod tests {
         ] {
             assert_eq!(t(bad), Err(RequestError::BadLatency));
         }
+    }
+
+    #[test]
+    fn refusals_name_the_rule() {
+        let resource = |i: u8| ResourceSpec {
+            bucket_id: [i; 16],
+            window_ms: 1000,
+            rate_limit: 10,
+            tokens: 1,
+        };
+        let rs = [resource(1)];
+        let long = "x".repeat(70_000);
+        assert!(matches!(
+            check(1100, &[], &rs, &long),
+            Err(ConfigError::Request(RequestError::LabelTooLong { .. }))
+        ));
+        let many: Vec<_> = (0..200).map(|i| resource(i as u8)).collect();
+        assert!(matches!(
+            check(1100, &[], &many, ""),
+            Err(ConfigError::Request(RequestError::TooLarge { .. }))
+        ));
     }
 }

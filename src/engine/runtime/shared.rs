@@ -1,18 +1,18 @@
 //! The state shared by the application-facing handle and the cores.
 //!
-//! Owns: [`Shared`] (the per-core queues, the completion pool, the membership, the
+//! Owns: [`Shared`] (the intake: per-core queues and completion pool; the membership, the
 //! validated settings the handle and the cores read), its allocation from a validated
 //! configuration (every per-core structure, before any I/O), and each core's
 //! [`Published`] statistics with their publication. Must not touch: sockets, threads, clocks.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::completion::SlotPool;
 use super::config::{BuildError, CoreSettings, Source, Validated};
 use super::consts::{GATE_PATIENCE, QUEUE_MAX};
 use super::membership::Membership;
-use super::queue::{CoreQueue, Gate};
+use super::submit::{CoreQueue, Intake};
 use crate::engine::core::{CoreState, Stats};
 use crate::proto::machine::Plan;
 use crate::proto::policy::RequestPolicy;
@@ -20,8 +20,8 @@ use crate::proto::wire::Auth;
 
 /// State shared by the handle and the cores.
 pub(crate) struct Shared {
-    pub queues: Box<[CoreQueue]>,
-    pub pool: Arc<SlotPool>,
+    /// The gate, the per-core queues and the completion slots.
+    pub intake: Intake,
     pub membership: Arc<Membership>,
     pub auth: Auth,
     pub policy: RequestPolicy,
@@ -34,9 +34,6 @@ pub(crate) struct Shared {
     pub settings: CoreSettings,
     /// The statistics each core published last (read without asking the core).
     pub(super) published: Box<[Published]>,
-    pub(super) gate: Gate,
-    pub(super) queue_full: AtomicU64,
-    pub(super) next_thread: AtomicUsize,
 }
 
 /// One core's published statistics.
@@ -79,8 +76,7 @@ impl Shared {
             })
             .collect();
         Ok(Arc::new(Shared {
-            queues: queues.into_boxed_slice(),
-            pool,
+            intake: Intake::new(queues.into_boxed_slice(), pool),
             membership,
             max_pdu: auth.max_pdu_len(),
             auth,
@@ -90,16 +86,13 @@ impl Shared {
             policy: cfg.policy.clone(),
             settings: cfg.core,
             published,
-            gate: Gate::new(),
-            queue_full: AtomicU64::new(0),
-            next_thread: AtomicUsize::new(0),
         }))
     }
 
     /// Refuses new submissions (they fail with `Shutdown`), then waits (at most
     /// [`GATE_PATIENCE`]) for the submitters that passed the closed check before it.
     pub(super) fn close_to_submitters(&self) {
-        self.gate.close(GATE_PATIENCE);
+        self.intake.gate.close(GATE_PATIENCE);
     }
 
     /// True when a reader asked core `i` for a fresh snapshot (the core checks once per

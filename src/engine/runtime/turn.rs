@@ -2,10 +2,15 @@
 //! written once for both schedulers.
 //!
 //! Owns: the order of a turn, the core's [`UdpIo`] (mmsg or io_uring backend,
-//! GSO/GRO, the sockets), the clock, the publication of the core's statistics, and
-//! fault containment. Must not touch: request state, the wire format, decisions (all
-//! in [`CoreState`]), threads and tasks (the schedulers: `super::pinned` runs turns on
-//! a pinned thread, `super::hosted` from a task on the application's runtime).
+//! GSO/GRO, the sockets), the clock, the drain of the core's queue into its state (a
+//! request's PDU read in its completion slot, reports, report flushes, the test fault;
+//! the membership snapshot each turn), the delivery of the outcomes (each written into its
+//! slot, then the callers woken once), the publication of the core's statistics, and
+//! fault containment (the catch; the bookkeeping after it, the core's construction and
+//! its shutdown are `super::core_setup`'s; the transmit sinks `super::sink`'s). Must not
+//! touch: request state, the wire format, decisions (all in [`CoreState`]), threads and
+//! tasks (the schedulers: `super::pinned` runs [`Core::run`] on a pinned thread,
+//! `super::hosted` turns from a task on the application's runtime).
 //!
 //! # A turn
 //!
@@ -53,24 +58,19 @@
 //! engine shuts down.
 
 use std::cell::Cell;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::config::BuildError;
 use super::consts::{
-    DEAD_POLL, FAILED_PREALLOC, FAILURE_ROUNDS, PUBLISH_EVERY, PUBLISH_IDLE_EVERY, REBIND_TRIES,
-    RECV_BATCH, RECV_DATAGRAM_MAX, SEND_CAPACITY, WALL_RESYNC,
+    DRAIN, FAILURE_ROUNDS, PUBLISH_EVERY, PUBLISH_IDLE_EVERY, REBIND_TRIES, WALL_RESYNC,
 };
-use super::feed::CoreFeed;
-use super::queue::Msg;
 use super::shared::Shared;
-use crate::engine::core::{CoreState, Entropy, SocketOp, TransmitSink};
-use crate::proto::outcome::Failure;
-use crate::proto::wire;
-use crate::udp::{BackendChoice, Caller, IoConfig, IoEvent, SendQueue, SocketId, UdpIo};
+use super::sink::{IoSink, QueueSink, flush};
+use super::submit::Msg;
+use crate::engine::core::{CoreState, SocketOp, TransmitSink};
+use crate::udp::{IoEvent, SendQueue, SocketId, UdpIo};
 
 fn wall_ms() -> u64 {
     SystemTime::now()
@@ -82,13 +82,13 @@ fn wall_ms() -> u64 {
 /// The wall clock in milliseconds (the requests' timestamps), derived from the turn's
 /// monotonic reading and read afresh every [`WALL_RESYNC`]: one clock read per turn
 /// instead of two.
-struct WallClock {
+pub(super) struct WallClock {
     at: Instant,
     ms: u64,
 }
 
 impl WallClock {
-    fn new() -> WallClock {
+    pub(super) fn new() -> WallClock {
         WallClock {
             at: Instant::now(),
             ms: wall_ms(),
@@ -130,138 +130,42 @@ pub(crate) enum Turn {
     Stopped,
 }
 
-/// Transmits queued on the I/O layer's send queue inside a pass's callback.
-struct QueueSink<'a> {
-    q: &'a mut SendQueue,
-    failed: &'a mut Vec<u64>,
-}
-
-impl TransmitSink for QueueSink<'_> {
-    fn transmit(&mut self, sock: SocketId, to: SocketAddr, datagram: &[u8], tag: u64) {
-        if !self.q.push(sock, to, datagram, tag) {
-            self.failed.push(tag);
-        }
-    }
-}
-
-/// Transmits queued on the I/O layer between passes (flushes when full).
-struct IoSink<'a> {
-    io: &'a mut UdpIo,
-    failed: &'a mut Vec<u64>,
-}
-
-impl TransmitSink for IoSink<'_> {
-    fn transmit(&mut self, sock: SocketId, to: SocketAddr, datagram: &[u8], tag: u64) {
-        if self.io.queue_send(sock, to, datagram, tag) {
-            return;
-        }
-        flush(self.io, self.failed);
-        if !self.io.queue_send(sock, to, datagram, tag) {
-            self.failed.push(tag);
-        }
-    }
-}
-
-/// Sends what is queued now (send failures are collected, fed back next turn).
-fn flush(io: &mut UdpIo, failed: &mut Vec<u64>) {
-    let _ = io.flush(&mut |_, ev| {
-        if let IoEvent::SendFailed { tag, .. } = ev {
-            failed.push(tag);
-        }
-    });
-}
-
-/// One engine core: its state and its I/O.
+/// One engine core: its state and its I/O (built, failed and abandoned in
+/// `super::core_setup`).
 pub(crate) struct Core {
-    state: CoreState,
-    feed: CoreFeed,
-    io: UdpIo,
+    pub(super) state: CoreState,
+    pub(super) io: UdpIo,
     /// The sockets open now (the first, then steering's).
-    open: Vec<SocketId>,
-    failed: Vec<u64>,
-    v6: bool,
+    pub(super) open: Vec<SocketId>,
+    pub(super) failed: Vec<u64>,
+    /// Slots whose callers are woken at the end of the delivery.
+    pub(super) wakes: Vec<u32>,
+    pub(super) v6: bool,
     /// The last pass filled its receive buffers: the next one receives on every socket.
-    read_all: bool,
+    pub(super) read_all: bool,
     /// When this core last published its statistics (histograms included).
-    published_at: Instant,
+    pub(super) published_at: Instant,
     /// Some turn did work since the last publication: counters are due at the pause.
-    counters_dirty: bool,
+    pub(super) counters_dirty: bool,
     /// Some turn did work since the histograms were last published.
-    dirty: bool,
+    pub(super) dirty: bool,
     /// When the current pause began (`None` while turns find work). Under load pauses
     /// are short and end at the next turn: the histograms, whose copy costs tens of µs,
     /// are then published every [`PUBLISH_EVERY`], not at each pause.
-    idle_since: Option<Instant>,
+    pub(super) idle_since: Option<Instant>,
     /// A turn panicked (see the module docs).
-    dead: bool,
-    wall: WallClock,
+    pub(super) dead: bool,
+    pub(super) wall: WallClock,
     /// When the current turn began.
-    turn_at: Instant,
-    shared: Arc<Shared>,
-    index: usize,
+    pub(super) turn_at: Instant,
+    pub(super) shared: Arc<Shared>,
+    pub(super) index: usize,
 }
 
 impl Core {
-    /// Starts the core's I/O layer, binds its first socket (dual-stack IPv6 when
-    /// available, else IPv4) and builds its state. Runs on the core's own thread.
-    pub(crate) fn new(index: usize, shared: Arc<Shared>) -> Result<Core, BuildError> {
-        let cfg = IoConfig {
-            backend: shared.settings.io_backend,
-            gso: shared.settings.gso,
-            gro: shared.settings.gso,
-            recv_buf: shared.settings.recv_buf,
-            send_buf: shared.settings.send_buf,
-            max_sockets: shared.settings.max_sockets,
-            batch: RECV_BATCH,
-            send_capacity: SEND_CAPACITY,
-            max_datagram: RECV_DATAGRAM_MAX,
-            caller: if shared.settings.hosted {
-                Caller::Runtime
-            } else {
-                Caller::OneThread
-            },
-        };
-        let mut io = UdpIo::new(&cfg).map_err(|e| BuildError::IoBackend {
-            core: index,
-            backend: shared.settings.io_backend,
-            kind: e.kind(),
-        })?;
-        let any6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0);
-        let any4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
-        let (first, v6) = match io.bind(any6) {
-            Ok(s) => (s, true),
-            Err(_) => (
-                io.bind(any4).map_err(|e| BuildError::Socket(e.kind()))?,
-                false,
-            ),
-        };
-        let port = io.local_addr(first).map_or(0, |a| a.port());
-        let feed = CoreFeed::new(index, shared.clone());
-        let entropy: Entropy = Box::new(wire::fill_random);
-        let state = feed
-            .new_state(Instant::now(), first, port, entropy)
-            .map_err(|_| BuildError::NoRandomness)?;
-        let _ = shared.queues[index].waker.set(io.waker());
-        log_backend(index, shared.settings.io_backend, &io);
-        let now = Instant::now();
-        Ok(Core {
-            state,
-            feed,
-            io,
-            open: vec![first],
-            failed: Vec::with_capacity(FAILED_PREALLOC),
-            v6,
-            read_all: true,
-            published_at: now,
-            counters_dirty: true,
-            dirty: true,
-            idle_since: None,
-            dead: false,
-            wall: WallClock::new(),
-            turn_at: now,
-            shared,
-            index,
-        })
+    /// Runs turns until the core stops (a pinned thread's whole life).
+    pub(crate) fn run<S: Scheduler>(&mut self, s: &mut S) {
+        while self.turn(s) != Turn::Stopped {}
     }
 
     /// One turn (see the module docs), contained: a panic fails the core's requests
@@ -292,7 +196,10 @@ impl Core {
         {
             self.publish(now);
         }
-        if self.shared.queues[self.index].stop.load(Ordering::Acquire) {
+        if self.shared.intake.queues[self.index]
+            .stop
+            .load(Ordering::Acquire)
+        {
             return self.stop();
         }
         let got = if S::BLOCKS {
@@ -315,7 +222,7 @@ impl Core {
             self.io_pass(Wait::Never(&|id| read_all || s.readable(id)))
         };
         self.read_all = self.io.may_have_more();
-        self.feed.deliver(&mut self.state);
+        self.deliver();
         if found || got {
             self.dirty = true;
             self.counters_dirty = true;
@@ -332,30 +239,32 @@ impl Core {
             io: &mut self.io,
             failed: &mut self.failed,
         };
-        let mut work = self.feed.submissions(&mut self.state, now, &mut sink);
+        let mut work = submissions(&self.shared, self.index, &mut self.state, now, &mut sink);
         work |= self.state.handle_timeout(now, &mut sink);
         work |= !self.failed.is_empty();
         self.feed_failures(now);
         work
     }
 
-    /// The engine is shutting down: what is queued is refused, what is in flight
-    /// completes with `Shutdown`, the last datagrams leave, the figures are published.
-    fn stop(&mut self) -> Turn {
-        let mut sink = IoSink {
-            io: &mut self.io,
-            failed: &mut self.failed,
-        };
-        self.feed
-            .shutdown(&mut self.state, Instant::now(), &mut sink);
-        flush(&mut self.io, &mut self.failed);
-        self.publish(Instant::now());
-        Turn::Stopped
+    /// Step 6: writes every outcome the state handed out into its completion slot, then
+    /// wakes those callers (a caller on the core's CPU runs only after every slot is
+    /// written).
+    pub(super) fn deliver(&mut self) {
+        let pool = &self.shared.intake.pool;
+        while let Some(o) = self.state.outcomes().pop() {
+            pool.complete_deferred(o.slot, o.outcome, o.decided_at, &mut self.wakes);
+        }
+        for idx in self.wakes.drain(..) {
+            pool.wake(idx);
+        }
     }
 
     /// Step 7: the turn's result, and the publication before a pause.
     fn outcome(&mut self) -> Turn {
-        if self.read_all || !self.failed.is_empty() || !self.shared.queues[self.index].is_empty() {
+        if self.read_all
+            || !self.failed.is_empty()
+            || !self.shared.intake.queues[self.index].is_empty()
+        {
             return Turn::Busy;
         }
         let deadline = self.state.poll_timeout();
@@ -391,7 +300,7 @@ impl Core {
     }
 
     /// Publishes this core's statistics (a reader holding the lock defers it a turn).
-    fn publish(&mut self, now: Instant) {
+    pub(super) fn publish(&mut self, now: Instant) {
         if self
             .shared
             .publish_stats(self.index, &self.state, Some(self.io.stats()))
@@ -436,7 +345,7 @@ impl Core {
         let Some(d) = self.shared.settings.spin else {
             return;
         };
-        let q = &self.shared.queues[self.index];
+        let q = &self.shared.intake.queues[self.index];
         let until = Instant::now() + d;
         while Instant::now() < until && q.is_empty() {
             std::hint::spin_loop();
@@ -493,109 +402,57 @@ impl Core {
             }
         }
     }
+}
 
-    /// A panic inside a turn: marks the core dead (submitters fail at once) and fails
-    /// every request it holds with [`Failure::CoreFailed`].
-    fn fault(&mut self) {
-        self.dead = true;
-        let q = &self.shared.queues[self.index];
-        q.dead.store(true, Ordering::SeqCst);
-        tracing::error!(
-            core = self.index,
-            "engine core failed; its requests fail with CoreFailed"
-        );
-        let f = Failure::CoreFailed { core: self.index };
-        let _ = catch_unwind(AssertUnwindSafe(|| {
-            self.state.fail_in_flight(&f);
-            self.feed.deliver(&mut self.state);
-        }));
+/// Step 1's intake: gives the state the current endpoint set, then up to [`DRAIN`] queued
+/// submissions; true when there were any.
+fn submissions(
+    sh: &Shared,
+    index: usize,
+    state: &mut CoreState,
+    now: Instant,
+    out: &mut dyn TransmitSink,
+) -> bool {
+    state.set_membership(sh.membership.snapshot());
+    let queue = &sh.intake.queues[index];
+    let mut n = 0;
+    while n < DRAIN {
+        let Some(msg) = queue.pop() else { break };
+        n += 1;
+        feed(sh, index, state, now, msg, out);
     }
+    if state.take_refresh_request() {
+        sh.membership.request_refresh();
+    }
+    n > 0
+}
 
-    /// A turn of a failed core: fails what reached the queue since; stopped once the
-    /// engine is shutting down (nothing more will be queued), else idle for
-    /// [`DEAD_POLL`] (a blocking scheduler sleeps it here).
-    fn dead_turn<S: Scheduler>(&mut self) -> Turn {
-        let q = &self.shared.queues[self.index];
-        let f = Failure::CoreFailed { core: self.index };
-        while let Some(msg) = q.pop() {
-            fail_msg(&self.shared, msg, &f);
+/// Hands one message of core `index`'s queue to its state: a request's PDU is read in
+/// its completion slot, where its submitter wrote it.
+pub(super) fn feed(
+    sh: &Shared,
+    index: usize,
+    state: &mut CoreState,
+    now: Instant,
+    msg: Msg,
+    out: &mut dyn TransmitSink,
+) {
+    match msg {
+        Msg::Request { slot, submitted } => {
+            // SAFETY: this core popped `slot` from its own queue, so its submitter's PDU
+            // is visible and nobody else touches the slot; the state seals the bytes into
+            // its own datagram and keeps no borrow, and the slot is completed only later
+            // (`Core::deliver`, or `CoreState::refuse` / the fault paths, all after this
+            // call returns).
+            let pdu = unsafe { sh.intake.pool.pdu(slot) };
+            state.submit(now, pdu, slot, submitted, out);
         }
-        if q.stop.load(Ordering::SeqCst) {
-            return Turn::Stopped;
+        Msg::Report(e) => state.submit_report(now, e, out),
+        Msg::FlushReports(tx) => {
+            state.flush_reports_now(out);
+            let _ = tx.try_send(state.stats().clone());
         }
-        // a submitter's wake-up is answered here, not by the I/O layer
-        if let Some(w) = q.waker.get() {
-            w.clear();
-        }
-        if S::BLOCKS {
-            std::thread::sleep(DEAD_POLL);
-        }
-        Turn::Idle {
-            until: Some(Instant::now() + DEAD_POLL),
-        }
-    }
-
-    /// The core's task went away before it stopped (its runtime shut down first): fails
-    /// every request it holds and what is queued with [`Failure::Shutdown`], and marks
-    /// the core dead so that later submissions fail at once instead of waiting.
-    pub(crate) fn abandon(&mut self) {
-        let q = &self.shared.queues[self.index];
-        q.dead.store(true, Ordering::SeqCst);
-        let _ = catch_unwind(AssertUnwindSafe(|| {
-            self.state.fail_in_flight(&Failure::Shutdown);
-            self.feed.deliver(&mut self.state);
-        }));
-        while let Some(msg) = q.pop() {
-            fail_msg(&self.shared, msg, &Failure::Shutdown);
-        }
-    }
-
-    /// Local address of the socket new requests use.
-    pub(crate) fn local_addr(&self) -> SocketAddr {
-        self.io
-            .local_addr(self.state.current_socket())
-            .expect("current socket is open")
-    }
-
-    /// The I/O layer's cross-thread waker.
-    pub(crate) fn waker(&self) -> Arc<crate::udp::Waker> {
-        self.io.waker()
-    }
-
-    /// The core's open sockets, for a scheduler that watches their readiness.
-    pub(crate) fn sockets(&self) -> &[SocketId] {
-        &self.open
-    }
-
-    /// The fd a task watches instead of the sockets (io_uring's ring), if any.
-    pub(crate) fn readiness_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.io.readiness_fd()
-    }
-
-    /// Counts a park of the core's task as a wait of its I/O layer.
-    pub(crate) fn count_wait(&mut self) {
-        self.io.count_wait();
-    }
-
-    /// The descriptor of open socket `id`, for a readiness registration.
-    pub(crate) fn socket_fd(&self, id: SocketId) -> Option<std::os::fd::RawFd> {
-        use std::os::fd::AsRawFd;
-        self.io.socket(id).map(|s| s.as_raw_fd())
-    }
-
-    /// Sends on `id` wait for room in its send buffer: watch it for writability.
-    pub(crate) fn wants_write(&self, id: SocketId) -> bool {
-        self.io.wants_write(id)
-    }
-
-    /// `id` became writable: the waiting sends go on the next pass.
-    pub(crate) fn writable(&mut self, id: SocketId) {
-        self.io.writable(id);
-    }
-
-    /// The core's index.
-    pub(crate) fn index(&self) -> usize {
-        self.index
+        Msg::Fault => panic!("fault injected into engine core {index}"),
     }
 }
 
@@ -605,30 +462,6 @@ enum Wait<'a> {
     Upto(Option<Duration>),
     /// Never blocks or polls: receives only on the sockets the function picks.
     Never(&'a dyn Fn(SocketId) -> bool),
-}
-
-/// Says which I/O backend a core runs: at info when `Auto` chose it (with io_uring's
-/// refusal when it fell back to mmsg), at debug when it was asked for by name.
-fn log_backend(core: usize, asked: BackendChoice, io: &UdpIo) {
-    if asked != BackendChoice::Auto {
-        tracing::debug!(core, backend = %io.kind(), "engine core started");
-    } else if let Some(e) = io.uring_refusal() {
-        tracing::info!(core, backend = %io.kind(), refusal = %e,
-            "engine core started: io_uring refused here, the auto I/O backend runs mmsg");
-    } else {
-        tracing::info!(core, backend = %io.kind(), "engine core started: the auto I/O backend chose io_uring");
-    }
-}
-
-/// Completes a message that no core will handle.
-pub(crate) fn fail_msg(shared: &Shared, msg: Msg, f: &Failure) {
-    match msg {
-        Msg::Request { slot, .. } => shared.pool.complete(slot, Err(f.clone())),
-        Msg::FlushReports(tx) => {
-            let _ = tx.try_send(crate::engine::core::Stats::new());
-        }
-        Msg::Report(_) | Msg::Fault => {}
-    }
 }
 
 #[cfg(test)]

@@ -172,6 +172,20 @@ pub fn open<'b>(auth: &Auth, datagram: &'b mut [u8]) -> Result<Opened<'b>, DropR
         return Err(DropReason::TooLong);
     }
     let a = TenantView::parse(datagram)?.size();
+    open_at(auth, datagram, a)
+}
+
+/// [`open`] of a datagram whose tenant TLV its caller already validated with
+/// [`TenantView::parse`] on these bytes: `a` is that TLV's size (decryption never touches
+/// it, so it is not parsed again).
+pub(crate) fn open_at<'b>(
+    auth: &Auth,
+    datagram: &'b mut [u8],
+    a: usize,
+) -> Result<Opened<'b>, DropReason> {
+    if datagram.len() > MAX_DATAGRAM {
+        return Err(DropReason::TooLong);
+    }
     if datagram.len() < a + TLV_HEADER_LEN {
         return Err(DropReason::Truncated);
     }
@@ -209,7 +223,7 @@ pub fn open<'b>(auth: &Auth, datagram: &'b mut [u8]) -> Result<Opened<'b>, DropR
     }
     let head: &'b [u8] = head;
     Ok(Opened {
-        tenant: TenantView::parse(head)?,
+        tenant: TenantView::parsed(&head[..a]),
         pdu: body,
     })
 }

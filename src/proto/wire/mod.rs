@@ -31,6 +31,7 @@ mod response;
 mod rng;
 mod tenant;
 
+use auth::open_at;
 pub use auth::{Auth, Opened, auth_tlv_len, open, seal};
 pub use blocks::{GuardSpec, GuardView, grants, guard_passes};
 pub use label::{decode_label_tlv, encode_label_tlv, label_tlv_len};
@@ -42,6 +43,7 @@ pub use request::{
     RateRequestView, ResourceSpec, ResourceView, encode_rate_request_pdu, encode_request,
     rate_request_pdu_len,
 };
+pub(crate) use response::open_response_at;
 pub use response::{
     RateResponseView, ResourceResultSpec, ResourceResultView, encode_rate_response_pdu,
     open_response, rate_response_pdu_len,

@@ -6,7 +6,8 @@
 use super::blocks::{GuardSpec, GuardView, ResourceBlock, grants, put_guard, put_resource};
 use super::{
     Auth, DropReason, EncodeError, GUARD_BLOCK_LEN, Opened, PDU_HEADER_LEN, RESOURCE_BLOCK_LEN,
-    TenantView, check_room, count_u16, get_u16, open, parse_pdu, put_pdu_header, put_u16, types,
+    TenantView, check_room, count_u16, get_u16, open, open_at, parse_pdu, put_pdu_header, put_u16,
+    types,
 };
 
 /// Body offsets: counts, then blocks.
@@ -107,6 +108,18 @@ pub fn open_response<'a>(
     datagram: &'a mut [u8],
 ) -> Result<(TenantView<'a>, RateResponseView<'a>), DropReason> {
     let opened = open(auth, datagram)?;
+    let response = RateResponseView::parse(opened.pdu)?;
+    Ok((opened.tenant, response))
+}
+
+/// [`open_response`] of a datagram whose tenant TLV of `tenant_size` bytes its caller
+/// already validated with [`TenantView::parse`] (the engine's core, which routes by it).
+pub(crate) fn open_response_at<'a>(
+    auth: &Auth,
+    datagram: &'a mut [u8],
+    tenant_size: usize,
+) -> Result<(TenantView<'a>, RateResponseView<'a>), DropReason> {
+    let opened = open_at(auth, datagram, tenant_size)?;
     let response = RateResponseView::parse(opened.pdu)?;
     Ok((opened.tenant, response))
 }

@@ -108,6 +108,12 @@ impl<'a> TenantView<'a> {
         self.bytes[off::STEERING]
     }
 
+    /// The view of a tenant TLV [`parse`](Self::parse) validated before: `bytes` are
+    /// exactly its `size` bytes.
+    pub(crate) fn parsed(bytes: &'a [u8]) -> TenantView<'a> {
+        TenantView { bytes }
+    }
+
     /// Declared TLV size (>= 40); the auth TLV starts here.
     pub fn size(&self) -> usize {
         self.bytes.len()
