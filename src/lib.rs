@@ -57,7 +57,7 @@
 //! only; they are the tests whose names contain `loom`:
 //!
 //! ```text
-//! cargo test -p ratelimitly-engine --features loom --lib loom
+//! cargo test -p ratelimitly-engine --no-default-features --features loom --lib loom
 //! ```
 
 #![warn(missing_docs, missing_debug_implementations)]

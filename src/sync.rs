@@ -20,7 +20,7 @@
 //! Run them with (this is the line in `.ci/run`):
 //!
 //! ```text
-//! cargo test -p ratelimitly-engine --features loom --lib loom
+//! cargo test -p ratelimitly-engine --no-default-features --features loom --lib loom
 //! ```
 //!
 //! ## Why a cargo feature and not `--cfg loom`

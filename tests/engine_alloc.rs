@@ -16,6 +16,7 @@ use ratelimitly_engine::proto::ids::Resource;
 use ratelimitly_engine::proto::key::ApiKey;
 use ratelimitly_engine::proto::machine::Endpoint;
 use ratelimitly_engine::proto::outcome::Decision;
+use ratelimitly_engine::proto::policy::RequestPolicy;
 use ratelimitly_engine::proto::wire::Auth;
 
 #[path = "engine_common/grant_peer.rs"]
@@ -72,7 +73,17 @@ fn with_peer() -> (EngineBuilder, Arc<AtomicBool>, std::thread::JoinHandle<()>) 
             server_id: 42,
             addr,
         }])
-        .in_flight_per_core(4096);
+        .in_flight_per_core(4096)
+        // U = 100 ms (H = 300 ms, the fixture key's dedup limit): these tests count
+        // allocations, not time; at the default 60 ms horizon one of 7,000 sequential
+        // requests timed out now and then on a loaded 2-core host (1 in 10 runs beside two
+        // busy loops), and `expect("decided")` failed the suite.
+        .policy(
+            RequestPolicy::builder()
+                .unit(Duration::from_millis(100))
+                .build()
+                .unwrap(),
+        );
     (builder, stop, peer)
 }
 
