@@ -32,6 +32,23 @@ fn build_example() -> PathBuf {
     cmd.args(["build", "--workspace", "--example", "axum"])
         .arg("--target-dir")
         .arg(target_dir);
+    // Cargo's variables for this test process (CARGO_PKG_NAME, ...) are not the outer
+    // build's: a build script that declares one as an input would rebuild.
+    for (k, _) in std::env::vars_os() {
+        if k.to_str().is_some_and(|n| {
+            n.starts_with("CARGO_PKG_")
+                || n.starts_with("CARGO_MANIFEST_")
+                || matches!(
+                    n,
+                    "CARGO_CRATE_NAME"
+                        | "CARGO_BIN_NAME"
+                        | "CARGO_PRIMARY_PACKAGE"
+                        | "CARGO_TARGET_TMPDIR"
+                )
+        }) {
+            cmd.env_remove(k);
+        }
+    }
     if profile_dir.file_name().is_some_and(|n| n == "release") {
         cmd.arg("--release");
     }
