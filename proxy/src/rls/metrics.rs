@@ -191,6 +191,26 @@ impl Series {
     }
 }
 
+/// One series per rule and `names[i]` (label `key`) of `metric`, valued `counts(rule)[i]`.
+fn per_rule<const N: usize>(
+    out: &mut String,
+    rules: &RuleRegistry,
+    metric: &str,
+    key: &str,
+    names: &[&str; N],
+    counts: impl Fn(&RuleCounters) -> &[AtomicU64; N],
+) {
+    for ((domain, rule), c) in rules.iter() {
+        for (name, n) in names.iter().zip(counts(c)) {
+            let _ = write!(out, "{metric}{{domain=\"");
+            label(out, domain);
+            out.push_str("\",rule=\"");
+            label(out, rule);
+            let _ = writeln!(out, "\",{key}=\"{name}\"}} {}", n.load(Relaxed));
+        }
+    }
+}
+
 /// `s` as a Prometheus label value (`\`, `"` and newlines escaped).
 fn label(out: &mut String, s: &str) {
     for c in s.chars() {
@@ -287,28 +307,26 @@ impl RlsMetrics {
              # TYPE rl_proxy_rls_descriptors_total counter\n",
         );
         let rules = self.rules.rules.lock().unwrap_or_else(|e| e.into_inner());
-        for ((domain, rule), c) in rules.iter() {
-            for (i, o) in DESCRIPTOR_OUTCOMES.iter().enumerate() {
-                out.push_str("rl_proxy_rls_descriptors_total{domain=\"");
-                label(out, domain);
-                out.push_str("\",rule=\"");
-                label(out, rule);
-                let _ = writeln!(out, "\",outcome=\"{o}\"}} {}", c.outcomes[i].load(Relaxed));
-            }
-        }
+        per_rule(
+            out,
+            &rules,
+            "rl_proxy_rls_descriptors_total",
+            "outcome",
+            &DESCRIPTOR_OUTCOMES,
+            |c| &c.outcomes,
+        );
         out.push_str(
             "# HELP rl_proxy_rls_descriptor_hits_total Hits of descriptors with a limit, by configured rule, as envoyproxy/ratelimit's per-key statistics.\n\
              # TYPE rl_proxy_rls_descriptor_hits_total counter\n",
         );
-        for ((domain, rule), c) in rules.iter() {
-            for (i, k) in HIT_KINDS.iter().enumerate() {
-                out.push_str("rl_proxy_rls_descriptor_hits_total{domain=\"");
-                label(out, domain);
-                out.push_str("\",rule=\"");
-                label(out, rule);
-                let _ = writeln!(out, "\",kind=\"{k}\"}} {}", c.hits[i].load(Relaxed));
-            }
-        }
+        per_rule(
+            out,
+            &rules,
+            "rl_proxy_rls_descriptor_hits_total",
+            "kind",
+            &HIT_KINDS,
+            |c| &c.hits,
+        );
         if eof {
             out.push_str("# EOF\n");
         }
