@@ -42,14 +42,14 @@ impl Aes256Gcm {
         out
     }
 
-    /// Verifies `tag` and decrypts `in_out` in place (no scratch buffer, no copy back). On
+    /// Verifies `tag` (16 bytes; any other length fails) and decrypts `in_out` in place (no scratch buffer, no copy back). On
     /// a failed tag `in_out` is wiped (zeros).
     pub(crate) fn open(
         &self,
         nonce: [u8; NONCE_LEN],
         aad: &[u8],
         in_out: &mut [u8],
-        tag: &[u8; TAG_LEN],
+        tag: &[u8],
     ) -> bool {
         let ok = self
             .0

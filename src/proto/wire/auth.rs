@@ -213,10 +213,8 @@ pub(crate) fn open_at<'b>(
             let (aad, tag) = head.split_at(a + off::TAG);
             let mut nonce = [0u8; NONCE_LEN];
             nonce.copy_from_slice(&aad[a + off::NONCE..]);
-            let mut t = [0u8; TAG_LEN];
-            t.copy_from_slice(tag);
             // In place; a forged datagram's trial decryption is wiped.
-            if !cipher.open(nonce, aad, body, &t) {
+            if !cipher.open(nonce, aad, body, tag) {
                 return Err(DropReason::AuthFailed);
             }
         }
