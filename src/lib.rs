@@ -54,10 +54,10 @@
 //! its atomics, cells and park/unpark from one shim module; with the cargo feature
 //! `loom` they are [loom](https://docs.rs/loom)'s, and loom models explore the
 //! interleavings of the real code (up to 3 preemptions). The feature is for the models
-//! only; they are the tests whose names contain `loom`:
+//! only; the crate in `loom/` runs them:
 //!
 //! ```text
-//! cargo test -p ratelimitly-engine --no-default-features --features loom --lib loom
+//! cd loom && CARGO_TARGET_DIR=../target cargo test
 //! ```
 
 #![warn(missing_docs, missing_debug_implementations)]
@@ -72,6 +72,10 @@ pub mod proto;
 pub mod udp;
 
 mod sync;
+
+#[cfg(feature = "loom")]
+#[doc(hidden)]
+pub mod loom_models;
 
 pub use crate::engine::{
     Batch, BuildError, Completion, Cores, DnsConfig, Engine, EngineBuilder, EngineHandle,

@@ -8,7 +8,7 @@
 //! `get()`: the code compiles to what it was, with no overhead.
 //!
 //! With the cargo feature `loom` they are [loom]'s instead, and the models in the
-//! `loom_tests` modules explore every interleaving (up to a preemption bound) of the
+//! `loom_models` modules explore every interleaving (up to a preemption bound) of the
 //! real code:
 //!
 //! - `engine::runtime::completion`: one completion slot, complete vs wait vs drop vs
@@ -17,10 +17,12 @@
 //! - `engine::runtime::submit::Gate`: shutdown vs submit (no request accepted after close
 //!   and left unfinished).
 //!
-//! Run them with (this is the line in `.ci/run`):
+//! [`crate::loom_models`] lists them; the crate in `loom/` (a workspace of its own, so
+//! that the feature reaches only its build) runs them all. Run them with (this is the
+//! line in `.ci/run`):
 //!
 //! ```text
-//! cargo test -p ratelimitly-engine --no-default-features --features loom --lib loom
+//! cd loom && CARGO_TARGET_DIR=../target cargo test
 //! ```
 //!
 //! ## Why a cargo feature and not `--cfg loom`
@@ -29,9 +31,9 @@
 //! atomic-waker and others switch their own code paths on it (tokio then expects to
 //! run under loom and does not build that way from outside), and changing `RUSTFLAGS`
 //! invalidates the whole build cache, so CI would compile every dependency twice. A
-//! feature of this crate changes only this crate (and the workspace crates that
-//! depend on it); the dependencies' cached builds are reused, and loom itself is an
-//! optional dependency that a normal build never compiles.
+//! feature of this crate changes only this crate; `loom/` builds it without default
+//! features, the dependencies built with the same features for the tests are reused,
+//! and loom itself is an optional dependency that a normal build never compiles.
 //!
 //! The feature is for the models only: under it the slots, wakers and gates only work
 //! inside `loom::model`, so the rest of the test suite (and `--all-features`) is not
@@ -185,7 +187,7 @@ impl<T> ArrayQueue<T> {
 
 /// Runs one model over every interleaving within `preemption_bound` preemptions and
 /// prints how many executions loom explored, and in what time.
-#[cfg(all(test, feature = "loom"))]
+#[cfg(feature = "loom")]
 pub(crate) fn loom_model(
     name: &str,
     preemption_bound: usize,

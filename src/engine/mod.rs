@@ -32,3 +32,5 @@ pub use self::runtime::{
     Engine, EngineBuilder, EngineHandle, MAX_SOCKETS_PER_CORE, OptionError, Request,
     RequestBuilder,
 };
+#[cfg(feature = "loom")]
+pub(crate) use self::runtime::{completion_models, submit_models};

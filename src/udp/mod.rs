@@ -92,3 +92,5 @@ pub use socket::{BindOptions, STEER_PORT_FIRST, STEER_PORT_LAST, set_int_option}
 pub use stats::{HIST_BUCKETS, IoStats, SendErrors};
 pub use table::SocketId;
 pub use wake::Waker;
+#[cfg(feature = "loom")]
+pub(crate) use wake::loom_models as wake_models;

@@ -168,12 +168,12 @@ impl AsRawFd for Waker {
     }
 }
 
-/// The pending/parked handshake under loom (`cargo test --features loom --lib loom`):
+/// The pending/parked handshake under loom (a model of [`crate::loom_models`]):
 /// the driver's side as the mmsg/io_uring backends and the hosted core run it, against
 /// submitters that publish work and wake. A lost wake-up shows as a driver that blocks
 /// for ever (a deadlock loom reports) or spins without end.
-#[cfg(all(test, feature = "loom"))]
-mod loom_tests {
+#[cfg(feature = "loom")]
+pub(crate) mod loom_models {
     use super::*;
     use crate::sync::loom_model;
     use loom::sync::Arc;
@@ -191,8 +191,7 @@ mod loom_tests {
 
     /// The eventfd driver (mmsg's `poll`, io_uring's read SQE): park; if that says
     /// block, wait until the eventfd is written; unpark; report the wake-up.
-    #[test]
-    fn loom_waker_wake_vs_park_eventfd() {
+    pub(crate) fn loom_waker_wake_vs_park_eventfd() {
         loom_model("waker: wake vs park (eventfd)", BOUND, || {
             let w = Arc::new(Waker::new(true).unwrap());
             let w2 = w.clone();
@@ -212,8 +211,7 @@ mod loom_tests {
     /// The hosted driver (a task on a runtime): two submitters publish one item each
     /// and wake; the driver takes work, registers its task, parks and waits as a
     /// future (woken through the task waker, never the eventfd) until it has both.
-    #[test]
-    fn loom_waker_two_submitters_vs_hosted_driver() {
+    pub(crate) fn loom_waker_two_submitters_vs_hosted_driver() {
         loom_model("waker: two wakes vs hosted driver loop", BOUND, || {
             let w = Arc::new(Waker::new(true).unwrap());
             w.host();

@@ -722,8 +722,8 @@ mod tests {
     }
 }
 
-#[cfg(all(test, feature = "loom"))]
-mod loom_tests {
+#[cfg(feature = "loom")]
+pub(crate) mod loom_models {
     use super::*;
     use crate::proto::outcome::{Failure, Response};
     use crate::sync::loom_model;
@@ -775,15 +775,13 @@ mod loom_tests {
         }
     }
 
-    #[test]
-    fn loom_completion_complete_vs_wait() {
+    pub(crate) fn loom_completion_complete_vs_wait() {
         slot_model("complete vs wait", complete, |_, c| {
             assert!(matches!(c.wait(), Err(Failure::Overloaded)));
         });
     }
 
-    #[test]
-    fn loom_completion_deferred_wake_vs_wait() {
+    pub(crate) fn loom_completion_deferred_wake_vs_wait() {
         slot_model(
             "read PDU, complete, deferred wake vs wait",
             take_then_complete_deferred,
@@ -791,13 +789,11 @@ mod loom_tests {
         );
     }
 
-    #[test]
-    fn loom_completion_complete_vs_drop() {
+    pub(crate) fn loom_completion_complete_vs_drop() {
         slot_model("complete vs drop", complete, |_, c| drop(c));
     }
 
-    #[test]
-    fn loom_completion_deferred_vs_drop() {
+    pub(crate) fn loom_completion_deferred_vs_drop() {
         slot_model(
             "read PDU, complete, deferred wake vs drop",
             take_then_complete_deferred,
@@ -805,8 +801,7 @@ mod loom_tests {
         );
     }
 
-    #[test]
-    fn loom_completion_complete_vs_timeout_then_wait() {
+    pub(crate) fn loom_completion_complete_vs_timeout_then_wait() {
         slot_model("complete vs timeout, then wait", complete, |_, c| {
             let out = match c.try_take() {
                 Ok(out) => out,
@@ -816,8 +811,7 @@ mod loom_tests {
         });
     }
 
-    #[test]
-    fn loom_completion_complete_vs_timeout_then_drop() {
+    pub(crate) fn loom_completion_complete_vs_timeout_then_drop() {
         slot_model("complete vs timeout, then drop", complete, |_, c| {
             if let Err(c) = c.try_take() {
                 drop(c);
@@ -828,8 +822,7 @@ mod loom_tests {
     /// The caller takes the outcome and reuses the slot for a second request while the
     /// core's deferred wake-up of the first may still be under way (a spurious wake-up
     /// of the second, which must not lose or duplicate anything).
-    #[test]
-    fn loom_completion_reuse_vs_late_wake() {
+    pub(crate) fn loom_completion_reuse_vs_late_wake() {
         loom_model("reuse vs late deferred wake", BOUND, || {
             let pool = SlotPool::new(1).unwrap();
             let idx = pool.acquire().unwrap();

@@ -41,3 +41,7 @@ pub use self::consts::{DEFAULT_IO_BACKEND, DEFAULT_SOCKET_BUFFER, MAX_SOCKETS_PE
 pub use self::handle::EngineHandle;
 pub use self::lifecycle::Engine;
 pub use self::request::{Batch, Request, RequestBuilder};
+#[cfg(feature = "loom")]
+pub(crate) use self::{
+    completion::loom_models as completion_models, submit::loom_models as submit_models,
+};

@@ -270,13 +270,13 @@ impl Gate {
     }
 }
 
-/// Shutdown vs submit under loom (`cargo test --features loom --lib loom`): two
+/// Shutdown vs submit under loom (a model of [`crate::loom_models`]): two
 /// submitters pass the real [`Gate`] and queue, as `EngineHandle::submit` does, while
 /// shutdown closes the gate and then drains the queue for the last time (what
 /// `Engine::shutdown` does once the cores are joined). No request may be accepted and
 /// then missed by that drain.
-#[cfg(all(test, feature = "loom"))]
-mod loom_tests {
+#[cfg(feature = "loom")]
+pub(crate) mod loom_models {
     use super::*;
     use crate::sync::loom_model;
     use loom::sync::{Arc, Mutex};
@@ -314,8 +314,7 @@ mod loom_tests {
         assert!(!gate.enter(), "closed for good");
     }
 
-    #[test]
-    fn loom_gate_shutdown_vs_submit() {
+    pub(crate) fn loom_gate_shutdown_vs_submit() {
         loom_model("gate: shutdown vs two submitters", BOUND, || {
             shutdown_vs_two_submitters(Duration::MAX)
         });
@@ -323,9 +322,7 @@ mod loom_tests {
 
     /// The model can fail: a shutdown that does not wait for the submitters inside the
     /// gate (what happens once the 5 s patience has run out) loses requests.
-    #[test]
-    #[should_panic(expected = "accepted but never finished")]
-    fn loom_gate_close_without_waiting_is_caught() {
+    pub(crate) fn loom_gate_close_without_waiting_is_caught() {
         loom_model("gate: close without waiting (must fail)", BOUND, || {
             shutdown_vs_two_submitters(Duration::ZERO)
         });
