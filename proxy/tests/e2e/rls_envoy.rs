@@ -10,7 +10,7 @@
 //! A missing Envoy binary skips the test with a message, unless `RL_REQUIRE_PROXIES=1`
 //! (CI), where it fails.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -21,8 +21,8 @@ use common::*;
 use http::StatusCode;
 use tokio::process::{Child, Command};
 
-const ENVOY_CONF: &str = include_str!("../conf/envoy-rls.yaml");
-const RULES: &str = include_str!("../conf/rls-edge.yaml");
+const ENVOY_CONF: &str = include_str!("../../conf/envoy-rls.yaml");
+const RULES: &str = include_str!("../../conf/rls-edge.yaml");
 
 /// An Envoy process, killed on drop, with its log.
 struct Envoy {
@@ -311,7 +311,7 @@ async fn failure_matrix_envoy_rate_limit_filter() {
 /// `proxy/README.md` shows the Envoy and rule configurations exactly as tested.
 #[test]
 fn readme_shows_the_tested_configurations() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     assert!(
         readme.contains(ENVOY_CONF),
         "README's Envoy block is conf/envoy-rls.yaml"

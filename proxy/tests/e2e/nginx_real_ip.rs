@@ -11,7 +11,7 @@
 //! A missing nginx skips the test with a message, unless `RL_REQUIRE_PROXIES=1`, where
 //! it fails.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -24,7 +24,7 @@
 //! A missing binary skips its test with a message, unless `RL_REQUIRE_PROXIES=1`
 //! (CI), where it fails. One test at a time (`SERIAL`).
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -40,13 +40,13 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::process::{Child, Command};
 
-const NGINX_CONF: &str = include_str!("../conf/nginx.conf");
-const CADDYFILE: &str = include_str!("../conf/Caddyfile");
-const TRAEFIK_STATIC: &str = include_str!("../conf/traefik.yml");
-const TRAEFIK_DYNAMIC: &str = include_str!("../conf/traefik-dynamic.yml");
-const HAPROXY_CFG: &str = include_str!("../conf/haproxy.cfg");
-const HAPROXY_LUA: &str = include_str!("../conf/ratelimitly.lua");
-const ENVOY_YAML: &str = include_str!("../conf/envoy.yaml");
+const NGINX_CONF: &str = include_str!("../../conf/nginx.conf");
+const CADDYFILE: &str = include_str!("../../conf/Caddyfile");
+const TRAEFIK_STATIC: &str = include_str!("../../conf/traefik.yml");
+const TRAEFIK_DYNAMIC: &str = include_str!("../../conf/traefik-dynamic.yml");
+const HAPROXY_CFG: &str = include_str!("../../conf/haproxy.cfg");
+const HAPROXY_LUA: &str = include_str!("../../conf/ratelimitly.lua");
+const ENVOY_YAML: &str = include_str!("../../conf/envoy.yaml");
 
 /// The client whose bucket is spent, another client, and two forgers.
 const CLIENT: &str = "127.0.0.2";
@@ -666,7 +666,7 @@ async fn failure_matrix_envoy() {
 /// `proxy/README.md` shows every shipped configuration exactly as tested.
 #[test]
 fn readme_shows_the_tested_configurations() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     for (file, text) in [
         ("nginx.conf", NGINX_CONF),
         ("Caddyfile", CADDYFILE),

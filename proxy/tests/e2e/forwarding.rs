@@ -3,7 +3,7 @@
 //! `X-Forwarded-For`; `X-Real-IP` with `real-ip`, as nginx's realip module) is believed, the
 //! same in both modes; the peer appended to the `X-Forwarded-For` the upstream receives.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 

@@ -3,7 +3,7 @@
 //! limits, in `--mode forward-auth` (the grant and the deny answer); a client that waits
 //! `Retry-After` after a burst is admitted.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The `rl-proxy` binary end to end: real processes, real listeners, a real HTTP client,
 //! our responder as the Ratelimitly service and `rl-upstream` as the upstream.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -880,7 +880,7 @@ fn readme_lists_every_route_file_key() {
     use rl_proxy::config::{
         DEFAULT_LATENCY_MIN_SAMPLES, DEFAULT_LATENCY_WINDOW, FILE_KEYS, ROUTE_KEYS,
     };
-    let rows = reference_rows(include_str!("../README.md"));
+    let rows = reference_rows(include_str!("../../README.md"));
     let row = |key: &str, route: bool| {
         rows.iter()
             .find(|(k, w, _)| k == key && (w == "`[[route]]`") == route)
@@ -1016,7 +1016,7 @@ fn quickstart_runs_verbatim() {
         return;
     }
     let _s = SERIAL.blocking_lock();
-    let block = quickstart_block(include_str!("../README.md"));
+    let block = quickstart_block(include_str!("../../README.md"));
     let bins = std::path::Path::new(env!("CARGO_BIN_EXE_rl-proxy"))
         .parent()
         .unwrap();

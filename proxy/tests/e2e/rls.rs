@@ -4,7 +4,7 @@
 //! service, and a gRPC client (the `envoy-types` tonic client) calling
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! (`RUST_LOG`) and format (`--log-format json`), and per-route observability (a route's
 //! label names its `RateLimit-Policy` and its series).
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;
