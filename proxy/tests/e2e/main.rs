@@ -12,5 +12,8 @@ mod fields;
 mod forward_auth_real;
 mod forwarding;
 mod nginx_real_ip;
+// `--mode rls` (the default feature `rls`)
+#[cfg(feature = "rls")]
 mod rls;
+#[cfg(feature = "rls")]
 mod rls_envoy;
