@@ -49,9 +49,15 @@ fn build_example() -> PathBuf {
             cmd.env_remove(k);
         }
     }
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
+    // the profile `cargo test` built this run's crates with (`test`, or `bench` under
+    // `--release`): in another one the engine, the layer and the responder are compiled
+    // again (20 s of a CI run)
+    let profile = if profile_dir.file_name().is_some_and(|n| n == "release") {
+        "bench"
+    } else {
+        "test"
+    };
+    cmd.args(["--profile", profile]);
     let status = cmd.status().expect("cargo runs");
     assert!(status.success(), "cargo build --example axum: {status}");
     let bin = profile_dir.join("examples").join("axum");
