@@ -317,3 +317,54 @@ fn a_failed_hosted_core_fails_its_requests_and_refuses_new_work() {
         drop(rt);
     }
 }
+
+/// A core held off its CPU past H (a loaded machine: the runtime's thread descheduled,
+/// or a task that blocks it) counts the answers that reached its sockets meanwhile
+/// before it fires the timers that passed: the requests are granted, not timed out.
+/// Before, every request in flight timed out at once after such a stall (64 outcomes the
+/// chaos run could not explain when builds ran beside it).
+#[test]
+fn answers_that_arrived_during_a_stall_count_before_the_timers() {
+    let _serial = serial();
+    let r = responder(COOKIE, 1, Faults::default());
+    for backend in BACKENDS {
+        let rt = runtime(0);
+        let Some(e) = hosted(&rt, vec![ep(&r)], backend) else {
+            continue;
+        };
+        let h = e.handle();
+        let (granted, others) = rt.block_on(async move {
+            let res = resource("stall", u32::MAX);
+            let joins: Vec<_> = (0..16)
+                .map(|_| {
+                    let (h, res) = (h.clone(), res.clone());
+                    tokio::spawn(async move { h.request().consume(&res, 1).send().await })
+                })
+                .collect();
+            // the requests submit and the core sends them (its task runs after theirs);
+            // then this thread stalls for twice H while the answers arrive
+            let before = h.stats().sends;
+            for _ in 0..100 {
+                if h.stats().sends >= before + 16 {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            assert!(
+                h.stats().sends >= before + 16,
+                "the core sent before the stall"
+            );
+            std::thread::sleep(Duration::from_millis(150));
+            let (mut granted, mut others) = (0, Vec::new());
+            for j in joins {
+                match j.await.unwrap() {
+                    Ok(r) if r.decision == Decision::Granted => granted += 1,
+                    o => others.push(format!("{o:?}")),
+                }
+            }
+            (granted, others)
+        });
+        assert_eq!(granted, 16, "{backend:?}: {others:?}");
+        e.shutdown();
+    }
+}

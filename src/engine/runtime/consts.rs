@@ -33,6 +33,14 @@ pub(crate) const REPORT_INTERVAL_RANGE: (Duration, Duration) =
 /// sized from the in-flight limit up to this bound, which a core drains in 256 turns.
 pub(crate) const QUEUE_MAX: usize = 1 << 16;
 
+/// A turn that finds a timer due and no receive for longer than this (the core was held
+/// off its CPU: a loaded machine, a task blocking the runtime's thread) receives first,
+/// so answers that reached the sockets while it could not run decide their requests
+/// before those requests time out. A core that waits for its deadline in the I/O pass
+/// comes back within the timer's slack (tens of µs; Tokio's timer rounds to 1 ms), so
+/// this costs nothing at the usual pace.
+pub(crate) const STALL: Duration = Duration::from_millis(2);
+
 /// Submissions a core takes from its queue per turn: bounds a turn's work, so received
 /// datagrams and timers are served between batches of submissions.
 pub(crate) const DRAIN: usize = 256;

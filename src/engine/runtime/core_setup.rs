@@ -83,6 +83,7 @@ impl Core {
             dead: false,
             wall: WallClock::new(),
             turn_at: now,
+            passed_at: now,
             shared,
             index,
         })

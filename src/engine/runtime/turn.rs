@@ -14,6 +14,10 @@
 //!
 //! # A turn
 //!
+//! 0. **Catch-up after a stall:** when a timer is due and the last receive is older than
+//!    [`STALL`](super::consts::STALL) (the core could not run: a loaded machine, a task
+//!    blocking a hosted core's thread), one I/O pass runs first, so the answers that
+//!    arrived meanwhile decide their requests before the timers time them out.
 //! 1. **Submissions and timers:** the queue is drained into the state (at most
 //!    [`DRAIN`](super::consts::DRAIN) messages) and due timers fire; their transmits are
 //!    queued on the I/O layer.
@@ -64,7 +68,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::consts::{
-    DRAIN, FAILURE_ROUNDS, PUBLISH_EVERY, PUBLISH_IDLE_EVERY, REBIND_TRIES, WALL_RESYNC,
+    DRAIN, FAILURE_ROUNDS, PUBLISH_EVERY, PUBLISH_IDLE_EVERY, REBIND_TRIES, STALL, WALL_RESYNC,
 };
 use super::shared::Shared;
 use super::sink::{IoSink, QueueSink, flush};
@@ -158,6 +162,8 @@ pub(crate) struct Core {
     pub(super) wall: WallClock,
     /// When the current turn began.
     pub(super) turn_at: Instant,
+    /// When the last I/O pass ended (its receive), for step 0.
+    pub(super) passed_at: Instant,
     pub(super) shared: Arc<Shared>,
     pub(super) index: usize,
 }
@@ -189,7 +195,8 @@ impl Core {
     fn live_turn<S: Scheduler>(&mut self, s: &mut S) -> Turn {
         let now = Instant::now();
         self.turn_at = now;
-        let found = self.take_work(now);
+        let caught_up = self.catch_up::<S>(now);
+        let found = self.take_work(now) | caught_up;
         self.socket_ops(&mut |id| s.unwatch(id));
         if self.shared.stats_wanted(self.index)
             || now.saturating_duration_since(self.published_at) >= PUBLISH_EVERY
@@ -216,12 +223,11 @@ impl Core {
                 }
                 _ => Some(Duration::ZERO),
             };
-            self.io_pass(Wait::Upto(timeout))
+            self.io_pass(Wait::Upto(timeout), None)
         } else {
             let read_all = self.read_all;
-            self.io_pass(Wait::Never(&|id| read_all || s.readable(id)))
+            self.io_pass(Wait::Never(&|id| read_all || s.readable(id)), None)
         };
-        self.read_all = self.io.may_have_more();
         self.deliver();
         if found || got {
             self.dirty = true;
@@ -229,6 +235,29 @@ impl Core {
             self.idle_since = None;
         }
         self.outcome()
+    }
+
+    /// Step 0: after a stall, one pass that never waits before the timers fire; true when
+    /// datagrams arrived. The core cannot tell when, within the stall, an answer reached
+    /// its socket: it hands each to the state as of the stall's start (the end of its
+    /// last pass), before any timer that passed since, so the answers count by the
+    /// protocol's timing rules as they would have had the core run. It receives on every
+    /// socket: a hosted core's runtime may run the timer's wake-up before it reports the
+    /// sockets readable. The pass also sends what an earlier turn left queued.
+    fn catch_up<S: Scheduler>(&mut self, now: Instant) -> bool {
+        if now.saturating_duration_since(self.passed_at) <= STALL
+            || self.state.poll_timeout().is_none_or(|d| d > now)
+        {
+            return false;
+        }
+        let at = Some(self.passed_at);
+        let got = if S::BLOCKS {
+            self.io_pass(Wait::Upto(Some(Duration::ZERO)), at)
+        } else {
+            self.io_pass(Wait::Never(&|_| true), at)
+        };
+        self.passed_at = now;
+        got
     }
 
     /// Steps 1 and 2: submissions, due timers, send failures; true when any was found.
@@ -311,11 +340,13 @@ impl Core {
         }
     }
 
-    /// Step 5: one pass of the I/O layer; true when datagrams arrived.
-    fn io_pass(&mut self, wait: Wait<'_>) -> bool {
+    /// Step 5: one pass of the I/O layer; true when datagrams arrived. Each datagram is
+    /// handed to the state at the clock read after the first one arrived, or at `at`
+    /// (step 0). Sets [`Core::passed_at`].
+    fn io_pass(&mut self, wait: Wait<'_>, at: Option<Instant>) -> bool {
         let state = &mut self.state;
         let failed = &mut self.failed;
-        let now: Cell<Option<Instant>> = Cell::new(None);
+        let now: Cell<Option<Instant>> = Cell::new(at);
         let mut any = false;
         let mut on_event = |q: &mut SendQueue, ev: IoEvent<'_>| match ev {
             IoEvent::Datagram { sock, data, .. } => {
@@ -331,13 +362,23 @@ impl Core {
             IoEvent::SendFailed { tag, .. } => failed.push(tag),
             IoEvent::Woken => {}
         };
-        let r = match wait {
-            Wait::Upto(timeout) => self.io.run_once(timeout, &mut on_event),
-            Wait::Never(read) => self.io.run_nowait(read, &mut on_event),
+        let (r, waited) = match wait {
+            Wait::Upto(timeout) => (
+                self.io.run_once(timeout, &mut on_event),
+                timeout != Some(Duration::ZERO),
+            ),
+            Wait::Never(read) => (self.io.run_nowait(read, &mut on_event), false),
         };
         if let Err(e) = r {
             tracing::warn!(core = self.index, error = %e, "engine core I/O wait failed");
         }
+        self.read_all = self.io.may_have_more();
+        // a pass that may have waited ended later than anything handed to the state so far
+        self.passed_at = if waited {
+            Instant::now()
+        } else {
+            now.get().unwrap_or(self.turn_at).max(self.passed_at)
+        };
         any
     }
 
