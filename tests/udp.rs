@@ -700,6 +700,52 @@ fn run_once_hands_out_one_batch_at_most() {
     }
 }
 
+/// `may_have_more` speaks of the last pass only: once a pass has drained the socket it is
+/// false again on both backends and with either kind of pass. (mmsg cleared it only in
+/// `run_nowait`, so after one `recvmmsg` that filled every header a pinned engine core,
+/// whose passes are `run_once`, saw it true for ever and never waited again: 15 turns
+/// per decision and a full CPU with one reply per datagram.)
+#[test]
+fn may_have_more_clears_once_a_pass_drained_the_socket() {
+    for backend in BACKENDS {
+        // no GRO: every datagram takes a header of its own, as one reply per datagram does
+        let mut c = cfg(backend, false, false);
+        c.batch = 16;
+        let (Some(mut a), Some(mut b)) = (driver(&c), driver(&c)) else {
+            continue;
+        };
+        let sa = a.bind(lo()).unwrap();
+        let sb = b.bind(lo()).unwrap();
+        let to = b.local_addr(sb).unwrap();
+        b.run_once(Some(Duration::ZERO), &mut |_, _| {}).unwrap();
+        for i in 0..100 {
+            assert!(a.queue_send(sa, to, &payload(i, 100), 0));
+        }
+        a.run_once(Some(Duration::ZERO), &mut |_, _| {}).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let (mut total, mut passes) = (0, 0);
+        while total < 100 && passes < 100 {
+            passes += 1;
+            b.run_once(Some(Duration::from_millis(10)), &mut |_, ev| {
+                if let IoEvent::Datagram { .. } = ev {
+                    total += 1;
+                }
+            })
+            .unwrap();
+        }
+        assert_eq!(total, 100, "{backend:?}");
+        // one more pass finds nothing: it drained everything there was
+        b.run_once(Some(Duration::ZERO), &mut |_, ev| {
+            panic!("unexpected {ev:?}")
+        })
+        .unwrap();
+        assert!(
+            !b.may_have_more(),
+            "{backend:?}: still true after a pass that drained the socket"
+        );
+    }
+}
+
 /// Wake-ups from another thread racing the driver's waits are never lost: the waker
 /// writes the eventfd only while the driver is parked, and the driver checks the
 /// pending flag before it parks.

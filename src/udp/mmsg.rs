@@ -137,6 +137,9 @@ impl Mmsg {
     ) -> io::Result<()> {
         let mut events = self.send_and_report(c, on_event);
         let batch = c.cfg.batch;
+        // `may_have_more` speaks of this pass: a buffer filled by an earlier one does not
+        // keep the caller from waiting once the socket was drained
+        self.filled = false;
         // a wake-up that came while we were busy: reported without a system call
         events += usize::from(c.take_wake(on_event));
         // what the last loop received beyond its batch goes first, without a syscall
@@ -293,7 +296,8 @@ impl Mmsg {
         }
     }
 
-    /// True when the last [`run_nowait`](Self::run_nowait) may have left datagrams in
+    /// True when the last pass ([`run_once`](Self::run_once) or
+    /// [`run_nowait`](Self::run_nowait)) may have left datagrams in
     /// a socket or the backlog (a `recvmmsg` filled every buffer, or the budget ran
     /// out); false means every socket it read was drained.
     pub(crate) fn may_have_more(&self) -> bool {
