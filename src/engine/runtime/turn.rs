@@ -373,11 +373,12 @@ impl Core {
             tracing::warn!(core = self.index, error = %e, "engine core I/O wait failed");
         }
         self.read_all = self.io.may_have_more();
-        // a pass that may have waited ended later than anything handed to the state so far
-        self.passed_at = if waited {
-            Instant::now()
-        } else {
-            now.get().unwrap_or(self.turn_at).max(self.passed_at)
+        // the pass received when its first datagram came (it read the clock then); one
+        // that waited for nothing ended now, later than anything the state was handed
+        self.passed_at = match now.get() {
+            Some(t) => t.max(self.passed_at),
+            None if waited => Instant::now(),
+            None => self.turn_at.max(self.passed_at),
         };
         any
     }
