@@ -49,6 +49,20 @@ pub fn host_steal_ms() -> Option<f64> {
     Some(ticks as f64 * 1000.0 / clock_ticks_per_s() as f64)
 }
 
+/// Times each thread of this process not in `exclude` was switched onto a CPU so far
+/// (schedstat's third field: its context switches in, voluntary or not). Threads whose
+/// kernel keeps no schedstat are left out.
+pub fn switch_snapshot(exclude: &HashSet<u32>) -> HashMap<u32, u64> {
+    thread_ids()
+        .into_iter()
+        .filter(|t| !exclude.contains(t))
+        .filter_map(|t| {
+            let s = std::fs::read_to_string(format!("/proc/self/task/{t}/schedstat")).ok()?;
+            Some((t, s.split_whitespace().nth(2)?.parse().ok()?))
+        })
+        .collect()
+}
+
 /// Sums the CPU time of every thread not in `exclude`.
 pub fn cpu_snapshot(exclude: &HashSet<u32>) -> HashMap<u32, u64> {
     thread_ids()
@@ -63,7 +77,8 @@ pub fn cpu_of(tids: &HashSet<u32>) -> u64 {
     tids.iter().filter_map(|t| thread_cpu_ns(*t)).sum()
 }
 
-/// CPU used between two snapshots (threads born in between count from zero).
+/// CPU used (or switches made) between two snapshots (threads born in between count from
+/// zero).
 pub fn cpu_delta(before: &HashMap<u32, u64>, after: &HashMap<u32, u64>) -> u64 {
     after
         .iter()

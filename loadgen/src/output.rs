@@ -23,6 +23,9 @@ pub struct PhaseResult {
     /// Client threads' CPU time inside the window (ns).
     pub cpu_ns: u64,
     pub client_threads: usize,
+    /// Times the client threads were switched onto a CPU inside the window (their context
+    /// switches, from schedstat).
+    pub client_switches: u64,
     /// Embedded responders' (and DNS responder's) CPU inside the window (ns).
     pub server_cpu_ns: u64,
     pub submitted: u64,
@@ -111,6 +114,8 @@ impl PhaseResult {
             "client_cpu_us_per_decision": self.cpu_us_per_decision(),
             "client_cores_used": self.cores_used(),
             "client_threads": self.client_threads,
+            "client_switches": self.client_switches,
+            "client_switches_per_decision": self.client_switches as f64 / self.decisions().max(1) as f64,
             "responder_cores_used": self.server_cpu_ns as f64 / 1e9 / self.window_s.max(1e-9),
             "decisions_per_s_per_core": self.per_core_decisions_per_s(),
             "outcomes_window": outcomes,

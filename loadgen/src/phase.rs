@@ -172,12 +172,14 @@ fn measure(
 ) -> PhaseResult {
     sleep_until(phase.window_start);
     let cpu0 = cpu::cpu_snapshot(infra);
+    let sw0 = cpu::switch_snapshot(infra);
     let srv0 = cpu::cpu_of(&ctx.servers.server_threads);
     let dg0 = ctx.servers.received_datagrams();
     let steal0 = cpu::host_steal_ms();
     sleep_until(phase.window_end);
     let steal1 = cpu::host_steal_ms();
     let cpu1 = cpu::cpu_snapshot(infra);
+    let sw1 = cpu::switch_snapshot(infra);
     let srv1 = cpu::cpu_of(&ctx.servers.server_threads);
     spec.gate.store(true, Ordering::Release);
     let dg1 = ctx.servers.received_datagrams();
@@ -199,6 +201,7 @@ fn measure(
         cpu_ns: cpu::cpu_delta(&cpu0, &cpu1),
         server_cpu_ns: srv1.saturating_sub(srv0),
         client_threads: cpu1.len(),
+        client_switches: cpu::cpu_delta(&sw0, &sw1),
         submitted: phase.submitted.load(Ordering::Relaxed),
         completed: phase.completed.load(Ordering::Relaxed),
         responder_datagrams: match (dg0, dg1) {
