@@ -656,6 +656,48 @@ fn uring_rearms_after_running_out_of_buffers() {
     }
 }
 
+/// A receiving driver on `c` with `n` datagrams of 100 bytes waiting in its socket, or
+/// None where io_uring is refused.
+fn burst(c: &IoConfig, n: usize) -> Option<UdpIo> {
+    let (Some(mut a), Some(mut b)) = (driver(c), driver(c)) else {
+        return None;
+    };
+    let sa = a.bind(lo()).unwrap();
+    let sb = b.bind(lo()).unwrap();
+    let to = b.local_addr(sb).unwrap();
+    b.run_once(Some(Duration::ZERO), &mut |_, _| {}).unwrap();
+    for i in 0..n {
+        assert!(a.queue_send(sa, to, &payload(i, 100), 0));
+    }
+    a.run_once(Some(Duration::ZERO), &mut |_, ev| {
+        panic!("unexpected {ev:?}")
+    })
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    Some(b)
+}
+
+/// Runs `b` (at most 100 passes) until `n` datagrams arrived; returns how many did and
+/// the most one pass handed out.
+fn drain(b: &mut UdpIo, n: usize) -> (usize, usize) {
+    let (mut total, mut most) = (0, 0);
+    for _ in 0..100 {
+        let mut got = 0;
+        b.run_once(Some(Duration::from_millis(10)), &mut |_, ev| {
+            if let IoEvent::Datagram { .. } = ev {
+                got += 1;
+            }
+        })
+        .unwrap();
+        most = most.max(got);
+        total += got;
+        if total == n {
+            break;
+        }
+    }
+    (total, most)
+}
+
 /// One `run_once` hands out about one batch at most (a GRO buffer is never split), the
 /// rest follows on the next calls: a caller that replies to each datagram never
 /// overflows its send queue.
@@ -664,37 +706,10 @@ fn run_once_hands_out_one_batch_at_most() {
     for backend in BACKENDS {
         let mut c = cfg(backend, true, true);
         c.batch = 64;
-        let (Some(mut a), Some(mut b)) = (driver(&c), driver(&c)) else {
+        let Some(mut b) = burst(&c, 640) else {
             continue;
         };
-        let sa = a.bind(lo()).unwrap();
-        let sb = b.bind(lo()).unwrap();
-        let to = b.local_addr(sb).unwrap();
-        b.run_once(Some(Duration::ZERO), &mut |_, _| {}).unwrap();
-        for i in 0..640 {
-            assert!(a.queue_send(sa, to, &payload(i, 100), 0));
-        }
-        a.run_once(Some(Duration::ZERO), &mut |_, ev| {
-            panic!("unexpected {ev:?}")
-        })
-        .unwrap();
-        std::thread::sleep(Duration::from_millis(20));
-        let mut total = 0;
-        let mut most = 0;
-        for _ in 0..100 {
-            let mut n = 0;
-            b.run_once(Some(Duration::from_millis(10)), &mut |_, ev| {
-                if let IoEvent::Datagram { .. } = ev {
-                    n += 1;
-                }
-            })
-            .unwrap();
-            most = most.max(n);
-            total += n;
-            if total == 640 {
-                break;
-            }
-        }
+        let (total, most) = drain(&mut b, 640);
         assert_eq!(total, 640, "{backend:?}");
         assert!(most <= 64 + 63, "{backend:?}: {most} in one call");
     }
@@ -711,29 +726,10 @@ fn may_have_more_clears_once_a_pass_drained_the_socket() {
         // no GRO: every datagram takes a header of its own, as one reply per datagram does
         let mut c = cfg(backend, false, false);
         c.batch = 16;
-        let (Some(mut a), Some(mut b)) = (driver(&c), driver(&c)) else {
+        let Some(mut b) = burst(&c, 100) else {
             continue;
         };
-        let sa = a.bind(lo()).unwrap();
-        let sb = b.bind(lo()).unwrap();
-        let to = b.local_addr(sb).unwrap();
-        b.run_once(Some(Duration::ZERO), &mut |_, _| {}).unwrap();
-        for i in 0..100 {
-            assert!(a.queue_send(sa, to, &payload(i, 100), 0));
-        }
-        a.run_once(Some(Duration::ZERO), &mut |_, _| {}).unwrap();
-        std::thread::sleep(Duration::from_millis(20));
-        let (mut total, mut passes) = (0, 0);
-        while total < 100 && passes < 100 {
-            passes += 1;
-            b.run_once(Some(Duration::from_millis(10)), &mut |_, ev| {
-                if let IoEvent::Datagram { .. } = ev {
-                    total += 1;
-                }
-            })
-            .unwrap();
-        }
-        assert_eq!(total, 100, "{backend:?}");
+        assert_eq!(drain(&mut b, 100).0, 100, "{backend:?}");
         // one more pass finds nothing: it drained everything there was
         b.run_once(Some(Duration::ZERO), &mut |_, ev| {
             panic!("unexpected {ev:?}")
