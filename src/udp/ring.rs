@@ -15,6 +15,15 @@
 //!   produced at the next kernel entry of the thread that armed it (a sleeping thread
 //!   is woken for it, a running one is not interrupted).
 //!
+//!   Even on a current-thread runtime, where one thread runs the task, the one-thread
+//!   setup does not serve: a `DEFER_TASKRUN` ring never wakes a poller of its own fd for
+//!   the work it defers, and a registered eventfd (`IORING_REGISTER_EVENTFD`) is
+//!   signalled for work queued by the network's receive path only 14–28 ms after the
+//!   datagram arrived (Linux 6.18: a datagram from a plain socket to a multishot
+//!   receive, the eventfd watched by `epoll`, five rounds), against microseconds when
+//!   the signal comes from the ring's own completions. A hosted core would sleep through
+//!   its answers (measured: 7.7 ms per sequential request against 0.2 with mmsg).
+//!
 //! Both set `TASKRUN_FLAG`, so a pass that neither submits nor waits makes no system
 //! call unless the kernel flagged completion work to run, and `NO_SQARRAY` where the
 //! kernel has it (6.6; refused with `EINVAL` before, then the ring is built without it).
