@@ -13,6 +13,10 @@
 #   8-15. the same pair (plain reverse proxy anchor, then forward-auth to rl-proxy with the
 #      shipped configuration of proxy/conf/) for Caddy (forward_auth), HAProxy (the Lua
 #      action), Traefik (ForwardAuth) and Envoy (HTTP ext_authz)
+#   Traefik also runs a third row: its own `rateLimit` middleware keeping the counts in
+#      Redis (Traefik's distributed limiter; redis-server on the environment's CPUs, like
+#      the responder, and left out of the CPU columns as the responder is; installed with
+#      apt-get when missing, the row skipped where that fails).
 #   16-17. Envoy's rate limit service (rls_rows below; its anchor is row 14, Envoy as a
 #      plain reverse proxy): Envoy with its HTTP rate limit filter asking rl-proxy --mode rls
 #      (proxy/conf/envoy-rls.yaml), and rl-rls-load's ShouldRateLimit calls straight to
@@ -70,6 +74,13 @@ if [ ! -x "$NGINX" ]; then
     echo "installing nginx-light (apt-get)..." >&2
     (apt-get update -qq && apt-get install -y -qq nginx-light) >/dev/null || true
     NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+fi
+
+REDIS=${REDIS:-$(command -v redis-server || echo /usr/bin/redis-server)}
+if [ ! -x "$REDIS" ]; then
+    echo "installing redis-server (apt-get)..." >&2
+    (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null || true
+    REDIS=$(command -v redis-server || echo /usr/bin/redis-server)
 fi
 
 TOOLS=${RL_PROXY_TOOLS:-$ROOT/target/proxy-tools}
@@ -291,6 +302,42 @@ http:
           - url: "http://{UPSTREAM}"
 TRAEFIK
 cp "$ROOT/proxy/conf/traefik.yml" "$ROOT/proxy/conf/traefik-dynamic.yml" "$CONF/auth-traefik/"
+# Traefik's own distributed limiter: rateLimit with its counts in Redis, a limit no request
+# reaches (every request costs one Redis round trip, as every forward-auth check costs one
+# decision).
+REDIS_PORT=
+if [ -x "$REDIS" ]; then
+    REDIS_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    taskset -c "$ENV_CPUS" "$REDIS" --port "$REDIS_PORT" --bind 127.0.0.1 --save "" \
+        --appendonly no >"$TMP/redis.out" 2>&1 &
+    PIDS+=($!)
+    mkdir -p "$CONF/redis-traefik"
+    cp "$ROOT/proxy/conf/traefik.yml" "$CONF/redis-traefik/"
+    cat >"$CONF/redis-traefik/traefik-dynamic.yml" <<TRAEFIK
+http:
+  middlewares:
+    limit:
+      rateLimit:
+        average: 1000000000
+        period: 1s
+        burst: 1000000000
+        redis:
+          endpoints: ["127.0.0.1:$REDIS_PORT"]
+  routers:
+    app:
+      rule: "PathPrefix(\`/\`)"
+      entryPoints: ["web"]
+      middlewares: ["limit"]
+      service: app
+  services:
+    app:
+      loadBalancer:
+        servers:
+          - url: "http://{UPSTREAM}"
+TRAEFIK
+else
+    echo "no redis-server: the traefik + rateLimit (Redis) row skipped" >&2
+fi
 # Envoy without the ext_authz filter: the shipped file up to the filter, then the router
 python3 - "$ROOT/proxy/conf/envoy.yaml" "$CONF/plain-envoy/envoy.yaml" <<'PY'
 import sys
@@ -416,6 +463,12 @@ for round in $(seq 1 "$ROUNDS"); do
         run "$tool, plain reverse proxy" "$FRONT_PORT" "$FRONT_PID"
         stop_front
 
+        if [ "$tool" = traefik ] && [ -n "$REDIS_PORT" ]; then
+            start_front traefik "$CONF/redis-traefik" 9
+            run "traefik + rateLimit (Redis)" "$FRONT_PORT" "$FRONT_PID"
+            stop_front
+        fi
+
         deny=429
         [ "$tool" = nginx ] && deny=403
         RATELIMITLY_API_KEY=$AES_KEY taskset -c "$PROXY_CPUS" "$BIN/rl-proxy" --mode forward-auth \
@@ -505,6 +558,8 @@ lines += [
     "",
     "`admission CPU µs/req`: against `--limit off`; for a forward-auth row, against the same front",
     "proxy alone (its plain reverse proxy row): the decision service and the check request together;",
+    "for the traefik + rateLimit (Redis) row, against Traefik alone: its limiter and Redis client",
+    "(Redis itself, like the responder, runs on the environment's CPUs and is not counted).",
     "for the envoy + ratelimit filter row, against Envoy alone (the filter, its gRPC call and",
     "rl-proxy --mode rls together).",
     "The gRPC row is rl-rls-load calling ShouldRateLimit (one remote_address descriptor, 100000",
@@ -516,6 +571,13 @@ lines += [
     "the CPU-per-request columns are the steadier comparison.",
 ]
 text = "\n".join(lines) + "\n"
+# sections written by other benchmarks (## Pingora, ...) are kept after the table
+try:
+    kept = open(out).read().split("\n## ", 1)
+    if len(kept) == 2:
+        text += "\n## " + kept[1]
+except OSError:
+    pass
 open(out, "w").write(text)
 print(text)
 EOF
