@@ -313,28 +313,14 @@ if [ -x "$REDIS" ]; then
     PIDS+=($!)
     mkdir -p "$CONF/redis-traefik"
     cp "$ROOT/proxy/conf/traefik.yml" "$CONF/redis-traefik/"
-    cat >"$CONF/redis-traefik/traefik-dynamic.yml" <<TRAEFIK
-http:
-  middlewares:
-    limit:
-      rateLimit:
-        average: 1000000000
-        period: 1s
-        burst: 1000000000
-        redis:
-          endpoints: ["127.0.0.1:$REDIS_PORT"]
-  routers:
-    app:
-      rule: "PathPrefix(\`/\`)"
-      entryPoints: ["web"]
-      middlewares: ["limit"]
-      service: app
-  services:
-    app:
-      loadBalancer:
-        servers:
-          - url: "http://{UPSTREAM}"
-TRAEFIK
+    # the plain configuration with the middleware on its router
+    {
+        printf 'http:\n  middlewares:\n    limit:\n      rateLimit:\n'
+        printf '        average: 1000000000\n        period: 1s\n        burst: 1000000000\n'
+        printf '        redis:\n          endpoints: ["127.0.0.1:%s"]\n' "$REDIS_PORT"
+        sed -e '1d' -e 's|^\( *\)entryPoints: \["web"\]$|&\n\1middlewares: ["limit"]|' \
+            "$CONF/plain-traefik/traefik-dynamic.yml"
+    } >"$CONF/redis-traefik/traefik-dynamic.yml"
 else
     echo "no redis-server: the traefik + rateLimit (Redis) row skipped" >&2
 fi
