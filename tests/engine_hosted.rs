@@ -333,6 +333,8 @@ fn answers_that_arrived_during_a_stall_count_before_the_timers() {
             continue;
         };
         let h = e.handle();
+        let answered = r.counters().answered;
+        let r = &r;
         let (granted, others) = rt.block_on(async move {
             let res = resource("stall", u32::MAX);
             let joins: Vec<_> = (0..16)
@@ -354,7 +356,14 @@ fn answers_that_arrived_during_a_stall_count_before_the_timers() {
                 h.stats().sends >= before + 16,
                 "the core sent before the stall"
             );
-            std::thread::sleep(Duration::from_millis(150));
+            // the stall: past H (60 ms), and until the responder has answered all 16 (a
+            // busy host may hold it too), at most 2 s
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < Duration::from_millis(150)
+                || (r.counters().answered < answered + 16 && t0.elapsed() < Duration::from_secs(2))
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
             let (mut granted, mut others) = (0, Vec::new());
             for j in joins {
                 match j.await.unwrap() {
