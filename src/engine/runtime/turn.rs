@@ -373,12 +373,13 @@ impl Core {
             tracing::warn!(core = self.index, error = %e, "engine core I/O wait failed");
         }
         self.read_all = self.io.may_have_more();
-        // the pass received when its first datagram came (it read the clock then); one
-        // that waited for nothing ended now, later than anything the state was handed
+        // the pass received when its first datagram came (it read the clock then, or took
+        // step 0's `at`); one that waited for nothing ended now; one that did not wait, at
+        // the turn's clock reading
         self.passed_at = match now.get() {
-            Some(t) => t.max(self.passed_at),
+            Some(t) => t,
             None if waited => Instant::now(),
-            None => self.turn_at.max(self.passed_at),
+            None => self.turn_at,
         };
         any
     }
