@@ -21,16 +21,35 @@ pub fn thread_ids() -> HashSet<u32> {
 
 /// CPU time (ns) of one thread of this process, from schedstat (falls back to stat ticks).
 pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
-    if let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
-        && let Some(v) = s.split_whitespace().next().and_then(|v| v.parse().ok())
-    {
-        return Some(v);
+    thread_sample(tid).map(|s| s.cpu_ns)
+}
+
+/// One thread's CPU time (ns) and the times it was switched onto a CPU (its context
+/// switches in, voluntary or not), from one read of schedstat; where the kernel keeps no
+/// schedstat, the time from stat ticks and no switches.
+fn thread_sample(tid: u32) -> Option<Sample> {
+    if let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")) {
+        let mut f = s.split_whitespace().map(|v| v.parse::<u64>().ok());
+        if let (Some(Some(cpu_ns)), Some(_), Some(Some(switches))) = (f.next(), f.next(), f.next())
+        {
+            return Some(Sample { cpu_ns, switches });
+        }
     }
     let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
     let after = &s[s.rfind(')')? + 2..];
     let f: Vec<&str> = after.split_whitespace().collect();
     let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(ticks * 1_000_000_000 / clock_ticks_per_s())
+    Some(Sample {
+        cpu_ns: ticks * 1_000_000_000 / clock_ticks_per_s(),
+        switches: 0,
+    })
+}
+
+/// What [`cpu_snapshot`] reads of a thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sample {
+    pub cpu_ns: u64,
+    pub switches: u64,
 }
 
 /// The kernel's `USER_HZ`, the unit of `/proc` CPU times.
@@ -49,26 +68,12 @@ pub fn host_steal_ms() -> Option<f64> {
     Some(ticks as f64 * 1000.0 / clock_ticks_per_s() as f64)
 }
 
-/// Times each thread of this process not in `exclude` was switched onto a CPU so far
-/// (schedstat's third field: its context switches in, voluntary or not). Threads whose
-/// kernel keeps no schedstat are left out.
-pub fn switch_snapshot(exclude: &HashSet<u32>) -> HashMap<u32, u64> {
+/// CPU time and switches of every thread not in `exclude`.
+pub fn cpu_snapshot(exclude: &HashSet<u32>) -> HashMap<u32, Sample> {
     thread_ids()
         .into_iter()
         .filter(|t| !exclude.contains(t))
-        .filter_map(|t| {
-            let s = std::fs::read_to_string(format!("/proc/self/task/{t}/schedstat")).ok()?;
-            Some((t, s.split_whitespace().nth(2)?.parse().ok()?))
-        })
-        .collect()
-}
-
-/// Sums the CPU time of every thread not in `exclude`.
-pub fn cpu_snapshot(exclude: &HashSet<u32>) -> HashMap<u32, u64> {
-    thread_ids()
-        .into_iter()
-        .filter(|t| !exclude.contains(t))
-        .filter_map(|t| thread_cpu_ns(t).map(|c| (t, c)))
+        .filter_map(|t| thread_sample(t).map(|c| (t, c)))
         .collect()
 }
 
@@ -77,13 +82,16 @@ pub fn cpu_of(tids: &HashSet<u32>) -> u64 {
     tids.iter().filter_map(|t| thread_cpu_ns(*t)).sum()
 }
 
-/// CPU used (or switches made) between two snapshots (threads born in between count from
+/// CPU used and switches made between two snapshots (threads born in between count from
 /// zero).
-pub fn cpu_delta(before: &HashMap<u32, u64>, after: &HashMap<u32, u64>) -> u64 {
-    after
-        .iter()
-        .map(|(t, c)| c.saturating_sub(*before.get(t).unwrap_or(&0)))
-        .sum()
+pub fn cpu_delta(before: &HashMap<u32, Sample>, after: &HashMap<u32, Sample>) -> Sample {
+    let mut d = Sample::default();
+    for (t, a) in after {
+        let b = before.get(t).copied().unwrap_or_default();
+        d.cpu_ns += a.cpu_ns.saturating_sub(b.cpu_ns);
+        d.switches += a.switches.saturating_sub(b.switches);
+    }
+    d
 }
 
 /// This thread's kernel id.

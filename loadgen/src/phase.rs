@@ -172,14 +172,12 @@ fn measure(
 ) -> PhaseResult {
     sleep_until(phase.window_start);
     let cpu0 = cpu::cpu_snapshot(infra);
-    let sw0 = cpu::switch_snapshot(infra);
     let srv0 = cpu::cpu_of(&ctx.servers.server_threads);
     let dg0 = ctx.servers.received_datagrams();
     let steal0 = cpu::host_steal_ms();
     sleep_until(phase.window_end);
     let steal1 = cpu::host_steal_ms();
     let cpu1 = cpu::cpu_snapshot(infra);
-    let sw1 = cpu::switch_snapshot(infra);
     let srv1 = cpu::cpu_of(&ctx.servers.server_threads);
     spec.gate.store(true, Ordering::Release);
     let dg1 = ctx.servers.received_datagrams();
@@ -189,6 +187,7 @@ fn measure(
     {
         eprintln!("loadgen: {} client did not finish draining", kind.name());
     }
+    let used = cpu::cpu_delta(&cpu0, &cpu1);
     let mut extra = spec.extra.lock().unwrap_or_else(|p| p.into_inner()).clone();
     extra.responder_io = ctx.servers.responder_io();
     PhaseResult {
@@ -198,10 +197,10 @@ fn measure(
             .window_end
             .duration_since(phase.window_start)
             .as_secs_f64(),
-        cpu_ns: cpu::cpu_delta(&cpu0, &cpu1),
+        cpu_ns: used.cpu_ns,
         server_cpu_ns: srv1.saturating_sub(srv0),
         client_threads: cpu1.len(),
-        client_switches: cpu::cpu_delta(&sw0, &sw1),
+        client_switches: used.switches,
         submitted: phase.submitted.load(Ordering::Relaxed),
         completed: phase.completed.load(Ordering::Relaxed),
         responder_datagrams: match (dg0, dg1) {
