@@ -17,12 +17,11 @@
 //!
 //!   Even on a current-thread runtime, where one thread runs the task, the one-thread
 //!   setup does not serve: a `DEFER_TASKRUN` ring never wakes a poller of its own fd for
-//!   the work it defers, and a registered eventfd (`IORING_REGISTER_EVENTFD`) is
-//!   signalled for work queued by the network's receive path only 14–28 ms after the
-//!   datagram arrived (Linux 6.18: a datagram from a plain socket to a multishot
-//!   receive, the eventfd watched by `epoll`, five rounds), against microseconds when
-//!   the signal comes from the ring's own completions. A hosted core would sleep through
-//!   its answers (measured: 7.7 ms per sequential request against 0.2 with mmsg).
+//!   the work it defers, and a registered eventfd (`IORING_REGISTER_EVENTFD`) tells
+//!   `epoll` of an arrived datagram 16 ms late (median of 9 rounds, Linux 6.18; a
+//!   `COOP_TASKRUN` ring's own fd: 5 µs; `cargo bench --bench uring_eventfd`). A hosted
+//!   core would sleep through its answers (built and measured: 7.7 ms per sequential
+//!   request against 0.2 with mmsg).
 //!
 //! Both set `TASKRUN_FLAG`, so a pass that neither submits nor waits makes no system
 //! call unless the kernel flagged completion work to run, and `NO_SQARRAY` where the
